@@ -1,0 +1,16 @@
+#include "cli/commands.h"
+
+namespace fuselm::cli {
+namespace {
+int g_exit_code = 0;
+}
+
+void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() { return g_exit_code; }
+
+void add_commands(CLI::App& app) {
+  add_generate_command(app);
+  add_tokenize_command(app);
+}
+
+}  // namespace fuselm::cli

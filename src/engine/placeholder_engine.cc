@@ -1,0 +1,1 @@
+// placeholder so the engine library exists before its first file lands

@@ -1,0 +1,1 @@
+// placeholder so the ir library exists before its first file lands

@@ -1,0 +1,1 @@
+// placeholder so the kernels library exists before its first file lands

@@ -1,0 +1,1 @@
+// placeholder so the kv library exists before its first file lands

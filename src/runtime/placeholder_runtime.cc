@@ -1,0 +1,1 @@
+// placeholder so the runtime library exists before its first file lands

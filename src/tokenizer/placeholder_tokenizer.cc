@@ -1,0 +1,1 @@
+// placeholder so the tokenizer library exists before its first file lands

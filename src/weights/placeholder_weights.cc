@@ -1,0 +1,1 @@
+// placeholder so the weights library exists before its first file lands
