@@ -1,0 +1,12 @@
+"""fuselm capture: turn a transformers causal LM (or any torch.nn.Module) into fuselm's IR.
+
+The IR is the contract with the C++ engine; docs/ir.md describes it. Entry points:
+- capture_model_dir(model_dir, out_dir): an HF model directory (config.json + safetensors).
+- capture_module(module, example_kwargs, dynamic, out_dir): any nn.Module, for toy tests.
+"""
+
+IR_FORMAT = "fuselm-ir"
+IR_VERSION = 1
+CAPTURE_VERSION = "0.1.0"
+
+from .capture import capture_model_dir, capture_module, CaptureError  # noqa: E402,F401

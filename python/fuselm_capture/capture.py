@@ -1,0 +1,200 @@
+"""Capture: export a model with torch.export and write fuselm's IR next to it.
+
+Models are built with parameters on the meta device (meta_init.py), attention and experts routed
+to the opaque fuselm ops (ops.py), then exported non-strict with a dynamic token count, use_cache
+off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, aten.silu, ...).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from . import checkpoint_keys, ops
+from .ir_writer import Writer, dtype_name
+from .meta_init import parameters_on_meta
+
+IR_DIR_NAME = "fuselm-ir"
+
+
+class CaptureError(RuntimeError):
+    """A model that cannot be captured; the message names the model class, module and reason."""
+
+
+def _progress(msg: str) -> None:
+    print(f"fuselm capture: {msg}", file=sys.stderr, flush=True)
+
+
+def _innermost_module(exc: BaseException, names: dict[int, str]) -> str | None:
+    """The deepest nn.Module whose forward was on the stack when export failed."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        obj = tb.tb_frame.f_locals.get("self")
+        if isinstance(obj, torch.nn.Module) and id(obj) in names:
+            found = f"{names[id(obj)] or '<root>'} ({type(obj).__name__})"
+        tb = tb.tb_next
+    return found
+
+
+def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
+    """torch.export in fuselm's configuration; failures become CaptureError naming the module."""
+    names = {id(m): n for n, m in module.named_modules()}
+    try:
+        with torch.no_grad():
+            return torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
+        where = _innermost_module(e, names) or "<unknown module>"
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CaptureError(
+            f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}"
+        ) from e
+
+
+def _non_persistent_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out = {}
+    for mod_name, mod in module.named_modules():
+        for b in getattr(mod, "_non_persistent_buffers_set", ()):
+            t = mod._buffers.get(b)
+            if t is not None:
+                out[f"{mod_name}.{b}" if mod_name else b] = t.detach().clone()
+    return out
+
+
+def _write(ep, module, out_dir: Path, params: dict, constants: dict[str, torch.Tensor],
+           input_names: dict[str, str], extra: dict) -> Path:
+    from safetensors.torch import save_file
+
+    modules = dict(module.named_modules())
+    ir = Writer(ep, modules).write(params, input_names)
+    # Lifted constant tensors (torch.tensor(...) inside forward) travel with the buffers.
+    # Non-persistent buffers are in ep.constants too, but as meta tensors: keep the CPU values.
+    for name, value in ep.constants.items():
+        if isinstance(value, torch.Tensor) and name not in constants and value.device.type != "meta":
+            constants[name] = value.detach().clone()
+    used = {n["target"] for n in ir["nodes"] if n["op"] == "placeholder" and n["kind"] == "constant"}
+    missing = used - constants.keys()
+    if missing:
+        raise CaptureError(f"constants {sorted(missing)} were not recomputed on the CPU")
+    ir["constants"] = {
+        k: {"dtype": dtype_name(constants[k].dtype), "shape": list(constants[k].shape)} for k in sorted(used)
+    }
+    ir.update(extra)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: constants[k].contiguous() for k in sorted(used)}, str(out_dir / "constants.safetensors"))
+    tmp = out_dir / "ir.json.tmp"
+    tmp.write_text(json.dumps(ir, indent=None, separators=(",", ":")))
+    tmp.replace(out_dir / "ir.json")  # atomic: a crash never leaves a half-written IR
+    return out_dir / "ir.json"
+
+
+def _parameter_table(ep, resolve) -> dict:
+    params = {}
+    for spec in ep.graph_signature.input_specs:
+        from torch.export.graph_signature import InputKind
+        if spec.kind == InputKind.PARAMETER or (spec.kind == InputKind.BUFFER and spec.persistent):
+            node = next(n for n in ep.graph.nodes if n.name == spec.arg.name)
+            val = node.meta["val"]
+            params[spec.target] = {"shape": list(val.shape), "dtype": dtype_name(val.dtype),
+                                   "checkpoint": resolve(spec.target)}
+    return params
+
+
+def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes: dict, out_dir,
+                   input_names: dict[str, str] | None = None) -> Path:
+    """Captures any nn.Module; its parameters' checkpoint keys are their state-dict names.
+
+    example_kwargs: forward keyword arguments; dynamic_shapes: as torch.export takes them.
+    The checkpoint to run it with is the module's state_dict saved as safetensors.
+    """
+    constants = _non_persistent_buffers(module)
+    ep = export_module(module.eval(), example_kwargs, dynamic_shapes)
+    params = _parameter_table(ep, lambda key: {"keys": [key], "converter": None})
+    names = {spec.arg.name: spec.arg.name for spec in ep.graph_signature.input_specs}
+    names.update(input_names or {})
+    return _write(ep, module, Path(out_dir), params, constants, names, {"model": {"class": type(module).__name__}})
+
+
+def ir_dir_for(model_dir: Path) -> Path:
+    return model_dir / IR_DIR_NAME
+
+
+def capture_model_dir(model_dir, out_dir=None) -> Path:
+    """Captures a Hugging Face causal LM directory (config.json + *.safetensors) to out_dir/ir.json."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    out_dir = Path(out_dir) if out_dir else ir_dir_for(model_dir)
+    config_path = model_dir / "config.json"
+    if not config_path.exists():
+        raise CaptureError(f"{config_path}: not found (a model directory needs config.json)")
+    ckpt = checkpoint_keys.checkpoint_tensors(model_dir)
+    if not ckpt:
+        raise CaptureError(f"{model_dir}: no *.safetensors files")
+
+    t0 = time.time()
+    ops.register_interfaces()
+    config = AutoConfig.from_pretrained(model_dir)
+    _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
+    kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32}
+    with parameters_on_meta():
+        try:
+            model = AutoModelForCausalLM.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
+    model.eval()
+    constants = _non_persistent_buffers(model)
+    model.to("meta")
+
+    n = 8
+    ids = torch.zeros(1, n, dtype=torch.long, device="meta")
+    pos = torch.arange(n, device="meta").unsqueeze(0)
+    max_pos = int(getattr(config, "max_position_embeddings", 0) or 1 << 20)
+    tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos, 16))
+    _progress(f"exporting {type(model).__name__} with torch.export")
+    ep = export_module(model, {"input_ids": ids, "position_ids": pos, "use_cache": False},
+                       {"input_ids": {1: tokens}, "position_ids": {1: tokens}, "use_cache": None})
+
+    model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
+    found = checkpoint_keys.resolve(model, model_keys, ckpt)
+
+    # Tied weights (lm_head = embed_tokens) are one tensor under two names; export lifts both, the
+    # checkpoint holds one, and the engine loads each checkpoint key once.
+    first_name: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        tied[name] = first_name.setdefault(id(p), name)
+
+    def resolve(target):
+        if target not in found and tied.get(target, target) != target:
+            return dict(resolve(tied[target]), tied_to=tied[target])
+        if target not in found:
+            raise CaptureError(f"{model_dir}: no checkpoint tensor for parameter {target}")
+        entry = dict(found[target])
+        if len(entry["keys"]) == 1:
+            info = ckpt[entry["keys"][0]]
+            entry.update(file=info["file"], dtype=info["dtype"], shape=info["shape"])
+        return entry
+
+    params = _parameter_table(ep, resolve)
+    input_names = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            input_names[spec.arg.name] = spec.arg.name
+    extra = {
+        "model": {
+            "class": type(model).__name__,
+            "transformers_version": transformers.__version__,
+            "config_json": config_path.read_text(),
+            "max_position_embeddings": max_pos,
+            "vocab_size": int(getattr(config, "vocab_size", 0) or 0),
+        }
+    }
+    path = _write(ep, model, out_dir, params, constants, input_names, extra)
+    _progress(f"wrote {path} ({len(ep.graph.nodes)} graph nodes) in {time.time() - t0:.1f}s")
+    return path

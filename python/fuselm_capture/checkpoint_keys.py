@@ -1,0 +1,71 @@
+"""Map each model parameter to the checkpoint tensor(s) that hold its bytes.
+
+transformers renames and merges checkpoint keys while loading (conversion_mapping.py:
+WeightRenaming, WeightConverter); capture replays that mapping with transformers' own
+rename_source_key so the engine can read the checkpoint directly. Keys are read from the
+safetensors headers only.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+
+def safetensors_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return sorted({model_dir / f for f in weight_map.values()})
+    return sorted(model_dir.glob("*.safetensors"))
+
+
+def read_header(path: Path) -> dict:
+    """The JSON header of one safetensors file ({key: {dtype, shape, data_offsets}})."""
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path}: truncated safetensors header")
+        (n,) = struct.unpack("<Q", raw)
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return header
+
+
+def checkpoint_tensors(model_dir: Path) -> dict[str, dict]:
+    """key -> {file, dtype, shape} over every shard of the model directory."""
+    out = {}
+    for path in safetensors_files(model_dir):
+        for key, info in read_header(path).items():
+            out[key] = {"file": path.name, "dtype": info["dtype"], "shape": info["shape"]}
+    return out
+
+
+def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, dict]:
+    """model key -> {"keys": [checkpoint keys], "converter": str|None} for every key found."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+        transforms = get_model_conversion_mapping(model)
+        renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+        converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    except Exception:  # a plain nn.Module or an older transformers: names are the checkpoint keys
+        renamings, converters, rename_source_key = [], [], None
+    wanted = set(model_keys)
+    meta_state_dict = {k: None for k in model_keys}
+    prefix = getattr(model, "base_model_prefix", None)
+    found: dict[str, dict] = {}
+    for key in sorted(ckpt):
+        if key in wanted:
+            target, converter = key, None
+        elif rename_source_key is not None:
+            target, converter = rename_source_key(key, renamings, converters, prefix, meta_state_dict)
+        else:
+            continue
+        if target not in wanted:
+            continue
+        entry = found.setdefault(target, {"keys": [], "converter": None})
+        entry["keys"].append(key)
+        if converter is not None:
+            entry["converter"] = str(converter)
+    return found
