@@ -1,0 +1,16 @@
+#pragma once
+// The one exception type of the weights library.
+#include <stdexcept>
+#include <string>
+
+namespace fuselm::weights {
+
+/// Thrown for every problem with a checkpoint: an unreadable or malformed file, a tensor out of
+/// bounds, a key the IR names but the checkpoint lacks, a dtype or shape that changed since
+/// capture. The message is one line that names the file (or directory) and the tensor.
+class WeightsError : public std::runtime_error {
+ public:
+  explicit WeightsError(const std::string& what) : std::runtime_error(what) {}
+};
+
+}  // namespace fuselm::weights

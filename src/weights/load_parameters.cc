@@ -1,0 +1,195 @@
+#include "weights/load_parameters.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "weights/convert.h"
+#include "weights/error.h"
+
+namespace fuselm::weights {
+
+namespace {
+
+constexpr const char* kRecapture = "(the checkpoint changed since capture? re-run capture)";
+
+std::optional<kernels::DType> storage_of(FileDType d) {
+  switch (d) {
+    case FileDType::F32: return kernels::DType::f32;
+    case FileDType::BF16: return kernels::DType::bf16;
+    case FileDType::F16: return kernels::DType::f16;
+    default: return std::nullopt;
+  }
+}
+
+kernels::DType target_dtype(kernels::DType file, const LoadOptions& o) {
+  switch (o.dtype) {
+    case DTypePolicy::f32: return kernels::DType::f32;
+    case DTypePolicy::bf16: return kernels::DType::bf16;
+    case DTypePolicy::auto_: break;
+  }
+  return file == kernels::DType::f16 && !o.keep_f16 ? kernels::DType::f32 : file;
+}
+
+/// One parameter's table entry, checked for form.
+struct ParamEntry {
+  std::vector<int64_t> shape;
+  std::string key;
+  std::optional<std::string> recorded_dtype;  // checkpoint dtype at capture ("BF16")
+  std::string recorded_file;                  // may be empty
+  std::string tied_to;                        // may be empty
+};
+
+ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
+  auto bad = [&](const std::string& what) -> void {
+    throw WeightsError(fmt::format("IR parameter '{}': {}", target, what));
+  };
+  ParamEntry e;
+  if (!p.is_object()) bad("the entry is not an object");
+  auto sh = p.find("shape");
+  if (sh == p.end() || !sh->is_array()) bad("has no \"shape\" list");
+  for (const auto& d : *sh) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      bad(fmt::format("has shape {}, which is not a list of non-negative integers", sh->dump()));
+    e.shape.push_back(d.get<int64_t>());
+  }
+  auto ck = p.find("checkpoint");
+  if (ck == p.end() || !ck->is_object()) bad("has no \"checkpoint\" object");
+  auto conv = ck->find("converter");
+  if (conv != ck->end() && !conv->is_null())
+    throw WeightsError(fmt::format("parameter {} needs checkpoint conversion '{}', which this engine does not support yet",
+                                   target, conv->is_string() ? conv->get<std::string>() : conv->dump()));
+  auto keys = ck->find("keys");
+  if (keys == ck->end() || !keys->is_array()) bad("has no checkpoint \"keys\" list");
+  if (keys->size() != 1 || !(*keys)[0].is_string())
+    bad(fmt::format("maps to checkpoint keys {} without a converter; exactly one key is supported", keys->dump()));
+  e.key = (*keys)[0].get<std::string>();
+  auto str_field = [&](const char* name) -> std::optional<std::string> {
+    auto it = ck->find(name);
+    if (it == ck->end() || it->is_null()) return std::nullopt;
+    if (!it->is_string()) bad(fmt::format("checkpoint \"{}\" is {}, not a string", name, it->dump()));
+    return it->get<std::string>();
+  };
+  e.recorded_dtype = str_field("dtype");
+  e.recorded_file = str_field("file").value_or("");
+  e.tied_to = str_field("tied_to").value_or("");
+  return e;
+}
+
+}  // namespace
+
+DTypePolicy parse_dtype_policy(std::string_view name) {
+  for (DTypePolicy p : {DTypePolicy::auto_, DTypePolicy::f32, DTypePolicy::bf16})
+    if (name == dtype_policy_name(p)) return p;
+  throw WeightsError(fmt::format("unknown weight dtype '{}' (choose auto, f32 or bf16)", name));
+}
+
+std::string_view dtype_policy_name(DTypePolicy p) {
+  switch (p) {
+    case DTypePolicy::auto_: return "auto";
+    case DTypePolicy::f32: return "f32";
+    case DTypePolicy::bf16: return "bf16";
+  }
+  return "?";
+}
+
+int64_t WeightView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t WeightView::nbytes() const {
+  return static_cast<size_t>(numel()) * static_cast<size_t>(kernels::dtype_size(dtype));
+}
+
+const WeightView* LoadedParameters::find(std::string_view target) const {
+  auto it = views_.find(target);
+  return it == views_.end() ? nullptr : &it->second;
+}
+
+const WeightView& LoadedParameters::at(std::string_view target) const {
+  if (const WeightView* v = find(target)) return *v;
+  throw WeightsError(fmt::format("no loaded parameter '{}'", target));
+}
+
+size_t LoadedParameters::owned_bytes() const {
+  size_t n = 0;
+  for (const auto& b : buffers_) n += b.size();
+  return n;
+}
+
+LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpoint& checkpoint,
+                                 const LoadOptions& options) {
+  if (!parameters.is_object())
+    throw WeightsError(fmt::format("IR parameters table is JSON {}, not an object", parameters.type_name()));
+  LoadedParameters out;
+  out.files_ = checkpoint.files();
+
+  // checkpoint key -> the view loaded for it (tied parameters reuse it)
+  std::unordered_map<std::string, WeightView> by_key;
+  std::map<std::string, std::string> key_of;                 // target -> key, for tied_to checks
+  std::vector<std::pair<std::string, std::string>> tied;     // (target, tied_to)
+  for (const auto& [target, p] : parameters.items()) {
+    ParamEntry e = parse_entry(target, p);
+    key_of[target] = e.key;
+    if (!e.tied_to.empty()) tied.emplace_back(target, e.tied_to);
+    if (auto it = by_key.find(e.key); it != by_key.end()) {
+      if (e.shape != it->second.shape)
+        throw WeightsError(fmt::format("IR parameter '{}' has shape {} but shares checkpoint key '{}' (shape {})",
+                                       target, format_shape(e.shape), e.key, format_shape(it->second.shape)));
+      out.views_.emplace(target, it->second);
+      continue;
+    }
+
+    const std::optional<TensorView> t = checkpoint.find(e.key);
+    if (!t) {
+      std::string recorded = e.recorded_file.empty() ? "" : fmt::format(" (capture found it in {})", e.recorded_file);
+      throw WeightsError(fmt::format("{}: parameter '{}' needs checkpoint key '{}', which the checkpoint does not have{} {}",
+                                     checkpoint.path().string(), target, e.key, recorded, kRecapture));
+    }
+    const std::string file = t->file->path().string();
+    const std::string_view actual = file_dtype_name(t->dtype);
+    if (e.recorded_dtype && *e.recorded_dtype != actual)
+      throw WeightsError(fmt::format("tensor '{}' in {} has dtype {} but the IR expects {} {}", e.key, file, actual,
+                                     *e.recorded_dtype, kRecapture));
+    if (!std::equal(e.shape.begin(), e.shape.end(), t->shape.begin(), t->shape.end()))
+      throw WeightsError(fmt::format("tensor '{}' in {} has shape {} but the IR expects {} for parameter '{}' {}",
+                                     e.key, file, format_shape(t->shape), format_shape(e.shape), target, kRecapture));
+    const std::optional<kernels::DType> from = storage_of(t->dtype);
+    if (!from)
+      throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", e.key,
+                                     file, actual, target));
+
+    WeightView v;
+    v.shape = e.shape;
+    v.checkpoint_key = e.key;
+    v.dtype = target_dtype(*from, options);
+    const int64_t n = v.numel();
+    const bool aligned = reinterpret_cast<uintptr_t>(t->data) % static_cast<uintptr_t>(kernels::dtype_size(*from)) == 0;
+    if (v.dtype == *from && aligned) {
+      v.data = t->data;
+    } else {
+      AlignedBuffer& b = out.buffers_.emplace_back(static_cast<size_t>(n) * static_cast<size_t>(kernels::dtype_size(v.dtype)));
+      convert_elements(t->data, *from, b.data(), v.dtype, n);
+      v.data = b.data();
+      v.owned = true;
+    }
+    by_key.emplace(e.key, v);
+    out.views_.emplace(target, std::move(v));
+  }
+
+  // A tied parameter must read the same tensor as the parameter it is tied to.
+  for (const auto& [target, to] : tied) {
+    auto other = key_of.find(to);
+    if (other != key_of.end() && other->second != key_of[target])
+      throw WeightsError(fmt::format("IR parameter '{}' is tied to '{}' but reads checkpoint key '{}', not '{}'", target,
+                                     to, key_of[target], other->second));
+  }
+  return out;
+}
+
+}  // namespace fuselm::weights

@@ -1,0 +1,85 @@
+#pragma once
+// Binding the IR's parameter table to checkpoint tensors: checked, deduplicated, converted.
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu/dtype.h"
+#include "weights/aligned_buffer.h"
+#include "weights/checkpoint.h"
+
+namespace fuselm::weights {
+
+/// The storage dtype the engine keeps weights in (the CLI's --dtype):
+/// - auto: the checkpoint's own (F32 -> f32, BF16 -> bf16), except F16 -> f32 unless
+///   LoadOptions::keep_f16;
+/// - f32: everything in f32 (bf16/f16 widened exactly into owned buffers);
+/// - bf16: everything in bf16 (f32/f16 rounded to nearest even into owned buffers).
+enum class DTypePolicy : unsigned char { auto_, f32, bf16 };
+
+/// Parses "auto" | "f32" | "bf16"; throws WeightsError naming the value and the choices.
+DTypePolicy parse_dtype_policy(std::string_view name);
+std::string_view dtype_policy_name(DTypePolicy p);
+
+struct LoadOptions {
+  DTypePolicy dtype = DTypePolicy::auto_;
+  /// Under DTypePolicy::auto_, keep F16 checkpoints in f16 instead of widening them to f32.
+  bool keep_f16 = false;
+};
+
+/// One parameter as the engine reads it.
+struct WeightView {
+  kernels::DType dtype = kernels::DType::f32;  // storage dtype of `data`
+  std::vector<int64_t> shape;
+  /// Either a zero-copy view into the checkpoint's mapping (aligned at least to the element size)
+  /// or a 64-byte aligned owned buffer (converted, or realigned because the file misaligned it).
+  const void* data = nullptr;
+  std::string checkpoint_key;
+  bool owned = false;  // true when `data` is a buffer of LoadedParameters, not the mapping
+
+  int64_t numel() const;
+  size_t nbytes() const;
+};
+
+/// The loaded parameters: target (the IR's parameter name) -> WeightView. Owns the converted
+/// buffers and keeps the checkpoint's mappings alive, so it may outlive the Checkpoint. Move-only.
+class LoadedParameters {
+ public:
+  const std::map<std::string, WeightView, std::less<>>& views() const { return views_; }
+  /// nullptr when `target` is not a parameter.
+  const WeightView* find(std::string_view target) const;
+  /// Throws WeightsError naming `target` when it is not a parameter.
+  const WeightView& at(std::string_view target) const;
+  size_t size() const { return views_.size(); }
+  /// Bytes held in owned (converted or realigned) buffers.
+  size_t owned_bytes() const;
+
+ private:
+  friend LoadedParameters load_parameters(const nlohmann::json&, const Checkpoint&, const LoadOptions&);
+
+  std::map<std::string, WeightView, std::less<>> views_;
+  std::vector<AlignedBuffer> buffers_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+};
+
+/// Loads every parameter of the IR's "parameters" table
+/// (target -> {"shape": [..], "dtype": "f32", "checkpoint": {"keys": [k], "converter": null|str,
+/// "file"?: str, "dtype"?: "F32"|"BF16"|"F16", "shape"?: [..], "tied_to"?: str}}) from `checkpoint`.
+/// Each checkpoint key is read (and converted) once: parameters that share a key (tied weights)
+/// share memory. Throws WeightsError, one line naming the parameter, key and file:
+/// - a malformed table entry;
+/// - a converter ("parameter X needs checkpoint conversion 'C', which this engine does not support
+///   yet"), or other than one key;
+/// - a key the checkpoint lacks (naming the key and the checkpoint directory);
+/// - a file dtype other than the one recorded at capture, or a shape other than the IR's;
+/// - a dtype the engine cannot compute with (only F32, BF16, F16 load).
+LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpoint& checkpoint,
+                                 const LoadOptions& options = {});
+
+}  // namespace fuselm::weights

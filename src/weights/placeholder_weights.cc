@@ -1,1 +1,0 @@
-// placeholder so the weights library exists before its first file lands
