@@ -1,0 +1,55 @@
+#pragma once
+// attention: causal softmax attention of a sequence's new tokens over an engine-owned KV cache
+// that is paged by slot (one layer).
+//
+// KV cache (fp32, owned by the engine):
+//   k_cache [num_slots][hkv * dqk]    row of a slot: its K for every KV head, head-major
+//   v_cache [num_slots][hkv * dv]
+//   slots[j], j < ctx_len: the slot holding context position j (the caller's block table, flattened)
+// New tokens: the last t positions of the context (new token i has position p = ctx_len - t + i):
+//   q   [t, hq, dqk]   element (i, h, d) at q[i*q_token_stride + h*q_head_stride + d]
+//   k   [t, hkv, dqk]  likewise with k_*_stride; nullptr: their K/V are already in the cache
+//   v   [t, hkv, dv]   likewise with v_*_stride; k and v are both given or both null
+//   out [t, hq, dv]    contiguous fp32; must not overlap q, k, v or the cache
+// A stride of 0 means dense (head stride = head size, token stride = heads · head size).
+//
+// The kernel (a) writes k/v of the new tokens to k_cache/v_cache at slots[ctx_len - t + i], then
+// (b) for each new token i and q head h (kv head h / (hq / hkv): GQA, MQA), with p its position:
+//   s_j  = scale · q·k_j                               for keys j = 0 .. ctx_len-1
+//   s_j  = softcap · tanh(s_j / softcap)               if softcap > 0 (after scaling, before masking)
+//   keep j <= p (causal) and, if sliding_window W > 0, j > p - W (itself and W-1 before)
+//   out  = sum_j softmax_j(s) · v_j, where with sinks the softmax has one more logit, sinks[h]
+//          (unscaled, not softcapped), in its denominator only
+// which is transformers' eager_attention_forward (gemma2: scaling, softcap; gpt_oss: sinks; sliding
+// window masks) for one sequence. Online softmax in fp32; (token, head) pairs run in parallel.
+// Throws std::invalid_argument on inconsistent arguments (and slots outside [0, num_slots)).
+#include <cstdint>
+
+namespace fuselm::kernels {
+
+struct AttentionArgs {
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  int64_t num_slots = 0;
+  const int32_t* slots = nullptr;
+  int64_t ctx_len = 0;
+
+  int64_t t = 0;
+  const float* q = nullptr;
+  int64_t q_token_stride = 0, q_head_stride = 0;
+  const float* k = nullptr;
+  int64_t k_token_stride = 0, k_head_stride = 0;
+  const float* v = nullptr;
+  int64_t v_token_stride = 0, v_head_stride = 0;
+  float* out = nullptr;
+
+  int64_t hq = 0, hkv = 0, dqk = 0, dv = 0;
+  float scale = 1.f;
+  int64_t sliding_window = 0;    // <= 0: none
+  float softcap = 0.f;           // <= 0: none
+  const float* sinks = nullptr;  // [hq] or nullptr
+};
+
+void attention(const AttentionArgs& args);
+
+}  // namespace fuselm::kernels

@@ -1,0 +1,79 @@
+#include "kernels/cpu/linear.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/threading.h"
+
+#include "kernels/cpu/linear_impl.h"
+
+namespace fuselm::kernels {
+
+const LinearKernels kLinearKernelsGeneric = make_linear_kernels<Isa::generic>();
+
+namespace {
+
+const LinearKernels& linear_kernels(Isa isa) {
+#if FUSELM_X86_ISAS
+  if (isa == Isa::avx512) return kLinearKernelsAvx512;
+  if (isa == Isa::avx2) return kLinearKernelsAvx2;
+#endif
+  (void)isa;
+  return kLinearKernelsGeneric;
+}
+
+LinearProblem resolve(const LinearArgs& a) {
+  if (a.m < 0 || a.n < 0 || a.k < 0)
+    throw std::invalid_argument(fmt::format("linear: negative size m={} n={} k={}", a.m, a.n, a.k));
+  const bool nk = a.w_layout == WeightLayout::nk;
+  LinearProblem p{a.x,    a.lda, a.w,   a.w_dtype, a.w_layout, a.ldw,
+                  a.bias, a.y,   a.ldy, a.m,       a.n,        a.k};
+  if (p.lda == 0) p.lda = a.k;
+  if (p.ldy == 0) p.ldy = a.n;
+  if (p.ldw == 0) p.ldw = nk ? a.k : a.n;
+  if (p.lda < a.k) throw std::invalid_argument(fmt::format("linear: lda {} < k {}", p.lda, a.k));
+  if (p.ldy < a.n) throw std::invalid_argument(fmt::format("linear: ldy {} < n {}", p.ldy, a.n));
+  if (p.ldw < (nk ? a.k : a.n))
+    throw std::invalid_argument(fmt::format("linear: ldw {} < {} {} for the {} layout", p.ldw,
+                                            nk ? "k" : "n", nk ? a.k : a.n, nk ? "nk" : "kn"));
+  if (a.m > 0 && a.n > 0 && !a.y) throw std::invalid_argument("linear: y is null");
+  if (a.m > 0 && a.n > 0 && a.k > 0 && (!a.x || !a.w))
+    throw std::invalid_argument("linear: x or w is null");
+  return p;
+}
+
+}  // namespace
+
+void linear(const LinearArgs& args) {
+  const LinearProblem p = resolve(args);
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j) p.y[i * p.ldy + j] = p.bias ? p.bias[j] : 0.f;
+    return;
+  }
+  const LinearKernels& kern = linear_kernels(cpu_isa());
+  const int64_t work = p.m * p.n * p.k;  // multiply-adds
+  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;
+  if (p.m <= kGemvRows) {
+    // Decode: split output columns; each thread streams its share of W once.
+    const int nt = kernel_threads(work, kMinWorkPerThread);
+    parallel_for_ranges(nt, p.n, /*align=*/16, [&](int64_t n0, int64_t n1) { kern.gemv(p, n0, n1); });
+    return;
+  }
+  const int nt = kernel_threads(work, kMinWorkPerThread);
+  if (p.n >= 2 * kern.gemm_nr * nt || nt == 1) {
+    // Split columns on 16-column units: each thread packs only its own panels of W.
+    parallel_for_ranges(nt, p.n, /*align=*/16,
+                        [&](int64_t n0, int64_t n1) { kern.gemm(p, 0, p.m, n0, n1); });
+  } else {
+    // Narrow output: split rows; each thread packs all of W (cheap, since n is small).
+    parallel_for_ranges(nt, p.m, kern.gemm_mr,
+                        [&](int64_t m0, int64_t m1) { kern.gemm(p, m0, m1, 0, p.n); });
+  }
+}
+
+}  // namespace fuselm::kernels

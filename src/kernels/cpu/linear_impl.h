@@ -1,0 +1,394 @@
+// linear kernel bodies, written once over Vec<Isa> (internal). Included by linear.cc (generic)
+// and linear_<isa>.cc inside their ISA region; includes nothing itself (see the ODR rule in simd.h).
+//
+// GEMV (decode): each pass takes up to 8 rows of x and streams W once.
+//   nk: NB rows of W at a time, NB×M vector accumulators, horizontal sums at the end.
+//   kn: a block of columns kept in M×NV vector accumulators over a strip of KB rows of W, partial
+//       sums kept in y between strips (so a strip reads KB short contiguous row segments).
+// GEMM (prefill): BLIS-style loops nc → kc → mc → panel → MR rows. W[kc, nc] is packed to fp32
+// panels bp[k][NR] (nk is transposed W×W block by W×W block in registers); the MR×NR micro-kernel
+// broadcasts x from its rows (no packing of x) and keeps MR×NV accumulators in registers.
+namespace fuselm::kernels {
+namespace {  // NOLINT
+
+template <Isa I>
+struct LinearTuning;
+template <>
+struct LinearTuning<Isa::generic> {
+  static constexpr int MR = 4, NV = 4;
+  static constexpr int64_t KC = 256, MC = 256, NC = 512;
+  static constexpr int gemv_nb(int m) { return m == 1 ? 4 : m <= 4 ? 2 : 1; }
+  static constexpr int gemv_kn_nv(int m) { return m <= 2 ? 8 : m <= 4 ? 4 : 2; }
+};
+template <>
+struct LinearTuning<Isa::avx2> {
+  static constexpr int MR = 6, NV = 2;
+  static constexpr int64_t KC = 256, MC = 384, NC = 1024;
+  static constexpr int gemv_nb(int m) { return m <= 2 ? 4 : m == 3 ? 3 : m == 4 ? 2 : 1; }
+  static constexpr int gemv_kn_nv(int m) { return m == 1 ? 8 : m == 2 ? 4 : m <= 4 ? 2 : 1; }
+};
+template <>
+struct LinearTuning<Isa::avx512> {
+  static constexpr int MR = 6, NV = 4;
+  static constexpr int64_t KC = 128, MC = 480, NC = 1024;
+  static constexpr int gemv_nb(int m) {
+    return m == 1 ? 8 : m == 2 ? 6 : m <= 4 ? 4 : m <= 6 ? 3 : 2;
+  }
+  static constexpr int gemv_kn_nv(int m) { return m <= 2 ? 8 : m <= 4 ? 4 : 2; }
+};
+
+// Loads W weights of storage dtype D as fp32 (n < W: the first n, others zero).
+template <class V, DType D>
+FUSELM_INLINE typename V::R load_w(const void* p) {
+  if constexpr (D == DType::f32) return V::load(static_cast<const float*>(p));
+  if constexpr (D == DType::bf16) return V::load_bf16(static_cast<const uint16_t*>(p));
+  if constexpr (D == DType::f16) return V::load_f16(static_cast<const uint16_t*>(p));
+}
+template <class V, DType D>
+FUSELM_INLINE typename V::R loadn_w(const void* p, int n) {
+  if constexpr (D == DType::f32) return V::loadn(static_cast<const float*>(p), n);
+  if constexpr (D == DType::bf16) return V::loadn_bf16(static_cast<const uint16_t*>(p), n);
+  if constexpr (D == DType::f16) return V::loadn_f16(static_cast<const uint16_t*>(p), n);
+}
+
+inline int clamp_lanes(int64_t n, int w) { return static_cast<int>(n <= 0 ? 0 : n >= w ? w : n); }
+
+template <DType D>
+FUSELM_INLINE const void* w_at(const void* w, int64_t i) {
+  return static_cast<const char*>(w) + i * dtype_size(D);
+}
+
+// ---------------------------------------------------------------------------------------- GEMV
+
+// y[m0+i, j] for i < M, j in [j0, j0+NB): NB rows of an [n, k] W against M rows of x.
+template <Isa I, DType D, int M, int NB>
+FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  const float* x = p.x + m0 * p.lda;
+  const void* w = w_at<D>(p.w, j0 * p.ldw);
+  R acc[NB][M];
+  FUSELM_UNROLL(8)
+  for (int j = 0; j < NB; ++j) {
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) acc[j][i] = V::zero();
+  }
+  const int64_t k = p.k, kfull = k - k % W;
+  for (int64_t kk = 0; kk < kfull; kk += W) {
+    R xv[M];
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) xv[i] = V::load(x + i * p.lda + kk);
+    FUSELM_UNROLL(8)
+    for (int j = 0; j < NB; ++j) {
+      const R wv = load_w<V, D>(w_at<D>(w, j * p.ldw + kk));
+      FUSELM_UNROLL(8)
+      for (int i = 0; i < M; ++i) acc[j][i] = V::fma(wv, xv[i], acc[j][i]);
+    }
+  }
+  if (kfull < k) {
+    const int rem = static_cast<int>(k - kfull);
+    FUSELM_UNROLL(8)
+    for (int j = 0; j < NB; ++j) {
+      const R wv = loadn_w<V, D>(w_at<D>(w, j * p.ldw + kfull), rem);
+      FUSELM_UNROLL(8)
+      for (int i = 0; i < M; ++i)
+        acc[j][i] = V::fma(wv, V::loadn(x + i * p.lda + kfull, rem), acc[j][i]);
+    }
+  }
+  FUSELM_UNROLL(8)
+  for (int j = 0; j < NB; ++j) {
+    const float b = p.bias ? p.bias[j0 + j] : 0.f;
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) p.y[(m0 + i) * p.ldy + j0 + j] = V::hsum(acc[j][i]) + b;
+  }
+}
+
+template <Isa I, DType D, int M>
+void gemv_nk(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
+  constexpr int NB = LinearTuning<I>::gemv_nb(M);
+  int64_t j = n0;
+  for (; j + NB <= n1; j += NB) gemv_nk_block<I, D, M, NB>(p, m0, j);
+  for (; j < n1; ++j) gemv_nk_block<I, D, M, 1>(p, m0, j);
+}
+
+// Columns [c0, c0 + ncols) (ncols <= NV*W) of rows m0..m0+M, rows [kb0, kb1) of a [k, n] W.
+template <Isa I, DType D, int M, int NV>
+FUSELM_INLINE void gemv_kn_block(const LinearProblem& p, int64_t m0, int64_t c0, int ncols,
+                                 int64_t kb0, int64_t kb1) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  const bool full = ncols == NV * W;
+  R acc[M][NV];
+  FUSELM_UNROLL(8)
+  for (int i = 0; i < M; ++i) {
+    float* yr = p.y + (m0 + i) * p.ldy + c0;
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v) {
+      const int cnt = clamp_lanes(ncols - v * W, W);
+      if (kb0 > 0)
+        acc[i][v] = full ? V::load(yr + v * W) : V::loadn(yr + v * W, cnt);
+      else if (p.bias)
+        acc[i][v] = full ? V::load(p.bias + c0 + v * W) : V::loadn(p.bias + c0 + v * W, cnt);
+      else
+        acc[i][v] = V::zero();
+    }
+  }
+  for (int64_t kk = kb0; kk < kb1; ++kk) {
+    const void* wr = w_at<D>(p.w, kk * p.ldw + c0);
+    R wv[NV];
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v)
+      wv[v] = full ? load_w<V, D>(w_at<D>(wr, v * W))
+                   : loadn_w<V, D>(w_at<D>(wr, v * W), clamp_lanes(ncols - v * W, W));
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) {
+      const R xb = V::set1(p.x[(m0 + i) * p.lda + kk]);
+      FUSELM_UNROLL(8)
+      for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(xb, wv[v], acc[i][v]);
+    }
+  }
+  FUSELM_UNROLL(8)
+  for (int i = 0; i < M; ++i) {
+    float* yr = p.y + (m0 + i) * p.ldy + c0;
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v) {
+      if (full)
+        V::store(yr + v * W, acc[i][v]);
+      else
+        V::storen(yr + v * W, acc[i][v], clamp_lanes(ncols - v * W, W));
+    }
+  }
+}
+
+template <Isa I, DType D, int M>
+void gemv_kn(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
+  constexpr int NV = LinearTuning<I>::gemv_kn_nv(M);
+  constexpr int64_t NW = NV * Vec<I>::W;
+  constexpr int64_t KB = 16;  // W rows per strip: KB short streams at a time
+  for (int64_t kb0 = 0; kb0 < p.k; kb0 += KB) {
+    const int64_t kb1 = std::min(p.k, kb0 + KB);
+    for (int64_t c = n0; c < n1; c += NW)
+      gemv_kn_block<I, D, M, NV>(p, m0, c, static_cast<int>(std::min(NW, n1 - c)), kb0, kb1);
+  }
+}
+
+template <Isa I, DType D, int M>
+void gemv_rows(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
+  if (p.w_layout == WeightLayout::nk)
+    gemv_nk<I, D, M>(p, m0, n0, n1);
+  else
+    gemv_kn<I, D, M>(p, m0, n0, n1);
+}
+
+template <Isa I, DType D>
+void gemv_dtype(const LinearProblem& p, int64_t n0, int64_t n1) {
+  for (int64_t m0 = 0; m0 < p.m; m0 += kGemvRows) {
+    switch (std::min<int64_t>(kGemvRows, p.m - m0)) {
+      case 1: gemv_rows<I, D, 1>(p, m0, n0, n1); break;
+      case 2: gemv_rows<I, D, 2>(p, m0, n0, n1); break;
+      case 3: gemv_rows<I, D, 3>(p, m0, n0, n1); break;
+      case 4: gemv_rows<I, D, 4>(p, m0, n0, n1); break;
+      case 5: gemv_rows<I, D, 5>(p, m0, n0, n1); break;
+      case 6: gemv_rows<I, D, 6>(p, m0, n0, n1); break;
+      case 7: gemv_rows<I, D, 7>(p, m0, n0, n1); break;
+      default: gemv_rows<I, D, 8>(p, m0, n0, n1); break;
+    }
+  }
+}
+
+template <Isa I>
+void gemv_entry(const LinearProblem& p, int64_t n0, int64_t n1) {
+  switch (p.w_dtype) {
+    case DType::f32: return gemv_dtype<I, DType::f32>(p, n0, n1);
+    case DType::bf16: return gemv_dtype<I, DType::bf16>(p, n0, n1);
+    case DType::f16: return gemv_dtype<I, DType::f16>(p, n0, n1);
+  }
+}
+
+// ---------------------------------------------------------------------------------------- GEMM
+
+// Packs columns [nb, nb + NR) ∩ [., n_end) of W, rows [k0, k0 + kc), as fp32 bp[k][NR]; columns
+// at or past n_end are zero.
+template <Isa I, DType D>
+void pack_panel_nk(const LinearProblem& p, int64_t nb, int64_t n_end, int64_t k0, int64_t kc,
+                   float* bp) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  constexpr int NR = LinearTuning<I>::NV * W;
+  for (int jb = 0; jb < NR; jb += W) {
+    const int valid = clamp_lanes(n_end - (nb + jb), W);
+    for (int64_t kb = 0; kb < kc; kb += W) {
+      const int kn = clamp_lanes(kc - kb, W);
+      R r[W];
+      FUSELM_UNROLL(16)
+      for (int i = 0; i < W; ++i) {
+        const void* src = w_at<D>(p.w, (nb + jb + i) * p.ldw + k0 + kb);
+        r[i] = i >= valid ? V::zero() : kn == W ? load_w<V, D>(src) : loadn_w<V, D>(src, kn);
+      }
+      V::transpose(r);
+      float* dst = bp + kb * NR + jb;
+      if (kn == W) {
+        FUSELM_UNROLL(16)
+        for (int kk = 0; kk < W; ++kk) V::store(dst + kk * NR, r[kk]);
+      } else {
+        for (int kk = 0; kk < kn; ++kk) V::store(dst + kk * NR, r[kk]);
+      }
+    }
+  }
+}
+
+template <Isa I, DType D>
+void pack_panel_kn(const LinearProblem& p, int64_t nb, int64_t n_end, int64_t k0, int64_t kc,
+                   float* bp) {
+  using V = Vec<I>;
+  constexpr int W = V::W;
+  constexpr int NV = LinearTuning<I>::NV;
+  constexpr int NR = NV * W;
+  int cnt[NV];
+  for (int v = 0; v < NV; ++v) cnt[v] = clamp_lanes(n_end - (nb + v * W), W);
+  for (int64_t k = 0; k < kc; ++k) {
+    const void* src = w_at<D>(p.w, (k0 + k) * p.ldw + nb);
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v) {
+      const void* s = w_at<D>(src, v * W);
+      V::store(bp + k * NR + v * W, cnt[v] == W ? load_w<V, D>(s) : loadn_w<V, D>(s, cnt[v]));
+    }
+  }
+}
+
+// c[MR, ncols] (+)= a[MR, kc] · bp[kc, NV*W]; a rows at stride lda; the first nv vectors of each
+// bp row are used. Starts from c (accumulate), else from bias (if any), else zero.
+template <Isa I, int MR, int NV>
+void micro_kernel(int64_t kc, const float* a, int64_t lda, const float* bp, float* c, int64_t ldc,
+                  int ncols, bool accumulate, const float* bias) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  constexpr int NR = LinearTuning<I>::NV * W;
+  R acc[MR][NV];
+  FUSELM_UNROLL(8)
+  for (int i = 0; i < MR; ++i) {
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+  }
+  const float* ar[MR];
+  FUSELM_UNROLL(8)
+  for (int i = 0; i < MR; ++i) ar[i] = a + i * lda;
+  for (int64_t k = 0; k < kc; ++k) {
+    R b[NV];
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v) b[v] = V::load(bp + k * NR + v * W);
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+      const R ai = V::set1(ar[i][k]);
+      FUSELM_UNROLL(8)
+      for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(ai, b[v], acc[i][v]);
+    }
+  }
+  const bool full = ncols == NV * W;
+  FUSELM_UNROLL(8)
+  for (int i = 0; i < MR; ++i) {
+    float* cr = c + i * ldc;
+    FUSELM_UNROLL(8)
+    for (int v = 0; v < NV; ++v) {
+      if (full) {
+        const R base = accumulate ? V::load(cr + v * W) : bias ? V::load(bias + v * W) : V::zero();
+        V::store(cr + v * W, V::add(acc[i][v], base));
+      } else {
+        const int cnt = clamp_lanes(ncols - v * W, W);
+        if (cnt == 0) continue;
+        const R base = accumulate ? V::loadn(cr + v * W, cnt)
+                       : bias     ? V::loadn(bias + v * W, cnt)
+                                  : V::zero();
+        V::storen(cr + v * W, V::add(acc[i][v], base), cnt);
+      }
+    }
+  }
+}
+
+template <Isa I, int NV>
+void micro_rows(int mr, int64_t kc, const float* a, int64_t lda, const float* bp, float* c,
+                int64_t ldc, int ncols, bool accumulate, const float* bias) {
+  constexpr int MR = LinearTuning<I>::MR;
+  static_assert(MR <= 6);
+  switch (mr) {
+    case 1: return micro_kernel<I, 1, NV>(kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+    case 2: return micro_kernel<I, 2, NV>(kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+    case 3: return micro_kernel<I, 3, NV>(kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+    case 4: return micro_kernel<I, 4, NV>(kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+    case 5:
+      if constexpr (MR >= 5)
+        return micro_kernel<I, 5, NV>(kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+      break;
+    case 6:
+      if constexpr (MR >= 6)
+        return micro_kernel<I, 6, NV>(kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+      break;
+  }
+}
+
+template <Isa I, int NV = LinearTuning<I>::NV>
+void micro_any(int nv, int mr, int64_t kc, const float* a, int64_t lda, const float* bp, float* c,
+               int64_t ldc, int ncols, bool accumulate, const float* bias) {
+  if constexpr (NV > 1) {
+    if (nv < NV) return micro_any<I, NV - 1>(nv, mr, kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+  }
+  micro_rows<I, NV>(mr, kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
+}
+
+template <Isa I, DType D>
+void gemm_dtype(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  using T = LinearTuning<I>;
+  constexpr int W = Vec<I>::W;
+  constexpr int64_t NR = T::NV * W;
+  constexpr int64_t NCP = (T::NC + NR - 1) / NR * NR;
+  float* bp = thread_scratch(0, static_cast<size_t>(T::KC * NCP));
+  for (int64_t nc0 = n0; nc0 < n1; nc0 += T::NC) {
+    const int64_t nc = std::min(T::NC, n1 - nc0);
+    const int64_t panels = (nc + NR - 1) / NR;
+    for (int64_t kc0 = 0; kc0 < p.k; kc0 += T::KC) {
+      const int64_t kc = std::min(T::KC, p.k - kc0);
+      for (int64_t pn = 0; pn < panels; ++pn) {
+        if (p.w_layout == WeightLayout::nk)
+          pack_panel_nk<I, D>(p, nc0 + pn * NR, nc0 + nc, kc0, kc, bp + pn * kc * NR);
+        else
+          pack_panel_kn<I, D>(p, nc0 + pn * NR, nc0 + nc, kc0, kc, bp + pn * kc * NR);
+      }
+      const bool accumulate = kc0 > 0;
+      for (int64_t mc0 = m0; mc0 < m1; mc0 += T::MC) {
+        const int64_t mc1 = std::min(m1, mc0 + T::MC);
+        for (int64_t pn = 0; pn < panels; ++pn) {
+          const int64_t col = nc0 + pn * NR;
+          const int ncols = static_cast<int>(std::min(NR, nc0 + nc - col));
+          const int nv = (ncols + W - 1) / W;
+          const float* bias = !accumulate && p.bias ? p.bias + col : nullptr;
+          for (int64_t i = mc0; i < mc1; i += T::MR) {
+            const int mr = static_cast<int>(std::min<int64_t>(T::MR, mc1 - i));
+            micro_any<I>(nv, mr, kc, p.x + i * p.lda + kc0, p.lda, bp + pn * kc * NR,
+                         p.y + i * p.ldy + col, p.ldy, ncols, accumulate, bias);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <Isa I>
+void gemm_entry(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  switch (p.w_dtype) {
+    case DType::f32: return gemm_dtype<I, DType::f32>(p, m0, m1, n0, n1);
+    case DType::bf16: return gemm_dtype<I, DType::bf16>(p, m0, m1, n0, n1);
+    case DType::f16: return gemm_dtype<I, DType::f16>(p, m0, m1, n0, n1);
+  }
+}
+
+template <Isa I>
+constexpr LinearKernels make_linear_kernels() {
+  return {&gemv_entry<I>, &gemm_entry<I>, LinearTuning<I>::NV * Vec<I>::W, LinearTuning<I>::MR};
+}
+
+}  // namespace
+}  // namespace fuselm::kernels

@@ -1,0 +1,40 @@
+#pragma once
+// Per-ISA kernel table of linear (internal: linear.cc dispatches, linear_impl.h implements).
+#include <cstdint>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/linear.h"
+
+namespace fuselm::kernels {
+
+/// LinearArgs after validation, strides resolved.
+struct LinearProblem {
+  const float* x;
+  int64_t lda;
+  const void* w;
+  DType w_dtype;
+  WeightLayout w_layout;
+  int64_t ldw;
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  int64_t m, n, k;
+};
+
+struct LinearKernels {
+  /// All rows of y (in passes of at most kGemvRows), output columns [n0, n1). W read once per pass.
+  void (*gemv)(const LinearProblem& p, int64_t n0, int64_t n1);
+  /// Rows [m0, m1), output columns [n0, n1) of y, blocked GEMM with packed W panels.
+  void (*gemm)(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+  int64_t gemm_nr;  // GEMM panel width (columns)
+  int64_t gemm_mr;  // GEMM micro-tile rows
+};
+
+inline constexpr int64_t kGemvRows = 8;
+
+extern const LinearKernels kLinearKernelsGeneric;
+extern const LinearKernels kLinearKernelsAvx2;
+extern const LinearKernels kLinearKernelsAvx512;
+
+}  // namespace fuselm::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Machine probes: the ceilings that kernels are measured against, reusable by any benchmark.
+//   memory bandwidth  for memory-bound kernels (decode GEMV, attention over a long cache)
+//   FMA peak          for compute-bound kernels (prefill GEMM)
+// Both use all OpenMP threads (omp_get_max_threads()) and the widest vectors cpu_isa() allows.
+#include <cstddef>
+
+namespace fuselm::kernels {
+
+/// Streams a `bytes`-sized buffer (default 1 GiB) with all threads, each reading the part it first
+/// touched; returns the best of `repeats` passes in GB/s (1e9 bytes per second). Allocates and
+/// frees the buffer; takes about a second per GiB.
+double measure_memory_bandwidth_gbs(size_t bytes = size_t{1} << 30, int repeats = 5);
+
+/// Peak fp32 multiply-add rate with all threads (independent FMA chains in registers), in
+/// GFLOP/s (an FMA counts 2). Runs about `seconds`.
+double measure_fma_peak_gflops(double seconds = 0.3);
+
+/// Sum of x[0..n) with wide loads and independent accumulators (the bandwidth probe's read loop).
+float stream_sum_f32(const float* x, size_t n);
+
+}  // namespace fuselm::kernels

@@ -1,0 +1,214 @@
+// attention over a slot-paged KV cache against a double-precision transcription of transformers'
+// eager_attention_forward (scaling, softcap, causal + sliding-window mask, sinks, GQA), on every
+// ISA path.
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels_testing.h"
+
+namespace fuselm::kernels {
+namespace {
+
+using testing::random_floats;
+
+struct AttnCase {
+  int64_t hq, hkv, dqk, dv, ctx, t;
+  int64_t window = 0;
+  float softcap = 0;
+  bool sinks = false;
+  float scale = 0;           // 0: dqk^-0.5
+  int64_t head_pad = 0;      // extra floats between heads of q, k, v (views)
+  bool kv_in_cache = false;  // k = v = nullptr: the caller already wrote them
+  int threads = 0;
+  std::string name() const {
+    return fmt::format("hq{}_hkv{}_dqk{}_dv{}_ctx{}_t{}{}{}{}{}{}{}", hq, hkv, dqk, dv, ctx, t,
+                       window ? fmt::format("_win{}", window) : "",
+                       softcap ? fmt::format("_cap{}", softcap) : "", sinks ? "_sinks" : "",
+                       head_pad ? "_strided" : "", kv_in_cache ? "_cached" : "",
+                       threads ? fmt::format("_t{}", threads) : "");
+  }
+};
+
+void check_attention(const AttnCase& c, uint32_t seed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t num_slots = c.ctx + 13;
+  const int64_t k_row = c.hkv * c.dqk, v_row = c.hkv * c.dv;
+  // context positions live in a random permutation of slots; unused slots hold NaN
+  std::vector<int32_t> perm(static_cast<size_t>(num_slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+  std::vector<int32_t> slots(perm.begin(), perm.begin() + c.ctx);
+  std::vector<float> k_cache(static_cast<size_t>(num_slots * k_row), nan);
+  std::vector<float> v_cache(static_cast<size_t>(num_slots * v_row), nan);
+  // full K/V of the context: [ctx, hkv, d]
+  const auto k_all = random_floats(static_cast<size_t>(c.ctx * k_row), seed + 1);
+  const auto v_all = random_floats(static_cast<size_t>(c.ctx * v_row), seed + 2);
+  const int64_t first = c.ctx - c.t;
+  const int64_t cached_until = c.kv_in_cache ? c.ctx : first;
+  for (int64_t j = 0; j < cached_until; ++j) {
+    std::copy_n(k_all.begin() + j * k_row, k_row, k_cache.begin() + slots[j] * k_row);
+    std::copy_n(v_all.begin() + j * v_row, v_row, v_cache.begin() + slots[j] * v_row);
+  }
+  // new tokens in one fused, strided buffer per token: [q heads | k heads | v heads | pad]
+  const int64_t qh = c.dqk + c.head_pad, kh = c.dqk + c.head_pad, vh = c.dv + c.head_pad;
+  const int64_t width = c.hq * qh + c.hkv * kh + c.hkv * vh + 3;
+  auto qkv = random_floats(static_cast<size_t>(c.t * width), seed + 3, 1.5f);
+  for (int64_t i = 0; i < c.t; ++i)
+    for (int64_t h = 0; h < c.hkv; ++h) {
+      for (int64_t d = 0; d < c.dqk; ++d)
+        qkv[i * width + c.hq * qh + h * kh + d] = k_all[(first + i) * k_row + h * c.dqk + d];
+      for (int64_t d = 0; d < c.dv; ++d)
+        qkv[i * width + c.hq * qh + c.hkv * kh + h * vh + d] =
+            v_all[(first + i) * v_row + h * c.dv + d];
+    }
+  auto sinks = random_floats(static_cast<size_t>(c.hq), seed + 4, 2.f);
+  if (c.sinks) sinks[0] = 30.f;  // a sink that takes nearly all the mass
+  const float scale = c.scale ? c.scale : 1.f / std::sqrt(static_cast<float>(c.dqk));
+  std::vector<float> out(static_cast<size_t>(c.t * c.hq * c.dv), nan);
+
+  AttentionArgs a;
+  a.k_cache = k_cache.data();
+  a.v_cache = v_cache.data();
+  a.num_slots = num_slots;
+  a.slots = slots.data();
+  a.ctx_len = c.ctx;
+  a.t = c.t;
+  a.q = qkv.data();
+  a.q_token_stride = width;
+  a.q_head_stride = qh;
+  if (!c.kv_in_cache) {
+    a.k = qkv.data() + c.hq * qh;
+    a.k_token_stride = width;
+    a.k_head_stride = kh;
+    a.v = qkv.data() + c.hq * qh + c.hkv * kh;
+    a.v_token_stride = width;
+    a.v_head_stride = vh;
+  }
+  a.out = out.data();
+  a.hq = c.hq, a.hkv = c.hkv, a.dqk = c.dqk, a.dv = c.dv;
+  a.scale = scale;
+  a.sliding_window = c.window;
+  a.softcap = c.softcap;
+  a.sinks = c.sinks ? sinks.data() : nullptr;
+  {
+    std::optional<testing::ScopedThreads> threads;
+    if (c.threads) threads.emplace(c.threads);
+    attention(a);
+  }
+
+  // the cache now holds every context row at its slot, and unused slots are untouched
+  for (int64_t j = 0; j < c.ctx; ++j) {
+    for (int64_t e = 0; e < k_row; ++e)
+      ASSERT_EQ(k_cache[slots[j] * k_row + e], k_all[j * k_row + e]) << c.name() << " K pos " << j;
+    for (int64_t e = 0; e < v_row; ++e)
+      ASSERT_EQ(v_cache[slots[j] * v_row + e], v_all[j * v_row + e]) << c.name() << " V pos " << j;
+  }
+  for (int64_t s = c.ctx; s < num_slots; ++s)
+    ASSERT_TRUE(std::isnan(k_cache[perm[s] * k_row]) && std::isnan(v_cache[perm[s] * v_row]));
+
+  // eager attention in double
+  int bad = 0;
+  const int64_t group = c.hq / c.hkv;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < c.t; ++i) {
+    const int64_t p = first + i;
+    for (int64_t h = 0; h < c.hq; ++h) {
+      const int64_t g = h / group;
+      std::vector<double> logits(static_cast<size_t>(c.ctx));
+      double mx = c.sinks ? sinks[h] : -inf;
+      for (int64_t j = 0; j < c.ctx; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < c.dqk; ++d)
+          s += static_cast<double>(qkv[i * width + h * qh + d]) * k_all[j * k_row + g * c.dqk + d];
+        s *= scale;
+        if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+        const bool masked = j > p || (c.window > 0 && j <= p - c.window);
+        logits[j] = masked ? -inf : s;
+        mx = std::max(mx, logits[j]);
+      }
+      double denom = c.sinks ? std::exp(sinks[h] - mx) : 0.0;
+      for (double& s : logits) denom += (s = std::exp(s - mx));
+      for (int64_t d = 0; d < c.dv; ++d) {
+        double ref = 0;
+        for (int64_t j = 0; j < c.ctx; ++j) ref += logits[j] * v_all[j * v_row + g * c.dv + d];
+        ref /= denom;
+        const double got = out[(i * c.hq + h) * c.dv + d];
+        if (!(std::fabs(got - ref) <= 2e-5 + 1e-4 * std::fabs(ref)) && bad++ < 5)
+          ADD_FAILURE() << c.name() << " out[" << i << "," << h << "," << d << "] = " << got
+                        << ", want " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << c.name();
+}
+
+std::vector<AttnCase> attention_cases() {
+  std::vector<AttnCase> v;
+  // decode: one new token over a context longer than a chunk (64 keys)
+  v.push_back({9, 3, 64, 64, 150, 1});
+  v.push_back({4, 1, 32, 32, 1, 1});  // first token, MQA
+  v.push_back({4, 4, 16, 16, 70, 1, 0, 0, true});
+  // prefill (t = ctx) and chunked prefill (t < ctx), odd head sizes, Dv != Dqk
+  v.push_back({6, 2, 24, 40, 37, 37});
+  v.push_back({6, 3, 17, 9, 100, 23});
+  v.push_back({2, 1, 5, 70, 66, 66});
+  // sliding window: smaller than, equal to and larger than the context
+  v.push_back({4, 2, 16, 16, 100, 30, 5});
+  v.push_back({4, 2, 16, 16, 40, 40, 1});
+  v.push_back({4, 2, 16, 16, 20, 3, 64});
+  // softcap, with a large scale so that it bites
+  v.push_back({4, 2, 32, 32, 80, 80, 0, 5.f, false, 1.f});
+  v.push_back({8, 4, 32, 16, 90, 7, 16, 50.f});
+  // sinks (gpt_oss), with a window and GQA
+  v.push_back({8, 2, 16, 16, 75, 75, 0, 0, true});
+  v.push_back({8, 2, 16, 16, 75, 10, 8, 0, true});
+  // views: heads not adjacent; K/V already in the cache; uneven thread splits
+  v.push_back({6, 2, 24, 24, 50, 12, 0, 0, false, 0, 5});
+  v.push_back({6, 2, 24, 24, 50, 12, 0, 0, false, 0, 0, true});
+  v.push_back({5, 5, 8, 8, 33, 33, 0, 0, true, 0, 0, false, 3});
+  return v;
+}
+
+class KernelsAttention : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(KernelsAttention, MatchesEagerAttention) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  uint32_t seed = 100;
+  for (const AttnCase& c : attention_cases()) check_attention(c, seed += 7);
+}
+
+TEST_P(KernelsAttention, RejectsInconsistentArguments) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  std::vector<float> kc(4 * 8), vc(4 * 8), q(8), k(8), v(8), out(8);
+  std::vector<int32_t> slots = {0, 1};
+  AttentionArgs a;
+  a.k_cache = kc.data(), a.v_cache = vc.data(), a.num_slots = 4, a.slots = slots.data();
+  a.ctx_len = 2, a.t = 1, a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = out.data();
+  a.hq = 1, a.hkv = 1, a.dqk = 8, a.dv = 8;
+  EXPECT_NO_THROW(attention(a));
+  AttentionArgs b = a;
+  b.hq = 3, b.hkv = 2;
+  EXPECT_THROW(attention(b), std::invalid_argument);  // hq not a multiple of hkv
+  b = a;
+  b.t = 3;
+  EXPECT_THROW(attention(b), std::invalid_argument);  // more new tokens than context
+  b = a;
+  slots[0] = 4;
+  EXPECT_THROW(attention(b), std::invalid_argument);  // slot out of range
+  slots[0] = 0;
+  b = a;
+  b.v = nullptr;
+  EXPECT_THROW(attention(b), std::invalid_argument);  // k without v
+}
+
+INSTANTIATE_TEST_SUITE_P(, KernelsAttention, ::testing::ValuesIn(testing::all_isas()),
+                         testing::isa_param_name);
+
+}  // namespace
+}  // namespace fuselm::kernels

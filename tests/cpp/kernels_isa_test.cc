@@ -1,0 +1,67 @@
+// ISA detection, names and forcing.
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "kernels/cpu/isa.h"
+#include "kernels_testing.h"
+
+namespace fuselm::kernels {
+namespace {
+
+TEST(KernelsIsa, NamesRoundTrip) {
+  for (Isa isa : kAllIsas) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
+  EXPECT_FALSE(parse_isa("sse4"));
+  EXPECT_FALSE(parse_isa(""));
+}
+
+TEST(KernelsIsa, DetectionIsConsistent) {
+  EXPECT_TRUE(cpu_supports(Isa::generic));
+  const Isa best = detect_cpu_isa();
+  EXPECT_TRUE(cpu_supports(best));
+  if (cpu_supports(Isa::avx512)) EXPECT_TRUE(cpu_supports(Isa::avx2));
+  for (Isa isa : kAllIsas)
+    if (static_cast<int>(isa) > static_cast<int>(best)) EXPECT_FALSE(cpu_supports(isa));
+}
+
+TEST(KernelsIsa, ScopedOverrideForcesAndRestores) {
+  const Isa before = cpu_isa();
+  for (Isa isa : kAllIsas) {
+    if (!cpu_supports(isa)) {
+      EXPECT_THROW(ScopedCpuIsa{isa}, std::invalid_argument);
+      continue;
+    }
+    {
+      ScopedCpuIsa forced(isa);
+      EXPECT_EQ(cpu_isa(), isa);
+    }
+    EXPECT_EQ(cpu_isa(), before);
+  }
+}
+
+// FUSELM_CPU_ISA is read once per process, so these run in a fresh child process.
+TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (Isa isa : kAllIsas) {
+    if (!cpu_supports(isa)) continue;
+    setenv("FUSELM_CPU_ISA", isa_name(isa), 1);
+    EXPECT_EXIT(std::exit(cpu_isa() == isa ? 0 : 1), ::testing::ExitedWithCode(0), "")
+        << isa_name(isa);
+  }
+  setenv("FUSELM_CPU_ISA", "sse9", 1);
+  auto throws_invalid = [] {
+    try {
+      cpu_isa();
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::exit(3);
+    }
+    std::exit(0);
+  };
+  EXPECT_EXIT(throws_invalid(), ::testing::ExitedWithCode(3),
+              "FUSELM_CPU_ISA='sse9': expected generic, avx2 or avx512");
+  unsetenv("FUSELM_CPU_ISA");
+}
+
+}  // namespace
+}  // namespace fuselm::kernels
