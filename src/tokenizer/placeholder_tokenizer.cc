@@ -1,1 +1,0 @@
-// placeholder so the tokenizer library exists before its first file lands

@@ -1,0 +1,116 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/added_vocabulary.h"
+#include "tokenizer/bpe_model.h"
+#include "tokenizer/decoder.h"
+#include "tokenizer/json_field.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/post_processor.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace fuselm::tokenizer {
+
+Tokenizer::Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  std::string file = path;
+  if (std::filesystem::is_directory(path)) {
+    file = (std::filesystem::path(path) / "tokenizer.json").string();
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::runtime_error(file + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw std::runtime_error(file + ": cannot read");
+  return from_json(text.str(), file);
+}
+
+Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& source) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(source + ": malformed JSON: " + e.what());
+  }
+  const Field root(doc, "", source);
+  if (!root.is_object()) root.fail("must be a JSON object");
+
+  Tokenizer t;
+  t.model_ = BpeModel::load(root["model"]);
+  if (auto n = root.get("normalizer")) t.normalizer_ = make_normalizer(*n);
+  if (auto p = root.get("pre_tokenizer")) t.pre_tokenizer_ = make_pre_tokenizer(*p);
+  if (auto p = root.get("post_processor")) t.post_processor_ = make_post_processor(*p);
+  t.decoder_ = make_decoder(root.get("decoder"));
+  t.added_ = std::make_unique<AddedVocabulary>(root.get("added_tokens"), *t.model_,
+                                               t.normalizer_.get());
+
+  t.vocab_size_ = std::max(t.model_->id_bound(), t.added_->id_bound());
+  return t;
+}
+
+std::vector<std::uint32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  if (!utf8::is_valid(text)) throw std::runtime_error("tokenizer: input text is not valid UTF-8");
+  std::vector<std::uint32_t> ids;
+  std::vector<std::string> words;
+  for (Piece& piece : added_->split(text)) {
+    if (piece.id) {
+      ids.push_back(*piece.id);
+      continue;
+    }
+    words.clear();
+    words.push_back(std::move(piece.text));
+    if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words);
+    for (const std::string& w : words) model_->tokenize(w, ids);
+  }
+  if (post_processor_) post_processor_->process(ids, add_special_tokens);
+  return ids;
+}
+
+bool Tokenizer::append_token_bytes(std::uint32_t id, bool skip_special_tokens, bool first,
+                                   std::string& out) const {
+  const std::string* token = added_->decode_text(id);
+  if (token == nullptr) token = model_->id_to_token(id);
+  if (token == nullptr) return false;
+  if (skip_special_tokens && added_->is_special(*token)) return false;
+  decoder_->append(*token, first, out);
+  return true;
+}
+
+std::string Tokenizer::decode(std::span<const std::uint32_t> ids, bool skip_special_tokens) const {
+  std::string bytes;
+  bool first = true;
+  for (std::uint32_t id : ids) {
+    if (append_token_bytes(id, skip_special_tokens, first, bytes)) first = false;
+  }
+  return utf8::lossy(bytes);
+}
+
+std::optional<std::uint32_t> Tokenizer::token_to_id(std::string_view token) const {
+  if (auto id = added_->token_to_id(token)) return id;
+  return model_->token_to_id(token);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(std::uint32_t id) const {
+  if (const AddedToken* t = added_->find(id)) return t->content;
+  if (const std::string* t = model_->id_to_token(id)) return *t;
+  return std::nullopt;
+}
+
+bool Tokenizer::is_special(std::uint32_t id) const {
+  const AddedToken* t = added_->find(id);
+  return t != nullptr && t->special;
+}
+
+}  // namespace fuselm::tokenizer
