@@ -171,6 +171,12 @@ std::vector<AttnCase> attention_cases() {
   v.push_back({6, 2, 24, 24, 50, 12, 0, 0, false, 0, 5});
   v.push_back({6, 2, 24, 24, 50, 12, 0, 0, false, 0, 0, true});
   v.push_back({5, 5, 8, 8, 33, 33, 0, 0, true, 0, 0, false, 3});
+  // long-context decode, split into key segments across threads and merged
+  v.push_back({8, 2, 32, 32, 1100, 1, 0, 0, true, 0, 0, false, 3});
+  v.push_back({4, 1, 16, 24, 2000, 2, 700, 30.f, false, 0, 0, false, 2});
+  v.push_back({6, 3, 16, 16, 1300, 1, 0, 0, false, 0, 0, true, 2});
+  // a group wider than 64 q heads (MQA with many heads)
+  v.push_back({80, 1, 8, 8, 20, 5});
   return v;
 }
 

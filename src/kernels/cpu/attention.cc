@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -63,20 +65,37 @@ void attention(const AttentionArgs& args) {
   const AttentionArgs a = resolve(args);
   if (a.t == 0) return;
   const AttentionKernels& kern = attention_kernels();
+  const int64_t group = a.hq / a.hkv, dv = a.dv;
+  const int64_t first = a.ctx_len - a.t;  // position of new token 0
+  auto key_lo = [&](int64_t pos) {
+    return a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
+  };
 
   // work: keys visited · (dqk + dv) over all (token, head) pairs
-  int64_t work = 0;
+  int64_t keys_total = 0, keys_max = 0;
   for (int64_t i = 0; i < a.t; ++i) {
-    const int64_t pos = a.ctx_len - a.t + i;
-    const int64_t keys = a.sliding_window > 0 ? std::min(pos + 1, a.sliding_window) : pos + 1;
-    work += keys;
+    const int64_t keys = first + i + 1 - key_lo(first + i);
+    keys_total += keys;
+    keys_max = std::max(keys_max, keys);
   }
-  work *= a.hq * (a.dqk + a.dv);
-  const int64_t pairs = a.t * a.hq;
-  const int nt = static_cast<int>(std::min<int64_t>(kernel_threads(work, int64_t{1} << 15), pairs));
+  const int nt = kernel_threads(keys_total * a.hq * (a.dqk + a.dv), int64_t{1} << 15);
+
+  // Work items: (token, KV group, key segment). Decode of few groups over a long context splits
+  // the keys into segments (merged afterwards, flash-decoding style) so that every thread works.
+  constexpr int64_t kMinSegmentKeys = 256;
+  int64_t segments = 1;
+  if (nt > 1 && a.t * a.hkv < 4 * nt)
+    segments = std::clamp<int64_t>((4 * nt + a.t * a.hkv - 1) / (a.t * a.hkv), 1,
+                                   std::max<int64_t>(1, keys_max / kMinSegmentKeys));
+  const int64_t items = a.t * a.hkv * segments;
+  // partial results of segmented items: per (item, head of group) dv sums, then max and sum
+  const int64_t part_row = dv + 2;
+  float* part = segments > 1 ? thread_scratch(3, static_cast<size_t>(items * group * part_row))
+                             : nullptr;
+
   const int64_t writes = a.k ? a.t * a.hkv : 0;
   const int64_t k_row = a.hkv * a.dqk, v_row = a.hkv * a.dv;
-  const int64_t first = a.ctx_len - a.t;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
 
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -90,9 +109,57 @@ void attention(const AttentionArgs& args) {
                a.dv);
     }
     // (implicit barrier: every new K/V is in the cache before any token reads it)
+
+    constexpr int64_t kMaxGroup = 64;
+    float* o[kMaxGroup];
+    float m[kMaxGroup], l[kMaxGroup];
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t pr = pairs - 1; pr >= 0; --pr)  // latest tokens (most keys) first
-      kern.attend(a, pr / a.hq, pr % a.hq);
+    for (int64_t it = items - 1; it >= 0; --it) {  // latest tokens (most keys) first
+      const int64_t i = it / (a.hkv * segments), g = it / segments % a.hkv, sg = it % segments;
+      const int64_t pos = first + i, lo = key_lo(pos), keys = pos + 1 - lo;
+      const int64_t s_lo = lo + keys * sg / segments, s_hi = lo + keys * (sg + 1) / segments;
+      for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {  // (groups wider than 64: in slices)
+        const int64_t nh = std::min(kMaxGroup, group - h0);
+        for (int64_t r = 0; r < nh; ++r) {
+          const int64_t h = g * group + h0 + r;
+          o[r] = part ? part + (it * group + h0 + r) * part_row : a.out + (i * a.hq + h) * dv;
+          std::fill(o[r], o[r] + dv, 0.f);
+          const bool sink = a.sinks && sg == 0;
+          m[r] = sink ? a.sinks[h] : neg_inf;
+          l[r] = sink ? 1.f : 0.f;
+        }
+        kern.attend_group(a, i, g * group + h0, nh, s_lo, s_hi, o, m, l);
+        for (int64_t r = 0; r < nh; ++r) {
+          if (part) {
+            o[r][dv] = m[r];
+            o[r][dv + 1] = l[r];
+          } else {
+            kern.scale_row(o[r], dv, 1.f / l[r]);
+          }
+        }
+      }
+    }
+
+    if (part) {  // merge the segments of each (token, head)
+#pragma omp for schedule(static)
+      for (int64_t th = 0; th < a.t * a.hq; ++th) {
+        const int64_t i = th / a.hq, h = th % a.hq, g = h / group, r = h % group;
+        auto row = [&](int64_t sg) { return part + (((i * a.hkv + g) * segments + sg) * group + r) * part_row; };
+        float mx = neg_inf;
+        for (int64_t sg = 0; sg < segments; ++sg) mx = std::max(mx, row(sg)[dv]);
+        float* out = a.out + th * dv;
+        std::fill(out, out + dv, 0.f);
+        float sum = 0.f;
+        for (int64_t sg = 0; sg < segments; ++sg) {
+          const float* pr = row(sg);
+          if (pr[dv + 1] == 0.f) continue;  // an empty segment
+          const float wgt = std::exp(pr[dv] - mx);
+          sum += pr[dv + 1] * wgt;
+          for (int64_t d = 0; d < dv; ++d) out[d] += wgt * pr[d];
+        }
+        kern.scale_row(out, dv, 1.f / sum);
+      }
+    }
   }
 }
 

@@ -7,8 +7,13 @@
 namespace fuselm::kernels {
 
 struct AttentionKernels {
-  /// out row of new token i, q head h (cache already holds the new K/V; strides resolved).
-  void (*attend)(const AttentionArgs& a, int64_t i, int64_t h);
+  /// New token i, q heads [h0, h0 + nh) of one KV group, context keys [lo, hi) (the cache already
+  /// holds the new K/V; strides resolved): accumulates unnormalised p·V into o[r] (dv floats) with
+  /// the running max m[r] and sum l[r] of head h0 + r, all initialised by the caller.
+  void (*attend_group)(const AttentionArgs& a, int64_t i, int64_t h0, int64_t nh, int64_t lo,
+                       int64_t hi, float* const* o, float* m, float* l);
+  /// o[0, n) *= f
+  void (*scale_row)(float* o, int64_t n, float f);
 };
 
 extern const AttentionKernels kAttentionKernelsGeneric;

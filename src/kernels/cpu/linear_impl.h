@@ -60,6 +60,12 @@ FUSELM_INLINE const void* w_at(const void* w, int64_t i) {
 
 // ---------------------------------------------------------------------------------------- GEMV
 
+#ifndef FUSELM_GEMV_PF
+#define FUSELM_GEMV_PF 0
+#endif
+constexpr int64_t kGemvPrefetch = FUSELM_GEMV_PF;  // bytes ahead on each W row
+
+
 // y[m0+i, j] for i < M, j in [j0, j0+NB): NB rows of an [n, k] W against M rows of x.
 template <Isa I, DType D, int M, int NB>
 FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0) {
@@ -81,6 +87,7 @@ FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0)
     for (int i = 0; i < M; ++i) xv[i] = V::load(x + i * p.lda + kk);
     FUSELM_UNROLL(8)
     for (int j = 0; j < NB; ++j) {
+      if constexpr (kGemvPrefetch > 0) V::prefetch(w_at<D>(w, j * p.ldw + kk + kGemvPrefetch / dtype_size(D)));
       const R wv = load_w<V, D>(w_at<D>(w, j * p.ldw + kk));
       FUSELM_UNROLL(8)
       for (int i = 0; i < M; ++i) acc[j][i] = V::fma(wv, xv[i], acc[j][i]);
@@ -104,12 +111,80 @@ FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0)
   }
 }
 
+// bf16 variant of gemv_nk_block: a full vector load brings 2·W weights, split into even and odd
+// elements with one shift and one and (no widening shuffle), against x deinterleaved the same way:
+// xd holds, per block of 2·W columns, the W even columns then the W odd ones (row stride ldxd).
+template <Isa I, int M, int NB>
+FUSELM_INLINE void gemv_nk_block_bf16(const LinearProblem& p, int64_t m0, int64_t j0,
+                                      const float* xd, int64_t ldxd) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  const uint16_t* w = static_cast<const uint16_t*>(p.w) + j0 * p.ldw;
+  R acc[NB][M];
+  FUSELM_UNROLL(8)
+  for (int j = 0; j < NB; ++j) {
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) acc[j][i] = V::zero();
+  }
+  const int64_t k = p.k, kpairs = k - k % (2 * W);
+  for (int64_t kk = 0; kk < kpairs; kk += 2 * W) {
+    R xe[M], xo[M];
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) {
+      xe[i] = V::load(xd + i * ldxd + kk);
+      xo[i] = V::load(xd + i * ldxd + kk + W);
+    }
+    FUSELM_UNROLL(8)
+    for (int j = 0; j < NB; ++j) {
+      if constexpr (kGemvPrefetch > 0) V::prefetch(w + j * p.ldw + kk + kGemvPrefetch / 2);
+      R we, wo;
+      V::load_bf16_pairs(w + j * p.ldw + kk, we, wo);
+      FUSELM_UNROLL(8)
+      for (int i = 0; i < M; ++i) acc[j][i] = V::fma(wo, xo[i], V::fma(we, xe[i], acc[j][i]));
+    }
+  }
+  for (int64_t kk = kpairs; kk < k; kk += W) {  // tail: plain order, x itself
+    const int rem = clamp_lanes(k - kk, W);
+    FUSELM_UNROLL(8)
+    for (int j = 0; j < NB; ++j) {
+      const R wv = V::loadn_bf16(w + j * p.ldw + kk, rem);
+      FUSELM_UNROLL(8)
+      for (int i = 0; i < M; ++i)
+        acc[j][i] = V::fma(wv, V::loadn(p.x + (m0 + i) * p.lda + kk, rem), acc[j][i]);
+    }
+  }
+  FUSELM_UNROLL(8)
+  for (int j = 0; j < NB; ++j) {
+    const float b = p.bias ? p.bias[j0 + j] : 0.f;
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) p.y[(m0 + i) * p.ldy + j0 + j] = V::hsum(acc[j][i]) + b;
+  }
+}
+
 template <Isa I, DType D, int M>
 void gemv_nk(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
   constexpr int NB = LinearTuning<I>::gemv_nb(M);
   int64_t j = n0;
-  for (; j + NB <= n1; j += NB) gemv_nk_block<I, D, M, NB>(p, m0, j);
-  for (; j < n1; ++j) gemv_nk_block<I, D, M, 1>(p, m0, j);
+  if constexpr (D == DType::bf16) {
+    constexpr int W2 = 2 * Vec<I>::W;
+    const int64_t kpairs = p.k - p.k % W2;
+    float* xd = thread_scratch(1, static_cast<size_t>(M * kpairs + 1));
+    for (int i = 0; i < M; ++i) {
+      const float* xr = p.x + (m0 + i) * p.lda;
+      float* dr = xd + i * kpairs;
+      for (int64_t kk = 0; kk < kpairs; kk += W2)
+        for (int e = 0; e < W2 / 2; ++e) {
+          dr[kk + e] = xr[kk + 2 * e];
+          dr[kk + W2 / 2 + e] = xr[kk + 2 * e + 1];
+        }
+    }
+    for (; j + NB <= n1; j += NB) gemv_nk_block_bf16<I, M, NB>(p, m0, j, xd, kpairs);
+    for (; j < n1; ++j) gemv_nk_block_bf16<I, M, 1>(p, m0, j, xd, kpairs);
+  } else {
+    for (; j + NB <= n1; j += NB) gemv_nk_block<I, D, M, NB>(p, m0, j);
+    for (; j < n1; ++j) gemv_nk_block<I, D, M, 1>(p, m0, j);
+  }
 }
 
 // Columns [c0, c0 + ncols) (ncols <= NV*W) of rows m0..m0+M, rows [kb0, kb1) of a [k, n] W.
@@ -344,19 +419,22 @@ void gemm_dtype(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int6
   using T = LinearTuning<I>;
   constexpr int W = Vec<I>::W;
   constexpr int64_t NR = T::NV * W;
-  constexpr int64_t NCP = (T::NC + NR - 1) / NR * NR;
-  float* bp = thread_scratch(0, static_cast<size_t>(T::KC * NCP));
-  for (int64_t nc0 = n0; nc0 < n1; nc0 += T::NC) {
-    const int64_t nc = std::min(T::NC, n1 - nc0);
+  // Columns per packed block: all of K for NC columns in about kPackBytes (L2), so that packing
+  // reads each W row once, front to back (nk: 16 rows at a time).
+  constexpr int64_t kPackBytes = int64_t{1} << 20;
+  const int64_t nc_max = std::clamp<int64_t>(kPackBytes / (4 * p.k) / NR * NR, NR, T::NC);
+  float* bp = thread_scratch(0, static_cast<size_t>(nc_max * p.k));
+  for (int64_t nc0 = n0; nc0 < n1; nc0 += nc_max) {
+    const int64_t nc = std::min(nc_max, n1 - nc0);
     const int64_t panels = (nc + NR - 1) / NR;
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      if (p.w_layout == WeightLayout::nk)
+        pack_panel_nk<I, D>(p, nc0 + pn * NR, nc0 + nc, 0, p.k, bp + pn * p.k * NR);
+      else
+        pack_panel_kn<I, D>(p, nc0 + pn * NR, nc0 + nc, 0, p.k, bp + pn * p.k * NR);
+    }
     for (int64_t kc0 = 0; kc0 < p.k; kc0 += T::KC) {
       const int64_t kc = std::min(T::KC, p.k - kc0);
-      for (int64_t pn = 0; pn < panels; ++pn) {
-        if (p.w_layout == WeightLayout::nk)
-          pack_panel_nk<I, D>(p, nc0 + pn * NR, nc0 + nc, kc0, kc, bp + pn * kc * NR);
-        else
-          pack_panel_kn<I, D>(p, nc0 + pn * NR, nc0 + nc, kc0, kc, bp + pn * kc * NR);
-      }
       const bool accumulate = kc0 > 0;
       for (int64_t mc0 = m0; mc0 < m1; mc0 += T::MC) {
         const int64_t mc1 = std::min(m1, mc0 + T::MC);
@@ -365,10 +443,11 @@ void gemm_dtype(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int6
           const int ncols = static_cast<int>(std::min(NR, nc0 + nc - col));
           const int nv = (ncols + W - 1) / W;
           const float* bias = !accumulate && p.bias ? p.bias + col : nullptr;
+          const float* b = bp + pn * p.k * NR + kc0 * NR;
           for (int64_t i = mc0; i < mc1; i += T::MR) {
             const int mr = static_cast<int>(std::min<int64_t>(T::MR, mc1 - i));
-            micro_any<I>(nv, mr, kc, p.x + i * p.lda + kc0, p.lda, bp + pn * kc * NR,
-                         p.y + i * p.ldy + col, p.ldy, ncols, accumulate, bias);
+            micro_any<I>(nv, mr, kc, p.x + i * p.lda + kc0, p.lda, b, p.y + i * p.ldy + col,
+                         p.ldy, ncols, accumulate, bias);
           }
         }
       }

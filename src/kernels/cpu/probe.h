@@ -16,7 +16,7 @@ double measure_memory_bandwidth_gbs(size_t bytes = size_t{1} << 30, int repeats 
 /// GFLOP/s (an FMA counts 2). Runs about `seconds`.
 double measure_fma_peak_gflops(double seconds = 0.3);
 
-/// Sum of x[0..n) with wide loads and independent accumulators (the bandwidth probe's read loop).
+/// Sum of x[0..n) read as 4 interleaved streams with wide loads (the bandwidth probe's read loop).
 float stream_sum_f32(const float* x, size_t n);
 
 }  // namespace fuselm::kernels

@@ -2,23 +2,30 @@
 namespace fuselm::kernels {
 namespace {  // NOLINT
 
+// Reads x[0..n) as 4 interleaved sequential streams (more lines in flight per core than one
+// stream gets from the prefetchers), 2 accumulators per stream.
 template <Isa I>
 float stream_sum_impl(const float* x, size_t n) {
   using V = Vec<I>;
   using R = typename V::R;
-  constexpr size_t W = V::W;
-  R s[8];
+  constexpr size_t W = V::W, S = 4, L = 64 / sizeof(float);  // floats per cache line
+  R s[2 * S];
   FUSELM_UNROLL(8)
-  for (int j = 0; j < 8; ++j) s[j] = V::zero();
-  size_t i = 0;
-  for (; i + 8 * W <= n; i += 8 * W) {
-    FUSELM_UNROLL(8)
-    for (size_t j = 0; j < 8; ++j) s[j] = V::add(s[j], V::load(x + i + j * W));
+  for (size_t j = 0; j < 2 * S; ++j) s[j] = V::zero();
+  const size_t part = n / S / L * L;
+  for (size_t i = 0; i < part; i += L) {
+    FUSELM_UNROLL(4)
+    for (size_t t = 0; t < S; ++t) {
+      const float* p = x + t * part + i;
+      FUSELM_UNROLL(16)
+      for (size_t j = 0; j < L; j += W) s[2 * t + (j / W) % 2] = V::add(s[2 * t + (j / W) % 2], V::load(p + j));
+    }
   }
   float tail = 0.f;
-  for (; i < n; ++i) tail += x[i];
-  R t = V::add(V::add(V::add(s[0], s[1]), V::add(s[2], s[3])),
-               V::add(V::add(s[4], s[5]), V::add(s[6], s[7])));
+  for (size_t i = S * part; i < n; ++i) tail += x[i];
+  R t = s[0];
+  FUSELM_UNROLL(8)
+  for (size_t j = 1; j < 2 * S; ++j) t = V::add(t, s[j]);
   return V::hsum(t) + tail;
 }
 

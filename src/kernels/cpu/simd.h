@@ -48,6 +48,7 @@ struct Vec<Isa::generic> {
   static constexpr int W = 1;
   static constexpr Isa isa = Isa::generic;
 
+  static void prefetch(const void*) {}
   static R zero() { return 0.f; }
   static R set1(float a) { return a; }
   static R load(const float* p) { return *p; }
@@ -61,6 +62,11 @@ struct Vec<Isa::generic> {
   static R load_f16(const uint16_t* p) { return f16_to_f32(*p); }
   static R loadn_f16(const uint16_t* p, int n) { return n > 0 ? f16_to_f32(*p) : 0.f; }
 
+  // 2·W bf16 values: even = elements 0, 2, 4, ..., odd = elements 1, 3, 5, ... (as fp32)
+  static void load_bf16_pairs(const uint16_t* p, R& even, R& odd) {
+    even = bf16_to_f32(p[0]);
+    odd = bf16_to_f32(p[1]);
+  }
   static R add(R a, R b) { return a + b; }
   static R sub(R a, R b) { return a - b; }
   static R mul(R a, R b) { return a * b; }

@@ -14,6 +14,7 @@ struct Vec<Isa::avx2> {
   static __m256i tail_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
+  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float a) { return _mm256_set1_ps(a); }
   static R load(const float* p) { return _mm256_loadu_ps(p); }
@@ -37,6 +38,13 @@ struct Vec<Isa::avx2> {
   }
   static R loadn_f16(const uint16_t* p, int n) { return _mm256_cvtph_ps(load_u16_tail(p, n)); }
 
+  // 2·W bf16 values: even = elements 0, 2, 4, ..., odd = elements 1, 3, 5, ... (as fp32): a
+  // 32-bit word holds element 2i in its low half and 2i+1 in its high half
+  static void load_bf16_pairs(const uint16_t* p, R& even, R& odd) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }

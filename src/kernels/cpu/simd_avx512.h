@@ -14,6 +14,7 @@ struct Vec<Isa::avx512> {
   static __mmask16 tail_mask(int n) {
     return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << (n < 0 ? 0 : n)) - 1u);
   }
+  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float a) { return _mm512_set1_ps(a); }
   static R load(const float* p) { return _mm512_loadu_ps(p); }
@@ -36,6 +37,13 @@ struct Vec<Isa::avx512> {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p));
   }
 
+  // 2·W bf16 values: even = elements 0, 2, 4, ..., odd = elements 1, 3, 5, ... (as fp32): a
+  // 32-bit word holds element 2i in its low half and 2i+1 in its high half
+  static void load_bf16_pairs(const uint16_t* p, R& even, R& odd) {
+    const __m512i v = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
