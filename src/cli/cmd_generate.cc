@@ -1,8 +1,135 @@
-// fuselm generate: placeholder until the engine lands.
+// fuselm generate: load (capturing if needed) a model and generate from a prompt, streaming text.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
 #include "cli/commands.h"
+#include "cli/model_args.h"
+#include "engine/generator.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fuselm::cli {
-void add_generate_command(CLI::App& app) {
-  app.add_subcommand("generate", "generate text from a prompt");
+namespace {
+
+struct GenerateArgs {
+  ModelArgs model;
+  std::string prompt;
+  std::string prompt_ids;
+  int64_t max_tokens = 64;
+  float temperature = 0.f;
+  int32_t top_k = 0;
+  float top_p = 1.f;
+  uint64_t seed = 0;
+  bool json = false;
+  bool ignore_eos = false;
+  std::string logits_out;
+};
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw std::runtime_error("--prompt-ids: '" + item + "' is not an integer token id");
+    }
+  }
+  return ids;
 }
+
+void run(const GenerateArgs& a) {
+  auto loaded = load_model(a.model);
+  engine::GenerateRequest req;
+  if (!a.prompt_ids.empty()) {
+    req.prompt_ids = parse_ids(a.prompt_ids);
+  } else {
+    if (!loaded.tokenizer) throw std::runtime_error("--prompt needs a tokenizer.json in the model directory; use --prompt-ids");
+    for (auto id : loaded.tokenizer->encode(a.prompt, true)) req.prompt_ids.push_back(id);
+  }
+  req.max_tokens = a.max_tokens;
+  req.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  req.stop_at_eos = !a.ignore_eos;
+
+  std::unique_ptr<tokenizer::StreamDecoder> stream;
+  if (loaded.tokenizer && !a.json) {
+    stream = std::make_unique<tokenizer::StreamDecoder>(*loaded.tokenizer, true);
+    std::fputs(a.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::FILE* logits_file = nullptr;
+  if (!a.logits_out.empty()) {
+    logits_file = std::fopen(a.logits_out.c_str(), "wb");
+    if (!logits_file) throw std::runtime_error(a.logits_out + ": cannot write");
+  }
+  auto res = engine::generate(
+      *loaded.model, req,
+      [&](int64_t tok) {
+        if (!stream) return;
+        std::string piece = stream->step(static_cast<uint32_t>(tok));
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+      },
+      [&](std::span<const float> row) {
+        if (logits_file) std::fwrite(row.data(), sizeof(float), row.size(), logits_file);
+      });
+  if (logits_file) std::fclose(logits_file);
+  if (stream) std::fputs((stream->flush() + "\n").c_str(), stdout);
+
+  const size_t n = res.token_ids.size();
+  if (a.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = req.prompt_ids;
+    j["token_ids"] = res.token_ids;
+    j["logprobs"] = res.logprobs;
+    j["finish_reason"] = res.finish_reason;
+    if (loaded.tokenizer) {
+      std::vector<uint32_t> ids(res.token_ids.begin(), res.token_ids.end());
+      j["text"] = loaded.tokenizer->decode(ids, true);
+    } else {
+      j["text"] = nullptr;
+    }
+    j["prefill_seconds"] = res.prefill_seconds;
+    j["decode_seconds"] = res.decode_seconds;
+    j["pool_allocations_after_first_decode"] = res.pool_allocations_after_first_decode;
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  const double tps = n > 1 && res.decode_seconds > 0 ? (n - 1) / res.decode_seconds : 0.0;
+  std::fprintf(stderr, "fuselm: prompt %zu tokens, prefill %.3f s (%.1f tok/s); generated %zu tokens, decode %.1f tok/s (%s)\n",
+               req.prompt_ids.size(), res.prefill_seconds, req.prompt_ids.size() / std::max(res.prefill_seconds, 1e-9), n,
+               tps, res.finish_reason.c_str());
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt (captures the model's graph on first use)");
+  add_model_options(*cmd, a->model);
+  auto* p = cmd->add_option("--prompt", a->prompt, "prompt text (tokenized with the model's tokenizer.json)");
+  auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
+  p->excludes(ids);
+  cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-k", a->top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1]")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", a->seed, "random seed for sampling")->capture_default_str();
+  cmd->add_flag("--json", a->json, "print one JSON object: token_ids, text, logprobs, finish_reason");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
+  cmd->add_option("--logits-out", a->logits_out,
+                  "write every logits row (prompt tokens, then each decode step) as raw f32 to this file");
+  cmd->callback([a, p, ids] {
+    if (p->count() == 0 && ids->count() == 0) throw std::runtime_error("give a prompt: --prompt TEXT or --prompt-ids 1,2,3");
+    run(*a);
+  });
+}
+
 }  // namespace fuselm::cli

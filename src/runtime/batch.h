@@ -1,0 +1,26 @@
+#pragma once
+// What attention needs to know about the flattened token batch: which tokens belong to which
+// sequence and where each sequence's context lives in the KV cache. The graph itself only sees
+// [1, num_tokens, ...] tensors.
+#include <cstdint>
+#include <span>
+
+namespace fuselm::kv {
+class PagedKvCache;
+}
+
+namespace fuselm::runtime {
+
+struct SequenceSlice {
+  int64_t first_token = 0;   // index of the sequence's first new token in the batch
+  int64_t num_tokens = 0;    // new tokens this step (prompt chunk, or 1 when decoding)
+  int64_t context_len = 0;   // positions in the cache after this step, new tokens included
+  const int32_t* slots = nullptr;  // KV slot of positions 0 .. context_len-1
+};
+
+struct Batch {
+  std::span<const SequenceSlice> sequences;
+  kv::PagedKvCache* kv = nullptr;
+};
+
+}  // namespace fuselm::runtime

@@ -1,0 +1,159 @@
+#include "runtime/executor.h"
+
+#include <fmt/core.h>
+
+#include <climits>
+#include <stdexcept>
+
+namespace fuselm::runtime {
+namespace {
+
+void for_each_ref(const ir::Arg& a, const std::function<void(int)>& f) {
+  if (a.kind == ir::Arg::Kind::ref) f(a.ref);
+  for (const auto& x : a.list) for_each_ref(x, f);
+}
+
+}  // namespace
+
+Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,
+                   const std::map<std::string, Tensor>& constants)
+    : graph_(graph) {
+  const auto& reg = OpRegistry::builtin();
+  const size_t n = graph.nodes.size();
+  fns_.assign(n, nullptr);
+  values_.resize(n);
+  args_.resize(n);
+  last_use_.assign(n, -1);
+  frees_at_.resize(n);
+  for (const auto& node : graph.nodes) {
+    if (node.op == "placeholder") {
+      if (node.placeholder_kind == "input") {
+        input_nodes_.push_back(node.index);
+        continue;
+      }
+      const auto& table = node.placeholder_kind == "parameter" ? params : constants;
+      auto it = table.find(node.target);
+      if (it == table.end())
+        throw std::runtime_error(fmt::format("no tensor loaded for {} '{}'", node.placeholder_kind, node.target));
+      values_[node.index].set_tensor(it->second);
+      continue;
+    }
+    fns_[node.index] = reg.find(node.op);
+    if (!fns_[node.index])
+      throw std::runtime_error(fmt::format("op '{}' is not implemented by the engine (node '{}' in module {})",
+                                           node.op, node.name, module_of(node)));
+    args_[node.index].resize(node.args.size());
+    for (const auto& a : node.args) for_each_ref(a, [&](int r) { last_use_[r] = node.index; });
+  }
+  for (int o : graph.outputs) last_use_[o] = INT_MAX;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& node = graph.nodes[i];
+    if (node.op == "placeholder") continue;
+    // A value nobody reads is dropped right after it is made.
+    int at = last_use_[i] < 0 ? static_cast<int>(i) : last_use_[i];
+    if (at != INT_MAX) frees_at_[at].push_back(static_cast<int>(i));
+  }
+}
+
+std::string Executor::module_of(const ir::Node& node) const {
+  if (node.module_stack.empty()) return "<root>";
+  const auto& path = graph_.modules[node.module_stack.back()].path;
+  return path.empty() ? "<root>" : path;
+}
+
+void Executor::fail(const ir::Node& node, const std::string& msg) const {
+  throw std::runtime_error(fmt::format("op {} in module {} (node '{}'): {}", node.op, module_of(node), node.name, msg));
+}
+
+Tensor Executor::alloc(DType dtype, std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  Buffer* b = pool_.acquire(static_cast<size_t>(n * ir::dtype_size(dtype)));
+  Tensor t = Tensor::contiguous_view(b->data, dtype, shape);
+  t.buffer = b;
+  return t;
+}
+
+void Executor::retain(const Value& v) {
+  if (v.kind == Value::Kind::tensor) {
+    if (v.t.buffer) ++v.t.buffer->refs;
+  } else if (v.kind == Value::Kind::list) {
+    for (const auto& x : v.list) retain(x);
+  }
+}
+
+void Executor::drop(Value& v) {
+  if (v.kind == Value::Kind::tensor) {
+    if (v.t.buffer && --v.t.buffer->refs == 0) pool_.release(v.t.buffer);
+    v.t.buffer = nullptr;
+  } else if (v.kind == Value::Kind::list) {
+    for (auto& x : v.list) drop(x);
+  }
+}
+
+void Executor::resolve(const ir::Arg& a, Value& v) {
+  using K = ir::Arg::Kind;
+  switch (a.kind) {
+    case K::none: v.kind = Value::Kind::none; break;
+    case K::boolean: v.set_bool(a.b); break;
+    case K::integer: v.set_int(a.i); break;
+    case K::real: v.set_real(a.f); break;
+    case K::string:
+    case K::device:
+      v.kind = Value::Kind::string;
+      v.s = a.s.c_str();
+      break;
+    case K::dtype: v.set_int(static_cast<int64_t>(a.dtype)); break;
+    case K::sym: v.set_int(eval_sym(a.s, symbols_)); break;
+    case K::ref: v = values_[a.ref]; break;
+    case K::list:
+      v.kind = Value::Kind::list;
+      v.list.resize(a.list.size());
+      for (size_t i = 0; i < a.list.size(); ++i) resolve(a.list[i], v.list[i]);
+      break;
+  }
+}
+
+std::vector<std::string> Executor::input_targets() const {
+  std::vector<std::string> out;
+  for (int idx : input_nodes_) out.push_back(graph_.nodes[idx].target);
+  return out;
+}
+
+const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) {
+  if (inputs.size() != input_nodes_.size())
+    throw std::runtime_error(fmt::format("the graph takes {} inputs, {} were given", input_nodes_.size(), inputs.size()));
+  if (held_output_) {
+    drop(*held_output_);
+    held_output_ = nullptr;
+  }
+  batch_ = batch;
+  for (size_t in = 0; in < input_nodes_.size(); ++in) {
+    const int idx = input_nodes_[in];
+    const auto& node = graph_.nodes[idx];
+    const Tensor& t = inputs[in];
+    if (t.ndim != static_cast<int>(node.out.shape.size()))
+      throw std::runtime_error(fmt::format("graph input '{}' has {} dims, the graph expects {}", node.target,
+                                           t.ndim, node.out.shape.size()));
+    for (int d = 0; d < t.ndim; ++d) {
+      const auto& dim = node.out.shape[d];
+      if (dim.symbolic()) symbols_[dim.expr] = t.shape[d];
+    }
+    values_[idx].set_tensor(t);
+  }
+  for (const auto& node : graph_.nodes) {
+    const int i = node.index;
+    if (!fns_[i]) continue;
+    auto& args = args_[i];
+    for (size_t k = 0; k < node.args.size(); ++k) resolve(node.args[k], args[k]);
+    OpCall call{*this, node, args, values_[i]};
+    (*fns_[i])(call);
+    retain(values_[i]);
+    for (int dead : frees_at_[i]) drop(values_[dead]);
+  }
+  held_output_ = &values_[graph_.outputs.front()];
+  if (!held_output_->is_tensor()) throw std::runtime_error("graph output is not a tensor");
+  return held_output_->t;
+}
+
+}  // namespace fuselm::runtime

@@ -1,0 +1,61 @@
+#pragma once
+// Runs a captured graph on the flattened token batch: resolves each node's arguments, calls its
+// op, and recycles activation buffers after a value's last use (buffer_pool.h).
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/batch.h"
+#include "runtime/buffer_pool.h"
+#include "runtime/op_registry.h"
+#include "runtime/sym_expr.h"
+#include "runtime/value.h"
+
+namespace fuselm::runtime {
+
+class Executor {
+ public:
+  /// params/constants: placeholder target -> tensor (weights may be bf16/f16; the memory must
+  /// outlive the executor). Throws std::runtime_error naming the first op the engine lacks, with
+  /// its module path, or a placeholder without a tensor.
+  Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,
+           const std::map<std::string, Tensor>& constants);
+
+  /// Graph inputs in the order run() takes them ("input_ids", "position_ids", ...).
+  std::vector<std::string> input_targets() const;
+
+  /// Runs the graph. inputs: one tensor per input_targets() entry, in that order (for causal LMs,
+  /// [1, num_tokens] i64 ids and positions). Returns the first graph output (logits
+  /// [1, num_tokens, vocab]), valid until the next run.
+  const Tensor& run(std::span<const Tensor> inputs, const Batch& batch);
+
+  const Batch& batch() const { return batch_; }
+  const SymbolValues& symbols() const { return symbols_; }
+  const ir::Graph& graph() const { return graph_; }
+  BufferPool& pool() { return pool_; }
+  Tensor alloc(DType dtype, std::span<const int64_t> shape);
+  [[noreturn]] void fail(const ir::Node& node, const std::string& msg) const;
+  /// "model.layers.0.self_attn" (innermost module of the node) or "<root>".
+  std::string module_of(const ir::Node& node) const;
+
+ private:
+  void resolve(const ir::Arg& a, Value& v);
+  void retain(const Value& v);
+  void drop(Value& v);
+
+  const ir::Graph& graph_;
+  std::vector<const OpFn*> fns_;
+  std::vector<int> last_use_;               // node index -> index of its last consumer
+  std::vector<std::vector<int>> frees_at_;  // node index -> values whose last use it is
+  std::vector<Value> values_;
+  std::vector<std::vector<Value>> args_;
+  std::vector<int> input_nodes_;
+  BufferPool pool_;
+  SymbolValues symbols_;
+  Batch batch_;
+  Value* held_output_ = nullptr;
+};
+
+}  // namespace fuselm::runtime

@@ -1,0 +1,43 @@
+#include "runtime/op_registry.h"
+
+#include "runtime/executor.h"
+
+namespace fuselm::runtime {
+
+Tensor OpCall::alloc(DType dtype, std::span<const int64_t> shape) { return ex.alloc(dtype, shape); }
+
+const Tensor& OpCall::tensor(size_t i) const {
+  if (i >= args.size() || !args[i].is_tensor()) fail(fmt::format("argument {} is not a tensor", i));
+  return args[i].t;
+}
+
+int OpCall::ints(size_t i, std::array<int64_t, kMaxDims>& out) const {
+  const Value& v = arg(i);
+  if (v.kind == Value::Kind::integer) {
+    out[0] = v.i;
+    return 1;
+  }
+  if (v.kind != Value::Kind::list) fail(fmt::format("argument {} is not an int list", i));
+  if (v.list.size() > kMaxDims) fail("int list longer than 8");
+  for (size_t k = 0; k < v.list.size(); ++k) out[k] = v.list[k].as_int();
+  return static_cast<int>(v.list.size());
+}
+
+void OpCall::fail(const std::string& msg) const { ex.fail(node, msg); }
+
+const OpRegistry& OpRegistry::builtin() {
+  static const OpRegistry r = [] {
+    OpRegistry reg;
+    ops::register_view_ops(reg);
+    ops::register_elementwise_ops(reg);
+    ops::register_reduction_ops(reg);
+    ops::register_matmul_ops(reg);
+    ops::register_misc_ops(reg);
+    ops::register_scalar_ops(reg);
+    ops::register_attention_ops(reg);
+    return reg;
+  }();
+  return r;
+}
+
+}  // namespace fuselm::runtime

@@ -1,0 +1,75 @@
+#pragma once
+// Kernels for graph ops, looked up by the IR's op name ("aten.linear.default"). Each ops/*.cc
+// file registers its family in register_<family>_ops; register_all_ops lists them.
+#include <fmt/core.h>
+
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "ir/graph.h"
+#include "runtime/value.h"
+
+namespace fuselm::runtime {
+
+class Executor;
+
+/// One call of an op: resolved arguments in schema order, the output to fill.
+struct OpCall {
+  Executor& ex;
+  const ir::Node& node;
+  std::span<Value> args;
+  Value& out;
+
+  /// A contiguous pool-owned tensor; its memory lives while the executor holds the value.
+  Tensor alloc(DType dtype, std::span<const int64_t> shape);
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) {
+    return alloc(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  const Tensor& tensor(size_t i) const;
+  /// Argument i; fails naming the op when the node has fewer arguments.
+  const Value& arg(size_t i) const {
+    if (i >= args.size()) fail(fmt::format("missing argument {}", i));
+    return args[i];
+  }
+  bool has(size_t i) const { return i < args.size() && !args[i].is_none(); }
+  double real(size_t i) const { return arg(i).as_double(); }
+  int64_t integer(size_t i) const { return arg(i).as_int(); }
+  bool boolean(size_t i) const { return arg(i).as_int() != 0; }
+  /// An int list argument (sizes, dims); at most kMaxDims entries.
+  int ints(size_t i, std::array<int64_t, kMaxDims>& out) const;
+  /// The node's output dtype as captured.
+  DType out_dtype() const { return node.out.dtype; }
+  /// Throws std::runtime_error "op X in module M (node N): msg".
+  [[noreturn]] void fail(const std::string& msg) const;
+};
+
+using OpFn = std::function<void(OpCall&)>;
+
+class OpRegistry {
+ public:
+  void add(const std::string& op, OpFn fn) { ops_[op] = std::move(fn); }
+  const OpFn* find(const std::string& op) const {
+    auto it = ops_.find(op);
+    return it == ops_.end() ? nullptr : &it->second;
+  }
+  /// The registry with every op family of the engine.
+  static const OpRegistry& builtin();
+
+ private:
+  std::unordered_map<std::string, OpFn> ops_;
+};
+
+namespace ops {
+void register_view_ops(OpRegistry& r);
+void register_elementwise_ops(OpRegistry& r);
+void register_reduction_ops(OpRegistry& r);
+void register_matmul_ops(OpRegistry& r);
+void register_misc_ops(OpRegistry& r);
+void register_scalar_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
+}  // namespace ops
+
+}  // namespace fuselm::runtime

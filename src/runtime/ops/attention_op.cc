@@ -1,0 +1,73 @@
+// fuselm.attention(q [1,Hq,T,Dqk], k [1,Hkv,T,Dqk], v [1,Hkv,T,Dv], sinks?, scaling,
+// sliding_window, softcap, layer_idx) -> [1, T, Hq, Dv]. The only op that knows sequences: it
+// writes each sequence's new K/V into its KV slots and attends over the sequence's context.
+#include "runtime/ops/attention_args.h"
+#include "kv/paged_kv_cache.h"
+#include "runtime/ops/common.h"
+
+namespace fuselm::runtime::ops {
+namespace {
+
+void attention(OpCall& c) {
+  const Tensor& q = c.tensor(0);
+  const Tensor& k = c.tensor(1);
+  const Tensor& v = c.tensor(2);
+  if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || q.shape[0] != 1)
+    c.fail("expected q, k, v of shape [1, heads, tokens, head_dim], got " + q.describe());
+  const int64_t Hq = q.shape[1], T = q.shape[2], D = q.shape[3];
+  const int64_t Hkv = k.shape[1], Dv = v.shape[3];
+  if (k.shape[3] != D || v.shape[1] != Hkv || k.shape[2] != T || v.shape[2] != T || Hq % Hkv != 0)
+    c.fail("q " + q.describe() + ", k " + k.describe() + ", v " + v.describe() + " do not form attention");
+  const Batch& batch = c.ex.batch();
+  if (!batch.kv) c.fail("no KV cache was given to the executor");
+  const int64_t layer = c.integer(7);
+  if (layer < 0 || layer >= batch.kv->num_layers()) c.fail("layer index " + std::to_string(layer) + " has no KV cache");
+  const auto& ls = batch.kv->layer_shape(static_cast<int>(layer));
+  if (ls.k_width != Hkv * D || ls.v_width != Hkv * Dv) c.fail("KV cache row width does not match k/v head sizes");
+
+  Scratch ss(c.ex), sk(c.ex), sv(c.ex), ssink(c.ex);
+  Tensor qf = q.dtype == DType::f32 ? q : contiguous_as(q, DType::f32, ss);
+  Tensor kf = k.dtype == DType::f32 ? k : contiguous_as(k, DType::f32, sk);
+  Tensor vf = v.dtype == DType::f32 ? v : contiguous_as(v, DType::f32, sv);
+  const float* sinks = c.has(3) ? contiguous_as(c.tensor(3), DType::f32, ssink).ptr<float>() : nullptr;
+  Tensor out = c.alloc(DType::f32, {1, T, Hq, Dv});
+
+  int64_t covered = 0;
+  for (const auto& s : batch.sequences) {
+    if (s.first_token + s.num_tokens > T) c.fail("batch layout does not match the token count");
+    AttentionArgs a;
+    a.q = qf.ptr<float>() + s.first_token * qf.strides[2];
+    a.q_token_stride = qf.strides[2];
+    a.q_head_stride = qf.strides[1];
+    a.k_new = kf.ptr<float>() + s.first_token * kf.strides[2];
+    a.k_token_stride = kf.strides[2];
+    a.k_head_stride = kf.strides[1];
+    a.v_new = vf.ptr<float>() + s.first_token * vf.strides[2];
+    a.v_token_stride = vf.strides[2];
+    a.v_head_stride = vf.strides[1];
+    a.k_cache = batch.kv->k(static_cast<int>(layer));
+    a.v_cache = batch.kv->v(static_cast<int>(layer));
+    a.slots = s.slots;
+    a.context_len = s.context_len;
+    a.num_tokens = s.num_tokens;
+    a.num_q_heads = Hq;
+    a.num_kv_heads = Hkv;
+    a.head_dim = D;
+    a.v_head_dim = Dv;
+    a.scale = static_cast<float>(c.real(4));
+    a.sliding_window = c.integer(5);
+    a.softcap = static_cast<float>(c.real(6));
+    a.sinks = sinks;
+    a.out = out.ptr<float>() + s.first_token * Hq * Dv;
+    run_attention(a);
+    covered += s.num_tokens;
+  }
+  if (covered != T) c.fail("batch covers " + std::to_string(covered) + " of " + std::to_string(T) + " tokens");
+  set_out(c, out);
+}
+
+}  // namespace
+
+void register_attention_ops(OpRegistry& r) { r.add("fuselm.attention.default", attention); }
+
+}  // namespace fuselm::runtime::ops

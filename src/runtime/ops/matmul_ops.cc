@@ -1,0 +1,162 @@
+// Products: linear (weights [N,K]), addmm (GPT-2 Conv1D, weights [K,N]), matmul/bmm of
+// activations, and embedding lookups. Weight dtype is whatever the checkpoint stores.
+#include <cstring>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/linear.h"
+#include "runtime/ops/common.h"
+
+namespace fuselm::runtime::ops {
+namespace {
+
+kernels::DType weight_dtype(OpCall& c, const Tensor& w) {
+  switch (w.dtype) {
+    case DType::f32: return kernels::DType::f32;
+    case DType::bf16: return kernels::DType::bf16;
+    case DType::f16: return kernels::DType::f16;
+    default: c.fail("weight dtype " + std::string(ir::dtype_name(w.dtype)) + " is not supported");
+  }
+}
+
+// y[M,N] = x[M,K] . W^T (+ bias); x is flattened over its leading dims.
+void linear(OpCall& c) {
+  const Tensor& x = c.tensor(0);
+  const Tensor& w = c.tensor(1);
+  if (w.ndim != 2) c.fail("linear weight must be 2-d, got " + w.describe());
+  const int64_t K = x.shape[x.ndim - 1], N = w.shape[0];
+  if (w.shape[1] != K) c.fail("input " + x.describe() + " does not match weight " + w.describe());
+  Scratch sx(c.ex), sw(c.ex), sb(c.ex);
+  Tensor xc = contiguous_as(x, DType::f32, sx);
+  const bool w_rows = w.strides[1] == 1 && w.strides[0] == K;
+  Tensor wc = w_rows ? w : contiguous_as(w, DType::f32, sw);
+  const float* bias = nullptr;
+  if (c.has(2)) bias = contiguous_as(c.tensor(2), DType::f32, sb).ptr<float>();
+  std::array<int64_t, kMaxDims> shape{};
+  for (int d = 0; d < x.ndim - 1; ++d) shape[d] = x.shape[d];
+  shape[x.ndim - 1] = N;
+  Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), x.ndim));
+  const int64_t M = x.numel() / std::max<int64_t>(K, 1);
+  kernels::LinearArgs a;
+  a.x = xc.ptr<float>();
+  a.w = wc.data;
+  a.w_dtype = weight_dtype(c, wc);
+  a.w_layout = kernels::WeightLayout::nk;
+  a.bias = bias;
+  a.y = out.ptr<float>();
+  a.m = M;
+  a.n = N;
+  a.k = K;
+  kernels::linear(a);
+  set_out(c, out);
+}
+
+// addmm(bias, mat1 [M,K], mat2 [K,N], beta, alpha): GPT-2's Conv1D, weight stored [in, out].
+void addmm(OpCall& c) {
+  const Tensor& bias = c.tensor(0);
+  const Tensor& x = c.tensor(1);
+  const Tensor& w = c.tensor(2);
+  if (x.ndim != 2 || w.ndim != 2) c.fail("addmm needs 2-d operands");
+  if (c.real(3) != 1.0 || c.real(4) != 1.0) c.fail("addmm with beta or alpha other than 1");
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[1];
+  Scratch sx(c.ex), sw(c.ex), sb(c.ex);
+  Tensor xc = contiguous_as(x, DType::f32, sx);
+  Tensor bc = contiguous_as(bias, DType::f32, sb);
+  if (bc.numel() != N) c.fail("addmm bias must have one value per output column");
+  Tensor out = c.alloc(DType::f32, {M, N});
+  const bool dense = w.strides[1] == 1 && w.strides[0] == N;
+  Tensor wc = dense ? w : contiguous_as(w, DType::f32, sw);
+  kernels::LinearArgs a;
+  a.x = xc.ptr<float>();
+  a.w = wc.data;
+  a.w_dtype = weight_dtype(c, wc);
+  a.w_layout = kernels::WeightLayout::kn;
+  a.bias = bc.ptr<float>();
+  a.y = out.ptr<float>();
+  a.m = M;
+  a.n = N;
+  a.k = K;
+  kernels::linear(a);
+  set_out(c, out);
+}
+
+// Batched matmul of activations with broadcasting over batch dims: [..., M, K] @ [..., K, N].
+void matmul(OpCall& c) {
+  Tensor a = c.tensor(0), b = c.tensor(1);
+  if (a.ndim < 2 || b.ndim < 2) c.fail("matmul of 1-d operands is not supported");
+  const int64_t M = a.shape[a.ndim - 2], K = a.shape[a.ndim - 1], N = b.shape[b.ndim - 1];
+  if (b.shape[b.ndim - 2] != K) c.fail("matmul shapes " + a.describe() + " and " + b.describe() + " do not match");
+  // Broadcast batch dims.
+  Tensor ab = a, bb = b;
+  ab.ndim -= 2;
+  bb.ndim -= 2;
+  std::array<int64_t, kMaxDims> shape{};
+  int nb = broadcast_shape(ab, bb, shape);
+  shape[nb] = M;
+  shape[nb + 1] = N;
+  Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), nb + 2));
+  Tensor ob = out;
+  ob.ndim = nb;
+  std::array<int64_t, kMaxDims> sa{}, sb{}, idx{};
+  broadcast_strides(ab, ob, sa);
+  broadcast_strides(bb, ob, sb);
+  int64_t batches = 1;
+  for (int d = 0; d < nb; ++d) batches *= shape[d];
+  const int64_t am = a.strides[a.ndim - 2], ak = a.strides[a.ndim - 1];
+  const int64_t bk = b.strides[b.ndim - 2], bn = b.strides[b.ndim - 1];
+  float* o = out.ptr<float>();
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    int64_t oa = 0, obb = 0;
+    for (int d = 0; d < nb; ++d) {
+      oa += idx[d] * sa[d];
+      obb += idx[d] * sb[d];
+    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += load_double(a, oa + m * am + k * ak) * load_double(b, obb + k * bk + n * bn);
+        o[(bi * M + m) * N + n] = static_cast<float>(acc);
+      }
+    for (int d = nb - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  set_out(c, out);
+}
+
+// embedding(weight [V, H], indices) -> [..., H] in f32, rows converted from the weight dtype.
+void embedding(OpCall& c) {
+  const Tensor& w = c.tensor(0);
+  const Tensor& idx = c.tensor(1);
+  if (w.ndim != 2 || !w.is_contiguous()) c.fail("embedding weight must be a contiguous 2-d tensor");
+  const int64_t V = w.shape[0], H = w.shape[1];
+  std::array<int64_t, kMaxDims> shape{};
+  for (int d = 0; d < idx.ndim; ++d) shape[d] = idx.shape[d];
+  shape[idx.ndim] = H;
+  Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), idx.ndim + 1));
+  Scratch s(c.ex);
+  Tensor ic = contiguous_as(idx, DType::i64, s);
+  const int64_t n = ic.numel();
+  const auto wd = weight_dtype(c, w);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t row = ic.ptr<int64_t>()[i];
+    if (row < 0 || row >= V) c.fail("token id " + std::to_string(row) + " is outside the vocabulary of " + std::to_string(V));
+    const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
+    kernels::convert_dtype(src, wd, out.ptr<float>() + i * H, kernels::DType::f32, H);
+  }
+  set_out(c, out);
+}
+
+}  // namespace
+
+void register_matmul_ops(OpRegistry& r) {
+  r.add("aten.linear.default", linear);
+  r.add("aten.addmm.default", addmm);
+  r.add("aten.matmul.default", matmul);
+  r.add("aten.bmm.default", matmul);
+  r.add("aten.mm.default", matmul);
+  r.add("aten.embedding.default", embedding);
+}
+
+}  // namespace fuselm::runtime::ops

@@ -1,1 +1,0 @@
-// placeholder so the runtime library exists before its first file lands
