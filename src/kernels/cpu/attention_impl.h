@@ -2,7 +2,7 @@
 //
 // Per (token, KV group, key range): keys in chunks of 64; per chunk and q head of the group the
 // logits (4 keys at a time sharing the q loads), softcap, one online-softmax rescale, exponentials,
-// then acc += p·V (4 keys at a time, one load/store of the accumulator row per 4 keys).
+// then acc += p·V (the accumulator row in registers over the chunk, in slabs of 4 vectors).
 namespace fuselm::kernels {
 namespace {  // NOLINT
 
@@ -48,36 +48,109 @@ FUSELM_INLINE float dot1(const float* q, const float* k, int64_t d) {
   return V::hsum(a);
 }
 
-// o[0, d) = o · alpha + sum_c p[c] · v_c[0, d) over n rows (n <= 4)
-template <class V, int N>
-FUSELM_INLINE void axpy_rows(float* o, float alpha, const float* p, const float* const* v,
-                             int64_t d) {
+// o[0, d) = o · alpha + sum_{c < n} p[c] · v_c[0, d). Slabs of 4 vectors of o stay in registers
+// over all n rows, with even and odd rows in separate accumulators (8 independent FMA chains).
+template <class V>
+FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const float* const* v,
+                                 int n, int64_t d) {
   using R = typename V::R;
   constexpr int W = V::W;
-  R pc[N];
-  FUSELM_UNROLL(4)
-  for (int c = 0; c < N; ++c) pc[c] = V::set1(p[c]);
   const R al = V::set1(alpha);
-  int64_t i = 0;
-  for (; i + W <= d; i += W) {
-    R acc = V::mul(V::load(o + i), al);
+  int64_t d0 = 0;
+  for (; d0 + 4 * W <= d; d0 += 4 * W) {
+    R e[4], f[4];
     FUSELM_UNROLL(4)
-    for (int c = 0; c < N; ++c) acc = V::fma(pc[c], V::load(v[c] + i), acc);
-    V::store(o + i, acc);
+    for (int u = 0; u < 4; ++u) {
+      e[u] = V::mul(V::load(o + d0 + u * W), al);
+      f[u] = V::zero();
+    }
+    int c = 0;
+    for (; c + 2 <= n; c += 2) {
+      const R p0 = V::set1(p[c]), p1 = V::set1(p[c + 1]);
+      const float* v0 = v[c] + d0;
+      const float* v1 = v[c + 1] + d0;
+      FUSELM_UNROLL(4)
+      for (int u = 0; u < 4; ++u) {
+        e[u] = V::fma(p0, V::load(v0 + u * W), e[u]);
+        f[u] = V::fma(p1, V::load(v1 + u * W), f[u]);
+      }
+    }
+    if (c < n) {
+      const R p0 = V::set1(p[c]);
+      FUSELM_UNROLL(4)
+      for (int u = 0; u < 4; ++u) e[u] = V::fma(p0, V::load(v[c] + d0 + u * W), e[u]);
+    }
+    FUSELM_UNROLL(4)
+    for (int u = 0; u < 4; ++u) V::store(o + d0 + u * W, V::add(e[u], f[u]));
   }
-  if (i < d) {
-    const int r = static_cast<int>(d - i);
-    R acc = V::mul(V::loadn(o + i, r), al);
-    FUSELM_UNROLL(4)
-    for (int c = 0; c < N; ++c) acc = V::fma(pc[c], V::loadn(v[c] + i, r), acc);
-    V::storen(o + i, acc, r);
+  for (; d0 < d; d0 += W) {  // the last < 4 vectors
+    const int r = static_cast<int>(std::min<int64_t>(W, d - d0));
+    R e = V::mul(V::loadn(o + d0, r), al), f = V::zero();
+    int c = 0;
+    for (; c + 2 <= n; c += 2) {
+      e = V::fma(V::set1(p[c]), V::loadn(v[c] + d0, r), e);
+      f = V::fma(V::set1(p[c + 1]), V::loadn(v[c + 1] + d0, r), f);
+    }
+    if (c < n) e = V::fma(V::set1(p[c]), V::loadn(v[c] + d0, r), e);
+    V::storen(o + d0, V::add(e, f), r);
   }
 }
 
-// The q heads [h0, h0 + nh) of one KV group, new token ti, against context keys [lo, hi): per head
-// r, o[r] (dv floats) accumulates unnormalised p·V with running max m[r] and sum l[r] (set by the
-// caller: -inf/0, or the sink). Keys go in chunks of 64; a chunk's K and V rows are read from
-// memory once and then serve every head of the group from L1.
+// Logits of one chunk for the q heads [h0, h0 + nh): s[r*CH + c] = q_r · k_c (unscaled).
+// W keys at a time are transposed in registers to kt[d][key], so each head accumulates W logits in
+// one vector with broadcast q[d] (no horizontal sums), and the transposed block serves every head.
+template <class V, int CH, int kMaxD>
+FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh,
+                                const float* const* kr, int n, float* s) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  const int64_t dqk = a.dqk;
+  if (dqk > kMaxD) {  // very wide heads: plain dot products
+    for (int64_t r = 0; r < nh; ++r) {
+      const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
+      int c = 0;
+      for (; c + 4 <= n; c += 4) dot4<V>(q, kr[c], kr[c + 1], kr[c + 2], kr[c + 3], dqk, s + r * CH + c);
+      for (; c < n; ++c) s[r * CH + c] = dot1<V>(q, kr[c], dqk);
+    }
+    return;
+  }
+  alignas(64) float kt[kMaxD * W];
+  for (int c0 = 0; c0 < n; c0 += W) {
+    const int nk = std::min(W, n - c0);
+    for (int64_t d0 = 0; d0 < dqk; d0 += W) {
+      const int dn = static_cast<int>(std::min<int64_t>(W, dqk - d0));
+      R t[W];
+      FUSELM_UNROLL(16)
+      for (int i = 0; i < W; ++i)
+        t[i] = i >= nk ? V::zero() : dn == W ? V::load(kr[c0 + i] + d0) : V::loadn(kr[c0 + i] + d0, dn);
+      V::transpose(t);
+      if (dn == W) {
+        FUSELM_UNROLL(16)
+        for (int dd = 0; dd < W; ++dd) V::store(kt + (d0 + dd) * W, t[dd]);
+      } else {
+        for (int dd = 0; dd < dn; ++dd) V::store(kt + (d0 + dd) * W, t[dd]);
+      }
+    }
+    for (int64_t r = 0; r < nh; ++r) {
+      const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
+      R acc0 = V::zero(), acc1 = V::zero(), acc2 = V::zero(), acc3 = V::zero();
+      int64_t d = 0;
+      for (; d + 4 <= dqk; d += 4) {
+        acc0 = V::fma(V::set1(q[d]), V::load(kt + d * W), acc0);
+        acc1 = V::fma(V::set1(q[d + 1]), V::load(kt + (d + 1) * W), acc1);
+        acc2 = V::fma(V::set1(q[d + 2]), V::load(kt + (d + 2) * W), acc2);
+        acc3 = V::fma(V::set1(q[d + 3]), V::load(kt + (d + 3) * W), acc3);
+      }
+      for (; d < dqk; ++d) acc0 = V::fma(V::set1(q[d]), V::load(kt + d * W), acc0);
+      V::storen(s + r * CH + c0, V::add(V::add(acc0, acc1), V::add(acc2, acc3)), nk);
+    }
+  }
+}
+
+// The q heads [h0, h0 + nh) (nh <= 64) of one KV group, new token ti, against context keys
+// [lo, hi): per head r, o[r] (dv floats) accumulates unnormalised p·V with running max m[r] and
+// sum l[r] (set by the caller: -inf/0, or the sink). Keys go in chunks of 64; a chunk's K and V
+// rows are read from memory once and then serve every head of the group from L1.
 template <Isa I>
 void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh, int64_t lo,
                        int64_t hi, float* const* o, float* m, float* l) {
@@ -85,7 +158,7 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   using R = typename V::R;
   constexpr int W = V::W;
   constexpr int CH = 64;
-  alignas(64) float s[CH];
+  alignas(64) float s_all[64 * CH];
   const float* kr[CH];
   const float* vr[CH];
 
@@ -93,7 +166,7 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   const int64_t k_row = a.hkv * a.dqk, v_row = a.hkv * a.dv;
   const float* kc = a.k_cache + kvh * a.dqk;
   const float* vc = a.v_cache + kvh * a.dv;
-  const int64_t dqk = a.dqk, dv = a.dv;
+  const int64_t dv = a.dv;
   const float scale = a.scale, cap = a.softcap;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
@@ -103,17 +176,15 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
       kr[c] = kc + a.slots[j0 + c] * k_row;
       vr[c] = vc + a.slots[j0 + c] * v_row;
     }
+    chunk_logits<V, CH, 256>(a, ti, h0, nh, kr, n, s_all);
     for (int64_t r = 0; r < nh; ++r) {
-      const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
+      float* s = s_all + r * CH;
       float* out = o[r];
-      int c = 0;
-      for (; c + 4 <= n; c += 4) dot4<V>(q, kr[c], kr[c + 1], kr[c + 2], kr[c + 3], dqk, s + c);
-      for (; c < n; ++c) s[c] = dot1<V>(q, kr[c], dqk);
-
       // scale, softcap, chunk max
       R mx = V::set1(neg_inf);
       const R sc = V::set1(scale);
-      for (c = 0; c < n; c += W) {
+      int c = 0;
+      for (; c < n; c += W) {
         const int rem = std::min(W, n - c);
         R x = V::mul(V::loadn(s + c, rem), sc);
         if (cap > 0.f) x = V::mul(V::set1(cap), vtanh<V>(V::mul(x, V::set1(1.f / cap))));
@@ -147,15 +218,7 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
       }
       l[r] += V::hsum(sum);
 
-      float al = alpha;  // the rescale of the accumulator rides on the first update
-      for (c = 0; c + 4 <= n; c += 4) {
-        axpy_rows<V, 4>(out, al, s + c, vr + c, dv);
-        al = 1.f;
-      }
-      for (; c < n; ++c) {
-        axpy_rows<V, 1>(out, al, s + c, vr + c, dv);
-        al = 1.f;
-      }
+      pv_accumulate<V>(out, alpha, s, vr, n, dv);
     }
   }
 }

@@ -241,7 +241,7 @@ template <Isa I, DType D, int M>
 void gemv_kn(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
   constexpr int NV = LinearTuning<I>::gemv_kn_nv(M);
   constexpr int64_t NW = NV * Vec<I>::W;
-  constexpr int64_t KB = 16;  // W rows per strip: KB short streams at a time
+  constexpr int64_t KB = 32;  // W rows per strip: KB short streams at a time
   for (int64_t kb0 = 0; kb0 < p.k; kb0 += KB) {
     const int64_t kb1 = std::min(p.k, kb0 + KB);
     for (int64_t c = n0; c < n1; c += NW)
@@ -259,16 +259,22 @@ void gemv_rows(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
 
 template <Isa I, DType D>
 void gemv_dtype(const LinearProblem& p, int64_t n0, int64_t n1) {
-  for (int64_t m0 = 0; m0 < p.m; m0 += kGemvRows) {
-    switch (std::min<int64_t>(kGemvRows, p.m - m0)) {
-      case 1: gemv_rows<I, D, 1>(p, m0, n0, n1); break;
-      case 2: gemv_rows<I, D, 2>(p, m0, n0, n1); break;
-      case 3: gemv_rows<I, D, 3>(p, m0, n0, n1); break;
-      case 4: gemv_rows<I, D, 4>(p, m0, n0, n1); break;
-      case 5: gemv_rows<I, D, 5>(p, m0, n0, n1); break;
-      case 6: gemv_rows<I, D, 6>(p, m0, n0, n1); break;
-      case 7: gemv_rows<I, D, 7>(p, m0, n0, n1); break;
-      default: gemv_rows<I, D, 8>(p, m0, n0, n1); break;
+  if constexpr (I == Isa::generic) {  // the portable path: fewer instantiations, same results
+    int64_t m0 = 0;
+    for (; m0 + 4 <= p.m; m0 += 4) gemv_rows<I, D, 4>(p, m0, n0, n1);
+    for (; m0 < p.m; ++m0) gemv_rows<I, D, 1>(p, m0, n0, n1);
+  } else {
+    for (int64_t m0 = 0; m0 < p.m; m0 += kGemvRows) {
+      switch (std::min<int64_t>(kGemvRows, p.m - m0)) {
+        case 1: gemv_rows<I, D, 1>(p, m0, n0, n1); break;
+        case 2: gemv_rows<I, D, 2>(p, m0, n0, n1); break;
+        case 3: gemv_rows<I, D, 3>(p, m0, n0, n1); break;
+        case 4: gemv_rows<I, D, 4>(p, m0, n0, n1); break;
+        case 5: gemv_rows<I, D, 5>(p, m0, n0, n1); break;
+        case 6: gemv_rows<I, D, 6>(p, m0, n0, n1); break;
+        case 7: gemv_rows<I, D, 7>(p, m0, n0, n1); break;
+        default: gemv_rows<I, D, 8>(p, m0, n0, n1); break;
+      }
     }
   }
 }
