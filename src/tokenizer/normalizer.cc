@@ -1,6 +1,5 @@
 #include "tokenizer/normalizer.h"
 
-#include <dlfcn.h>
 #include <utf8proc.h>
 
 #include <cstdlib>
@@ -10,48 +9,17 @@
 namespace fuselm::tokenizer {
 namespace {
 
-// libutf8proc (Debian libutf8proc2) is opened at first use rather than linked, so that
-// fuselm_tokenizer builds with the link flags CMakeLists.txt gives it; only a tokenizer.json that
-// needs Unicode normalization depends on the library being installed.
-struct Utf8proc {
-  decltype(&utf8proc_map) map = nullptr;
-  decltype(&utf8proc_errmsg) errmsg = nullptr;
-  std::string error;  // why the library is unavailable
-};
-
-const Utf8proc& utf8proc() {
-  static const Utf8proc lib = [] {
-    Utf8proc l;
-    void* handle = dlopen("libutf8proc.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) handle = dlopen("libutf8proc.so", RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* e = dlerror();
-      l.error = e ? e : "cannot open libutf8proc";
-      return l;
-    }
-    l.map = reinterpret_cast<decltype(&utf8proc_map)>(dlsym(handle, "utf8proc_map"));
-    l.errmsg = reinterpret_cast<decltype(&utf8proc_errmsg)>(dlsym(handle, "utf8proc_errmsg"));
-    if (l.map == nullptr || l.errmsg == nullptr) {
-      l.map = nullptr;
-      l.error = "libutf8proc lacks utf8proc_map";
-    }
-    return l;
-  }();
-  return lib;
-}
-
 class UnicodeForm final : public Normalizer {
  public:
   explicit UnicodeForm(utf8proc_option_t options) : options_(options) {}
   std::string normalize(std::string_view text) const override {
     if (text.empty()) return {};
     utf8proc_uint8_t* out = nullptr;
-    const Utf8proc& lib = utf8proc();
     const utf8proc_ssize_t n =
-        lib.map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                 static_cast<utf8proc_ssize_t>(text.size()), &out, options_);
     if (n < 0) {
-      throw std::runtime_error(std::string("Unicode normalization failed: ") + lib.errmsg(n));
+      throw std::runtime_error(std::string("Unicode normalization failed: ") + utf8proc_errmsg(n));
     }
     std::string result(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
     std::free(out);
@@ -93,9 +61,6 @@ std::unique_ptr<Normalizer> make_normalizer(const Field& spec) {
   else if (t == "NFKC") form = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
   else if (t == "NFKD") form = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
   else type.unsupported(t);
-  if (utf8proc().map == nullptr) {
-    type.fail("'" + t + "' needs libutf8proc (Debian package libutf8proc2): " + utf8proc().error);
-  }
   return std::make_unique<UnicodeForm>(static_cast<utf8proc_option_t>(form));
 }
 
