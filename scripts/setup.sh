@@ -30,7 +30,11 @@ fi
 stamp=.venv/.fuselm-requirements
 if ! cmp -s requirements.txt "$stamp" 2>/dev/null; then
   echo "setup: installing Python packages into .venv (pinned, requirements.txt)"
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  if ! .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt >.venv/pip.log 2>&1; then
+    grep -v "^WARNING: Location" .venv/pip.log | tail -20 >&2
+    echo "setup: error: pip could not install requirements.txt (log: .venv/pip.log)" >&2
+    exit 1
+  fi
   cp requirements.txt "$stamp"
 fi
 
