@@ -2,9 +2,10 @@
 //
 //   memory bandwidth   1 GiB streamed by all threads (the ceiling of decode)
 //   FMA peak           fp32 FMA chains on all threads (the ceiling of prefill)
-//   GEMV               linear at m = 1 on SmolLM2-135M shapes, f32 and bf16 weights: GB/s of
-//                      weights streamed and % of the measured bandwidth (weights cycled through
-//                      copies totalling >= 1 GiB so that the last-level cache does not help)
+//   GEMV               linear at m = 1 (and 4, 8; and the kn layout) on SmolLM2-135M shapes, f32
+//                      and bf16 weights: GB/s of weights streamed and % of the measured bandwidth
+//                      (weights cycled through copies totalling >= 1 GiB so that the last-level
+//                      cache does not help)
 //   decode token       all 30 layers' linears + LM head at m = 1, distinct weights: tokens/s
 //   GEMM               linear at m = 300 (prefill): GFLOP/s and % of the FMA peak
 //
@@ -71,14 +72,15 @@ struct Result {
 };
 
 // Times linear(m, shape) cycling through enough weight copies to exceed the caches.
-Result time_linear(const Shape& s, DType d, int64_t m, double min_seconds, size_t cycle_bytes) {
+Result time_linear(const Shape& s, DType d, int64_t m, double min_seconds, size_t cycle_bytes,
+                   WeightLayout layout = WeightLayout::nk) {
   const size_t w_bytes = static_cast<size_t>(s.n * s.k * dtype_size(d));
   const size_t copies = std::max<size_t>(1, (cycle_bytes + w_bytes - 1) / w_bytes);
   WeightBuffer w(w_bytes * copies, d);
   std::vector<float> x(static_cast<size_t>(m * s.k), 0.5f), y(static_cast<size_t>(m * s.n));
   auto call = [&](size_t c) {
-    linear({.x = x.data(), .w = w.bytes.data() + c * w_bytes, .w_dtype = d, .y = y.data(), .m = m,
-            .n = s.n, .k = s.k});
+    linear({.x = x.data(), .w = w.bytes.data() + c * w_bytes, .w_dtype = d, .w_layout = layout,
+            .y = y.data(), .m = m, .n = s.n, .k = s.k});
   };
   for (size_t c = 0; c < std::min<size_t>(copies, 2); ++c) call(c);  // warm up threads, scratch
   int64_t calls = 0;
@@ -139,20 +141,22 @@ int main(int argc, char** argv) {
   fmt::print("fp32 FMA peak (all threads):          {:8.1f} GFLOP/s\n\n", peak);
 
   fmt::print("GEMV (decode, m rows; weights cycled through {} MiB of copies)\n", cycle >> 20);
-  fmt::print("{:<8} {:>6} {:>6} {:>3} {:>5} {:>9} {:>10} {:>8} {:>6}\n", "shape", "n", "k", "m",
-             "dtype", "MiB", "us/call", "GB/s", "%bw");
+  fmt::print("{:<8} {:>6} {:>6} {:>3} {:>5} {:>3} {:>9} {:>10} {:>8} {:>6}\n", "shape", "n", "k",
+             "m", "dtype", "W", "MiB", "us/call", "GB/s", "%bw");
   const Shape shapes[] = {kQkv, kO, kGateUp, kDown, kLmHead};
+  auto gemv_row = [&](const Shape& s, DType d, int64_t m, WeightLayout layout) {
+    const Result r = time_linear(s, d, m, min_s, cycle, layout);
+    const double gbs = r.bytes_per_call / r.seconds_per_call / 1e9;
+    fmt::print("{:<8} {:>6} {:>6} {:>3} {:>5} {:>3} {:>9.2f} {:>10.1f} {:>8.1f} {:>5.0f}%\n", s.name,
+               s.n, s.k, m, dtype_name(d), layout == WeightLayout::nk ? "nk" : "kn",
+               r.bytes_per_call / (1 << 20), r.seconds_per_call * 1e6, gbs, 100 * gbs / bw);
+  };
   for (DType d : {DType::f32, DType::bf16}) {
-    for (const Shape& s : shapes) {
-      for (int64_t m : {int64_t{1}, int64_t{4}}) {
-        if (m == 4 && s.name != kDown.name && s.name != kLmHead.name) continue;
-        const Result r = time_linear(s, d, m, min_s, cycle);
-        const double gbs = r.bytes_per_call / r.seconds_per_call / 1e9;
-        fmt::print("{:<8} {:>6} {:>6} {:>3} {:>5} {:>9.2f} {:>10.1f} {:>8.1f} {:>5.0f}%\n", s.name,
-                   s.n, s.k, m, dtype_name(d), r.bytes_per_call / (1 << 20),
-                   r.seconds_per_call * 1e6, gbs, 100 * gbs / bw);
-      }
-    }
+    for (const Shape& s : shapes) gemv_row(s, d, 1, WeightLayout::nk);
+    gemv_row(kDown, d, 4, WeightLayout::nk);  // batched decode
+    gemv_row(kDown, d, 8, WeightLayout::nk);
+    gemv_row(kDown, d, 1, WeightLayout::kn);  // GPT-2 Conv1D layout
+    gemv_row(kGateUp, d, 1, WeightLayout::kn);
   }
 
   fmt::print("\ndecode token: {} layers x (qkv, o, gate_up, down) + lm_head at m = 1\n", kLayers);

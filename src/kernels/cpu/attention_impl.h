@@ -1,8 +1,9 @@
 // Attention body over Vec<Isa> (internal; included like linear_impl.h, after simd_math.h).
 //
-// Per (token, KV group, key range): keys in chunks of 64; per chunk and q head of the group the
-// logits (4 keys at a time sharing the q loads), softcap, one online-softmax rescale, exponentials,
-// then acc += p·V (the accumulator row in registers over the chunk, in slabs of 4 vectors).
+// Per (token, KV group, key range): keys in chunks of 64. Per chunk: the logits of every q head of
+// the group from K blocks transposed in registers (dot products for heads wider than 256), then
+// per head softcap, one online-softmax rescale, exponentials, and acc += p·V (the accumulator row
+// in registers over the chunk, in slabs of 4 vectors).
 namespace fuselm::kernels {
 namespace {  // NOLINT
 

@@ -2,12 +2,14 @@
 // and linear_<isa>.cc inside their ISA region; includes nothing itself (see the ODR rule in simd.h).
 //
 // GEMV (decode): each pass takes up to 8 rows of x and streams W once.
-//   nk: NB rows of W at a time, NB×M vector accumulators, horizontal sums at the end.
+//   nk: NB rows of W at a time, NB×M vector accumulators, horizontal sums at the end; bf16 loads
+//       2·W weights per vector and splits even/odd elements (x deinterleaved once per call).
 //   kn: a block of columns kept in M×NV vector accumulators over a strip of KB rows of W, partial
 //       sums kept in y between strips (so a strip reads KB short contiguous row segments).
-// GEMM (prefill): BLIS-style loops nc → kc → mc → panel → MR rows. W[kc, nc] is packed to fp32
-// panels bp[k][NR] (nk is transposed W×W block by W×W block in registers); the MR×NR micro-kernel
-// broadcasts x from its rows (no packing of x) and keeps MR×NV accumulators in registers.
+// GEMM (prefill): BLIS-style loops nc → kc → mc → panel → MR rows. For a block of nc columns all
+// of W[:, nc] is packed once to fp32 panels bp[k][NR] (~1 MiB, L2; nk is transposed W×W block by
+// W×W block in registers, reading 16 W rows front to back); the MR×NR micro-kernel broadcasts x
+// from its rows (no packing of x) and keeps MR×NV accumulators in registers over kc.
 namespace fuselm::kernels {
 namespace {  // NOLINT
 
@@ -24,16 +26,16 @@ template <>
 struct LinearTuning<Isa::avx2> {
   static constexpr int MR = 6, NV = 2;
   static constexpr int64_t KC = 256, MC = 384, NC = 1024;
-  static constexpr int gemv_nb(int m) { return m <= 2 ? 4 : m == 3 ? 3 : m == 4 ? 2 : 1; }
+  static constexpr int gemv_nb(int m) { return m == 1 ? 8 : m == 2 ? 6 : m <= 4 ? 4 : 2; }
   static constexpr int gemv_kn_nv(int m) { return m == 1 ? 8 : m == 2 ? 4 : m <= 4 ? 2 : 1; }
 };
 template <>
 struct LinearTuning<Isa::avx512> {
   static constexpr int MR = 6, NV = 4;
   static constexpr int64_t KC = 128, MC = 480, NC = 1024;
-  static constexpr int gemv_nb(int m) {
-    return m == 1 ? 8 : m == 2 ? 6 : m <= 4 ? 4 : m <= 6 ? 3 : 2;
-  }
+  // W rows in flight matter more than register pressure (measured: m = 8 with 4 rows beats 2
+  // rows although 32 accumulators spill x to memory operands)
+  static constexpr int gemv_nb(int m) { return m <= 2 ? 8 : m <= 4 ? 6 : 4; }
   static constexpr int gemv_kn_nv(int m) { return m <= 2 ? 8 : m <= 4 ? 4 : 2; }
 };
 
@@ -60,12 +62,6 @@ FUSELM_INLINE const void* w_at(const void* w, int64_t i) {
 
 // ---------------------------------------------------------------------------------------- GEMV
 
-#ifndef FUSELM_GEMV_PF
-#define FUSELM_GEMV_PF 0
-#endif
-constexpr int64_t kGemvPrefetch = FUSELM_GEMV_PF;  // bytes ahead on each W row
-
-
 // y[m0+i, j] for i < M, j in [j0, j0+NB): NB rows of an [n, k] W against M rows of x.
 template <Isa I, DType D, int M, int NB>
 FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0) {
@@ -87,7 +83,6 @@ FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0)
     for (int i = 0; i < M; ++i) xv[i] = V::load(x + i * p.lda + kk);
     FUSELM_UNROLL(8)
     for (int j = 0; j < NB; ++j) {
-      if constexpr (kGemvPrefetch > 0) V::prefetch(w_at<D>(w, j * p.ldw + kk + kGemvPrefetch / dtype_size(D)));
       const R wv = load_w<V, D>(w_at<D>(w, j * p.ldw + kk));
       FUSELM_UNROLL(8)
       for (int i = 0; i < M; ++i) acc[j][i] = V::fma(wv, xv[i], acc[j][i]);
@@ -137,7 +132,6 @@ FUSELM_INLINE void gemv_nk_block_bf16(const LinearProblem& p, int64_t m0, int64_
     }
     FUSELM_UNROLL(8)
     for (int j = 0; j < NB; ++j) {
-      if constexpr (kGemvPrefetch > 0) V::prefetch(w + j * p.ldw + kk + kGemvPrefetch / 2);
       R we, wo;
       V::load_bf16_pairs(w + j * p.ldw + kk, we, wo);
       FUSELM_UNROLL(8)

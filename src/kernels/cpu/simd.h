@@ -48,7 +48,6 @@ struct Vec<Isa::generic> {
   static constexpr int W = 1;
   static constexpr Isa isa = Isa::generic;
 
-  static void prefetch(const void*) {}
   static R zero() { return 0.f; }
   static R set1(float a) { return a; }
   static R load(const float* p) { return *p; }

@@ -14,7 +14,6 @@ struct Vec<Isa::avx2> {
   static __m256i tail_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float a) { return _mm256_set1_ps(a); }
   static R load(const float* p) { return _mm256_loadu_ps(p); }

@@ -14,7 +14,6 @@ struct Vec<Isa::avx512> {
   static __mmask16 tail_mask(int n) {
     return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << (n < 0 ? 0 : n)) - 1u);
   }
-  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float a) { return _mm512_set1_ps(a); }
   static R load(const float* p) { return _mm512_loadu_ps(p); }
