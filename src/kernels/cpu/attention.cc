@@ -82,7 +82,7 @@ void attention(const AttentionArgs& args) {
 
   // Work items: (token, KV group, key segment). Decode of few groups over a long context splits
   // the keys into segments (merged afterwards, flash-decoding style) so that every thread works.
-  constexpr int64_t kMinSegmentKeys = 256;
+  constexpr int64_t kMinSegmentKeys = 128;
   int64_t segments = 1;
   if (nt > 1 && a.t * a.hkv < 4 * nt)
     segments = std::clamp<int64_t>((4 * nt + a.t * a.hkv - 1) / (a.t * a.hkv), 1,

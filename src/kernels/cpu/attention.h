@@ -21,7 +21,9 @@
 //   out  = sum_j softmax_j(s) · v_j, where with sinks the softmax has one more logit, sinks[h]
 //          (unscaled, not softcapped), in its denominator only
 // which is transformers' eager_attention_forward (gemma2: scaling, softcap; gpt_oss: sinks; sliding
-// window masks) for one sequence. Online softmax in fp32; (token, head) pairs run in parallel.
+// window masks) for one sequence. Online softmax in fp32. Threads take (token, KV group) items, a
+// group's q heads together so that K/V rows are read once per group; a decode step over a long
+// context also splits the keys into segments whose partial softmax sums are merged at the end.
 // Throws std::invalid_argument on inconsistent arguments (and slots outside [0, num_slots)).
 #include <cstdint>
 
@@ -30,7 +32,7 @@ namespace fuselm::kernels {
 struct AttentionArgs {
   float* k_cache = nullptr;
   float* v_cache = nullptr;
-  int64_t num_slots = 0;
+  int64_t num_slots = 0;  // rows of each cache; every slot is checked against it
   const int32_t* slots = nullptr;
   int64_t ctx_len = 0;
 
