@@ -57,14 +57,14 @@ void linear(const LinearArgs& args) {
   }
   const LinearKernels& kern = linear_kernels(cpu_isa());
   const int64_t work = p.m * p.n * p.k;  // multiply-adds
-  constexpr int64_t kMinWorkPerThread = int64_t{1} << 16;
   if (p.m <= kGemvRows) {
-    // Decode: split output columns; each thread streams its share of W once.
-    const int nt = kernel_threads(work, kMinWorkPerThread);
+    // Decode: split output columns; each thread streams its share of W once. A thread's share
+    // should outweigh waking it (~1-2 us): 16K multiply-adds stream >= 32 KB of bf16 weights.
+    const int nt = kernel_threads(p.n * p.k, int64_t{1} << 14);
     parallel_for_ranges(nt, p.n, /*align=*/16, [&](int64_t n0, int64_t n1) { kern.gemv(p, n0, n1); });
     return;
   }
-  const int nt = kernel_threads(work, kMinWorkPerThread);
+  const int nt = kernel_threads(work, int64_t{1} << 16);
   if (p.n >= 2 * kern.gemm_nr * nt || nt == 1) {
     // Split columns on 16-column units: each thread packs only its own panels of W.
     parallel_for_ranges(nt, p.n, /*align=*/16,
