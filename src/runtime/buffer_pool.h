@@ -3,7 +3,6 @@
 // further steps of the same shape allocate nothing.
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -31,7 +30,9 @@ class BufferPool {
 
  private:
   std::vector<std::unique_ptr<Buffer>> all_;
-  std::multimap<size_t, Buffer*> free_;
+  // Free buffers sorted by size. A vector, not a multimap: its capacity grows only with all_, so
+  // release and acquire of recycled buffers never touch the heap.
+  std::vector<Buffer*> free_;
   int64_t allocations_ = 0;
 };
 
