@@ -2,8 +2,6 @@
 import argparse
 import sys
 
-from .capture import CaptureError, capture_model_dir
-
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fuselm_capture", description=__doc__)
@@ -11,9 +9,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="output directory (default MODEL_DIR/fuselm-ir)")
     a = p.parse_args(argv)
     try:
+        from .capture import capture_model_dir  # torch and transformers load here
         capture_model_dir(a.model_dir, a.out)
-    except CaptureError as e:
-        print(f"fuselm capture: error: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - whatever fails is one line, never a traceback
+        if type(e).__name__ == "CaptureError":  # CaptureError itself may not have imported
+            msg = str(e)
+        else:
+            first = next((line for line in str(e).splitlines() if line.strip()), "")
+            msg = f"{type(e).__name__}: {first.strip()}" if first else type(e).__name__
+        print(f"fuselm capture: error: {' '.join(msg.split())}", file=sys.stderr, flush=True)
         return 1
     return 0
 

@@ -29,6 +29,12 @@ def _progress(msg: str) -> None:
     print(f"fuselm capture: {msg}", file=sys.stderr, flush=True)
 
 
+def _first_line(e: BaseException) -> str:
+    """The first non-empty line of an exception's message, with its type."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
 def _innermost_module(exc: BaseException, names: dict[int, str]) -> str | None:
     """The deepest nn.Module whose forward was on the stack when export failed."""
     found = None
@@ -139,14 +145,21 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
 
     t0 = time.time()
     ops.register_interfaces()
-    config = AutoConfig.from_pretrained(model_dir)
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+    except Exception as e:  # noqa: BLE001 - unknown model_type, malformed JSON, missing fields, ...
+        raise CaptureError(f"{config_path}: transformers cannot build a config from it: {_first_line(e)}") from e
     _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
     kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32}
-    with parameters_on_meta():
-        try:
-            model = AutoModelForCausalLM.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
-        except TypeError:
-            model = AutoModelForCausalLM.from_config(config, **kwargs)
+    try:
+        with parameters_on_meta():
+            try:
+                model = AutoModelForCausalLM.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
+            except TypeError:
+                model = AutoModelForCausalLM.from_config(config, **kwargs)
+    except Exception as e:  # noqa: BLE001 - e.g. a config class with no causal LM
+        raise CaptureError(f"{config_path}: transformers cannot build a causal LM for {type(config).__name__} "
+                           f"({config.model_type}): {_first_line(e)}") from e
     model.eval()
     constants = _non_persistent_buffers(model)
     model.to("meta")

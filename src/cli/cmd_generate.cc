@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <memory>
 #include <sstream>
 
@@ -32,9 +34,12 @@ struct GenerateArgs {
 };
 
 std::vector<int64_t> parse_ids(const std::string& s) {
+  if (s.empty()) throw std::runtime_error("--prompt-ids is empty; give comma-separated token ids, e.g. 1,2,3");
   std::vector<int64_t> ids;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
+  for (size_t begin = 0; begin <= s.size();) {
+    size_t end = std::min(s.find(',', begin), s.size());
+    const std::string item = s.substr(begin, end - begin);
+    begin = end + 1;
     try {
       size_t used = 0;
       ids.push_back(std::stoll(item, &used));
@@ -46,11 +51,22 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-void run(const GenerateArgs& a) {
+/// A real-valued option check that also rejects NaN (CLI::Range lets NaN through).
+CLI::Validator real_in(double lo, double hi, bool lo_open) {
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(in, v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+        return ok ? std::string() : fmt::format("value {} is not in {}{}, {}]", in, lo_open ? "(" : "[", lo, hi);
+      },
+      fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi));
+}
+
+void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& prompt_ids) {
   auto loaded = load_model(a.model);
   engine::GenerateRequest req;
-  if (!a.prompt_ids.empty()) {
-    req.prompt_ids = parse_ids(a.prompt_ids);
+  if (prompt_ids) {
+    req.prompt_ids = *prompt_ids;
   } else {
     if (!loaded.tokenizer) throw std::runtime_error("--prompt needs a tokenizer.json in the model directory; use --prompt-ids");
     for (auto id : loaded.tokenizer->encode(a.prompt, true)) req.prompt_ids.push_back(id);
@@ -118,9 +134,9 @@ void add_generate_command(CLI::App& app) {
   auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   p->excludes(ids);
   cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-k", a->top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1]")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0, false));
+  cmd->add_option("--top-k", a->top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str()->check(CLI::Range(0, std::numeric_limits<int32_t>::max()));
+  cmd->add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1]")->capture_default_str()->check(real_in(0.0, 1.0, true));
   cmd->add_option("--seed", a->seed, "random seed for sampling")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object: token_ids, text, logprobs, finish_reason");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
@@ -128,7 +144,9 @@ void add_generate_command(CLI::App& app) {
                   "write every logits row (prompt tokens, then each decode step) as raw f32 to this file");
   cmd->callback([a, p, ids] {
     if (p->count() == 0 && ids->count() == 0) throw std::runtime_error("give a prompt: --prompt TEXT or --prompt-ids 1,2,3");
-    run(*a);
+    std::optional<std::vector<int64_t>> prompt_ids;
+    if (ids->count() > 0) prompt_ids = parse_ids(a->prompt_ids);  // before the model loads
+    run(*a, prompt_ids);
   });
 }
 

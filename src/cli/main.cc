@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 
@@ -13,7 +14,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // CLI11 would print the message and a "Run with --help" line; ours is one line.
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n' || c == '\r') c = ' ';
+    std::fprintf(stderr, "fuselm: error: %s (see --help)\n", msg.c_str());
+    return e.get_exit_code();
   } catch (const std::exception& e) {
     // Every user-facing failure is one line naming the file, tensor, op or field at fault.
     std::fprintf(stderr, "fuselm: error: %s\n", e.what());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "engine/capture_runner.h"
 
@@ -17,7 +18,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--dtype", a.dtype, "weight storage: auto (as in the checkpoint), f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
-  cmd.add_option("--max-context", a.max_context, "KV cache tokens (default: the model's context length)");
+  cmd.add_option("--max-context", a.max_context, "KV cache tokens (default: the model's context length)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd.add_flag("--no-capture", a.no_capture, "fail instead of capturing when the IR is missing or stale");
 }
 
@@ -35,7 +37,8 @@ fs::path default_model_dir() {
 LoadedModel load_model(const ModelArgs& a) {
   using clock = std::chrono::steady_clock;
   fs::path dir = a.model_dir.empty() ? default_model_dir() : fs::path(a.model_dir);
-  if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": not a directory");
+  if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
+  if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": not a directory (give a Hugging Face model directory)");
   fs::path ir_dir = engine::ensure_ir(dir, !a.no_capture);
   auto t0 = clock::now();
   std::fprintf(stderr, "fuselm: loading %s\n", dir.c_str());

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "ir/load.h"
 
@@ -42,14 +43,30 @@ std::string ir_stale_reason(const fs::path& model_dir) {
   nlohmann::json j;
   try {
     std::ifstream in(ir);
+    if (!in) return "the IR cannot be opened";
     j = nlohmann::json::parse(in);
-  } catch (const std::exception&) {
-    return "the IR is unreadable";
+  } catch (const std::exception& e) {
+    std::string why = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
+    if (auto at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);
+    for (char& c : why)
+      if (c == '\n' || c == '\r') c = ' ';
+    return "the IR is not valid JSON (" + why + ")";
   }
-  if (j.value("version", 0) != ir::kIrVersion) return fmt::format("the IR has version {}", j.value("version", 0));
-  if (j.value("capture_version", "") != ir::kCaptureVersion) return "the IR comes from another capture version";
-  const auto& model = j.value("model", nlohmann::json::object());
-  if (model.value("config_json", "") != read_text(model_dir / "config.json")) return "config.json changed";
+  if (!j.is_object()) return fmt::format("the IR is JSON {}, not an object", j.type_name());
+  const auto version = j.find("version");
+  if (version == j.end()) return fmt::format("the IR has no 'version' (this engine reads version {})", ir::kIrVersion);
+  if (!version->is_number_integer() || version->get<int64_t>() != ir::kIrVersion)
+    return fmt::format("the IR has version {} but this engine reads version {}", version->dump(), ir::kIrVersion);
+  const auto cv = j.find("capture_version");
+  if (cv == j.end() || !cv->is_string() || cv->get<std::string>() != ir::kCaptureVersion)
+    return fmt::format("the IR comes from capture version {}, not {}", cv == j.end() ? "(none)" : cv->dump(),
+                       ir::kCaptureVersion);
+  const auto model = j.find("model");
+  if (model == j.end() || !model->is_object()) return "the IR has no 'model' object";
+  const auto config = model->find("config_json");
+  if (config == model->end() || !config->is_string() ||
+      config->get<std::string>() != read_text(model_dir / "config.json"))
+    return "config.json changed since capture";
   return "";
 }
 
@@ -66,25 +83,52 @@ fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
   std::string why = ir_stale_reason(model_dir);
   if (why.empty()) return ir_dir;
   if (!allow_capture)
-    throw std::runtime_error(fmt::format("{}: {}; capture it with: PYTHONPATH={}/python {} -m fuselm_capture {}",
+    throw std::runtime_error(fmt::format("{}: {}; re-capture by running without --no-capture, or with: "
+                                         "PYTHONPATH={}/python {} -m fuselm_capture {}",
                                          (ir_dir / "ir.json").string(), why, source_dir().string(), capture_python(),
                                          model_dir.string()));
+  const std::string python = capture_python();
+  if (!fs::exists(python))
+    throw std::runtime_error(fmt::format("capture of {} needs Python at {} (set FUSELM_PYTHON, or run scripts/setup.sh)",
+                                         model_dir.string(), python));
   std::fprintf(stderr, "fuselm: capturing %s (%s)\n", model_dir.c_str(), why.c_str());
-  const fs::path log = fs::temp_directory_path() / fmt::format("fuselm-capture-{}.log", ::getpid());
-  // stderr of capture streams its progress lines to the user and is kept for the error message.
-  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} 2>&1 | tee {} >&2; exit ${{PIPESTATUS[0]}}",
-                                shell_quote((source_dir() / "python").string()), shell_quote(capture_python()),
-                                shell_quote(model_dir.string()), shell_quote(log.string()));
-  int rc = std::system(("bash -c " + shell_quote(cmd)).c_str());
-  std::string out = read_text(log);
-  fs::remove(log);
-  if (rc != 0) {
-    std::string last;
-    std::istringstream lines(out);
-    for (std::string line; std::getline(lines, line);)
-      if (!line.empty()) last = line;
-    throw std::runtime_error(fmt::format("capture of {} failed: {}", model_dir.string(), last));
+  // Capture's progress lines (stdout and stderr) stream to our stderr as they come; its one
+  // "fuselm capture: error: ..." line is held back and becomes our one error line.
+  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} 2>&1 </dev/null",
+                                shell_quote((source_dir() / "python").string()), shell_quote(python),
+                                shell_quote(model_dir.string()));
+  std::fflush(stderr);
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) throw std::runtime_error(fmt::format("capture of {} failed: cannot start {}", model_dir.string(), python));
+  constexpr std::string_view kErrorPrefix = "fuselm capture: error: ";
+  std::string error, last, line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    line += buf;
+    if (line.back() != '\n') continue;  // a long line arrives in pieces
+    line.pop_back();
+    if (line.rfind(kErrorPrefix, 0) == 0) {
+      error = line.substr(kErrorPrefix.size());
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+    }
+    line.clear();
   }
+  if (!line.empty()) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    last = line;
+  }
+  const int status = ::pclose(pipe);
+  if (status != 0 || !error.empty()) {
+    std::string why_failed = !error.empty() ? error
+                             : !last.empty() ? last
+                             : WIFSIGNALED(status) ? fmt::format("Python was killed by signal {}", WTERMSIG(status))
+                                                   : fmt::format("Python exited with status {}", WEXITSTATUS(status));
+    throw std::runtime_error(fmt::format("capture of {} failed: {}", model_dir.string(), why_failed));
+  }
+  if (!fs::exists(ir_dir / "ir.json"))
+    throw std::runtime_error(fmt::format("capture of {} wrote no {}", model_dir.string(), (ir_dir / "ir.json").string()));
   return ir_dir;
 }
 

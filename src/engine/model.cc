@@ -125,6 +125,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   auto bos = gen.contains("bos_token_id") ? gen["bos_token_id"] : config.value("bos_token_id", nlohmann::json());
   if (bos.is_number_integer()) m->bos_id_ = bos.get<int64_t>();
 
+  if (options.kv_tokens > m->max_context_)
+    throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
+                                         options.kv_tokens, m->max_context_));
   const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : m->max_context_;
   const int32_t blocks = static_cast<int32_t>((kv_tokens + options.kv_block_size - 1) / options.kv_block_size);
   m->kv_ = std::make_unique<kv::PagedKvCache>(attention_layer_shapes(m->graph_), blocks, options.kv_block_size);

@@ -110,14 +110,14 @@ Graph load(const std::filesystem::path& path) {
   } catch (const json::exception& e) {
     throw std::runtime_error(file + ": malformed IR JSON: " + e.what());
   }
-  if (!j.is_object() || j.value("format", "") != "fuselm-ir")
+  if (!j.is_object() || !j.contains("format") || j["format"] != "fuselm-ir")
     throw std::runtime_error(file + ": not a fuselm IR file (field 'format' is not 'fuselm-ir')");
   Graph g;
-  g.version = j.value("version", 0);
-  if (g.version != kIrVersion)
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != kIrVersion)
     throw std::runtime_error(fmt::format(
         "{}: IR version {} but this engine reads version {}; re-run capture to rewrite it", file,
-        g.version, kIrVersion));
+        j.contains("version") ? j["version"].dump() : "(none)", kIrVersion));
+  g.version = kIrVersion;
   try {
     g.capture_version = j.value("capture_version", "");
     for (const auto& [op, schema] : j.at("ops").items())
@@ -128,12 +128,21 @@ Graph load(const std::filesystem::path& path) {
     g.parameters = j.at("parameters");
     g.constants = j.value("constants", json::object());
     g.model = j.value("model", json::object());
+    if (!g.model.is_object()) throw std::runtime_error("field 'model' is not an object");
+    if (!g.parameters.is_object()) throw std::runtime_error("field 'parameters' is not an object");
+    if (!g.constants.is_object()) throw std::runtime_error("field 'constants' is not an object");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(file + ": malformed IR header: " + e.what());
   } catch (const json::exception& e) {
     throw std::runtime_error(file + ": malformed IR header: " + e.what());
   }
 
+  if (!j.contains("nodes") || !j["nodes"].is_array())
+    throw std::runtime_error(file + ": malformed IR: no 'nodes' list");
+  if (!j.contains("outputs") || !j["outputs"].is_array())
+    throw std::runtime_error(file + ": malformed IR: no 'outputs' list");
   Parser p{file, g.index_by_name, ""};
-  const auto& nodes = j.at("nodes");
+  const auto& nodes = j["nodes"];
   g.nodes.reserve(nodes.size());
   for (const auto& jn : nodes) {
     Node n;
@@ -167,13 +176,18 @@ Graph load(const std::filesystem::path& path) {
     g.index_by_name[n.name] = n.index;
     g.nodes.push_back(std::move(n));
   }
-  for (const auto& o : j.at("outputs")) {
+  for (const auto& o : j["outputs"]) {
+    if (!o.is_string()) throw std::runtime_error(file + ": output " + o.dump() + " is not a node name");
     auto name = o.get<std::string>();
     auto it = g.index_by_name.find(name);
     if (it == g.index_by_name.end()) throw std::runtime_error(file + ": output '" + name + "' is not a node");
     g.outputs.push_back(it->second);
   }
-  verify(g);
+  try {
+    verify(g);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(file + ": " + e.what());
+  }
   return g;
 }
 
