@@ -26,6 +26,7 @@ class PagedKvCache {
   float* k(int layer) { return k_[layer].get(); }
   float* v(int layer) { return v_[layer].get(); }
   int32_t block_size() const { return block_size_; }
+  int64_t num_slots() const { return int64_t{allocator_.num_blocks()} * block_size_; }
   BlockAllocator& allocator() { return allocator_; }
   /// Bytes of KV per token over all layers.
   int64_t bytes_per_token() const;

@@ -1,7 +1,7 @@
 // fuselm.attention(q [1,Hq,T,Dqk], k [1,Hkv,T,Dqk], v [1,Hkv,T,Dv], sinks?, scaling,
 // sliding_window, softcap, layer_idx) -> [1, T, Hq, Dv]. The only op that knows sequences: it
 // writes each sequence's new K/V into its KV slots and attends over the sequence's context.
-#include "runtime/ops/attention_args.h"
+#include "kernels/cpu/attention.h"
 #include "kv/paged_kv_cache.h"
 #include "runtime/ops/common.h"
 
@@ -26,40 +26,45 @@ void attention(OpCall& c) {
   if (ls.k_width != Hkv * D || ls.v_width != Hkv * Dv) c.fail("KV cache row width does not match k/v head sizes");
 
   Scratch ss(c.ex), sk(c.ex), sv(c.ex), ssink(c.ex);
-  Tensor qf = q.dtype == DType::f32 ? q : contiguous_as(q, DType::f32, ss);
-  Tensor kf = k.dtype == DType::f32 ? k : contiguous_as(k, DType::f32, sk);
-  Tensor vf = v.dtype == DType::f32 ? v : contiguous_as(v, DType::f32, sv);
+  // The kernel reads a head's row with unit stride and takes a zero stride to mean dense: other
+  // views (a transposed head dim, a KV head broadcast by expand) are copied first.
+  auto as_rows = [](const Tensor& t, Scratch& s) {
+    const bool direct = t.dtype == DType::f32 && t.strides[3] == 1 && t.strides[1] != 0 && t.strides[2] != 0;
+    return direct ? t : contiguous_as(t, DType::f32, s);
+  };
+  Tensor qf = as_rows(q, ss), kf = as_rows(k, sk), vf = as_rows(v, sv);
   const float* sinks = c.has(3) ? contiguous_as(c.tensor(3), DType::f32, ssink).ptr<float>() : nullptr;
   Tensor out = c.alloc(DType::f32, {1, T, Hq, Dv});
 
   int64_t covered = 0;
   for (const auto& s : batch.sequences) {
     if (s.first_token + s.num_tokens > T) c.fail("batch layout does not match the token count");
-    AttentionArgs a;
+    kernels::AttentionArgs a;
+    a.k_cache = batch.kv->k(static_cast<int>(layer));
+    a.v_cache = batch.kv->v(static_cast<int>(layer));
+    a.num_slots = batch.kv->num_slots();
+    a.slots = s.slots;
+    a.ctx_len = s.context_len;
+    a.t = s.num_tokens;
     a.q = qf.ptr<float>() + s.first_token * qf.strides[2];
     a.q_token_stride = qf.strides[2];
     a.q_head_stride = qf.strides[1];
-    a.k_new = kf.ptr<float>() + s.first_token * kf.strides[2];
+    a.k = kf.ptr<float>() + s.first_token * kf.strides[2];
     a.k_token_stride = kf.strides[2];
     a.k_head_stride = kf.strides[1];
-    a.v_new = vf.ptr<float>() + s.first_token * vf.strides[2];
+    a.v = vf.ptr<float>() + s.first_token * vf.strides[2];
     a.v_token_stride = vf.strides[2];
     a.v_head_stride = vf.strides[1];
-    a.k_cache = batch.kv->k(static_cast<int>(layer));
-    a.v_cache = batch.kv->v(static_cast<int>(layer));
-    a.slots = s.slots;
-    a.context_len = s.context_len;
-    a.num_tokens = s.num_tokens;
-    a.num_q_heads = Hq;
-    a.num_kv_heads = Hkv;
-    a.head_dim = D;
-    a.v_head_dim = Dv;
+    a.out = out.ptr<float>() + s.first_token * Hq * Dv;
+    a.hq = Hq;
+    a.hkv = Hkv;
+    a.dqk = D;
+    a.dv = Dv;
     a.scale = static_cast<float>(c.real(4));
     a.sliding_window = c.integer(5);
     a.softcap = static_cast<float>(c.real(6));
     a.sinks = sinks;
-    a.out = out.ptr<float>() + s.first_token * Hq * Dv;
-    run_attention(a);
+    kernels::attention(a);
     covered += s.num_tokens;
   }
   if (covered != T) c.fail("batch covers " + std::to_string(covered) + " of " + std::to_string(T) + " tokens");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/activation.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -43,7 +44,9 @@ void binary(OpCall& c, const Tensor& a, const Tensor& b, FF f32op, FD f64op) {
       ob += idx[d] * sb[d];
     }
     if (fast) {
-      if (a.ndim == 0) {
+      if (a.ndim == 0 && b.ndim == 0) {  // both scalars: either may be an f64 0-d view
+        o[done] = f32op(a0, b0);
+      } else if (a.ndim == 0) {
         const float* pb = b.ptr<float>() + ob;
         if (ib == 1) for (int64_t k = 0; k < inner; ++k) o[done + k] = f32op(a0, pb[k]);
         else for (int64_t k = 0; k < inner; ++k) o[done + k] = f32op(a0, pb[k * ib]);
@@ -199,8 +202,9 @@ void register_elementwise_ops(OpRegistry& r) {
       }
     });
   }
-  r.add("aten.maximum.default", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return x > y ? x : y; }); });
-  r.add("aten.minimum.default", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return x < y ? x : y; }); });
+  // NaN propagates from either side, as in PyTorch (x != x is true only for NaN).
+  r.add("aten.maximum.default", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return (x != x || x > y) ? x : y; }); });
+  r.add("aten.minimum.default", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return (x != x || x < y) ? x : y; }); });
   for (const char* s : {"Tensor", "Scalar"}) {
     std::string t(s);
     r.add("aten.eq." + t, [](OpCall& c) { binary_op(c, [](auto x, auto y) { return x == y; }); });
@@ -210,8 +214,13 @@ void register_elementwise_ops(OpRegistry& r) {
     r.add("aten.gt." + t, [](OpCall& c) { binary_op(c, [](auto x, auto y) { return x > y; }); });
     r.add("aten.ge." + t, [](OpCall& c) { binary_op(c, [](auto x, auto y) { return x >= y; }); });
   }
-  r.add("aten.bitwise_and.Tensor", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return (x != 0) && (y != 0); }); });
-  r.add("aten.bitwise_or.Tensor", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return (x != 0) || (y != 0); }); });
+  // Bitwise on the integer values; for bools (0/1) this is logical and/or.
+  r.add("aten.bitwise_and.Tensor", [](OpCall& c) {
+    binary_op(c, [](auto x, auto y) { return static_cast<double>(static_cast<int64_t>(x) & static_cast<int64_t>(y)); });
+  });
+  r.add("aten.bitwise_or.Tensor", [](OpCall& c) {
+    binary_op(c, [](auto x, auto y) { return static_cast<double>(static_cast<int64_t>(x) | static_cast<int64_t>(y)); });
+  });
   r.add("aten.logical_and.default", [](OpCall& c) { binary_op(c, [](auto x, auto y) { return (x != 0) && (y != 0); }); });
   r.add("aten.where.self", where);
   r.add("aten.masked_fill.Scalar", masked_fill);
@@ -221,22 +230,25 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add("aten.rsqrt.default", [](OpCall& c) { unary(c, [](double x) { return 1.0 / std::sqrt(x); }); });
   r.add("aten.sqrt.default", [](OpCall& c) { unary(c, [](double x) { return std::sqrt(x); }); });
   r.add("aten.reciprocal.default", [](OpCall& c) { unary(c, [](double x) { return 1.0 / x; }); });
-  r.add("aten.exp.default", [](OpCall& c) { unary(c, [](double x) { return std::exp(x); }); });
+  r.add("aten.exp.default", [](OpCall& c) { unary(c, [](double x) { return std::exp(x); }, kernels::unary_exp_f32); });
   r.add("aten.log.default", [](OpCall& c) { unary(c, [](double x) { return std::log(x); }); });
   r.add("aten.sin.default", [](OpCall& c) { unary(c, [](double x) { return std::sin(x); }); });
   r.add("aten.cos.default", [](OpCall& c) { unary(c, [](double x) { return std::cos(x); }); });
   r.add("aten.erf.default", [](OpCall& c) { unary(c, [](double x) { return std::erf(x); }); });
   r.add("aten.floor.default", [](OpCall& c) { unary(c, [](double x) { return std::floor(x); }); });
   r.add("aten.logical_not.default", [](OpCall& c) { unary(c, [](double x) { return x == 0.0; }); });
-  r.add("aten.bitwise_not.default", [](OpCall& c) { unary(c, [](double x) { return x == 0.0; }); });
-  r.add("aten.tanh.default", [](OpCall& c) { unary(c, [](double x) { return std::tanh(x); }); });
-  r.add("aten.sigmoid.default", [](OpCall& c) { unary(c, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }); });
-  r.add("aten.silu.default", [](OpCall& c) { unary(c, [](double x) { return x / (1.0 + std::exp(-x)); }); });
+  r.add("aten.bitwise_not.default", [](OpCall& c) {  // logical for bools, ~x for integers
+    if (c.tensor(0).dtype == DType::boolean) unary(c, [](double x) { return x == 0.0 ? 1.0 : 0.0; });
+    else unary(c, [](double x) { return static_cast<double>(~static_cast<int64_t>(x)); });
+  });
+  r.add("aten.tanh.default", [](OpCall& c) { unary(c, [](double x) { return std::tanh(x); }, kernels::unary_tanh_f32); });
+  r.add("aten.sigmoid.default", [](OpCall& c) { unary(c, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, kernels::unary_sigmoid_f32); });
+  r.add("aten.silu.default", [](OpCall& c) { unary(c, [](double x) { return x / (1.0 + std::exp(-x)); }, kernels::unary_silu_f32); });
   r.add("aten.relu.default", [](OpCall& c) { unary(c, [](double x) { return x > 0 ? x : 0.0; }); });
   r.add("aten.gelu.default", [](OpCall& c) {
     bool tanh = c.args.size() > 1 && c.args[1].kind == Value::Kind::string && std::strcmp(c.args[1].s, "tanh") == 0;
-    if (tanh) unary(c, gelu_tanh);
-    else unary(c, gelu_exact);
+    if (tanh) unary(c, gelu_tanh, kernels::unary_gelu_tanh_f32);
+    else unary(c, gelu_exact, kernels::unary_gelu_f32);
   });
 }
 
