@@ -11,6 +11,7 @@ int exit_code() { return g_exit_code; }
 void add_commands(CLI::App& app) {
   add_generate_command(app);
   add_tokenize_command(app);
+  add_inspect_command(app);
 }
 
 }  // namespace fuselm::cli

@@ -21,6 +21,14 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-context", a.max_context, "KV cache tokens (default: the model's context length)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd.add_flag("--no-capture", a.no_capture, "fail instead of capturing when the IR is missing or stale");
+  add_fuser_options(cmd, a.fusers);
+}
+
+void add_fuser_options(CLI::App& cmd, FuserArgs& a) {
+  cmd.add_flag("--no-fuse", a.no_fuse, "run the captured graph as is, without fusers");
+  cmd.add_option("--disable-fuser", a.disabled, "turn one fuser off by name (repeatable): glu, rms_norm, attention")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 fs::path default_model_dir() {
@@ -45,11 +53,20 @@ LoadedModel load_model(const ModelArgs& a) {
   engine::ModelOptions mo;
   mo.dtype = weights::parse_dtype_policy(a.dtype);
   mo.kv_tokens = a.max_context;
+  mo.fusers = a.fusers.options();
   LoadedModel out;
   out.model = engine::Model::load(dir, ir_dir, mo);
   if (fs::exists(dir / "tokenizer.json")) out.tokenizer.emplace(tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string()));
   std::fprintf(stderr, "fuselm: loaded %zu graph nodes, %.1f MB of weights in %.2f s\n", out.model->graph().nodes.size(),
                out.model->weight_bytes() / 1e6, std::chrono::duration<double>(clock::now() - t0).count());
+  if (a.fusers.no_fuse) {
+    std::fprintf(stderr, "fuselm: fusers off (--no-fuse)\n");
+  } else {
+    std::string line;
+    for (const auto& [name, t] : out.model->fusion_report().totals)
+      line += fmt::format("{}{} {}/{}", line.empty() ? "" : ", ", name, t.first, t.second);
+    std::fprintf(stderr, "fuselm: fused %s (fuselm inspect shows each module)\n", line.c_str());
+  }
   return out;
 }
 

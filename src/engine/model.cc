@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -43,6 +44,48 @@ nlohmann::json read_json(const std::filesystem::path& p) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(p.string() + ": malformed JSON: " + e.what());
   }
+}
+
+size_t kernel_dtype_size(kernels::DType d) { return d == kernels::DType::f32 ? 4 : 2; }
+
+// A fusion's stacked weight: concat(sources, axis) in the sources' storage dtype, in an owned
+// 64-byte aligned buffer.
+Tensor stack_weights(const fusers::WeightTransform& w, const weights::LoadedParameters& params,
+                     std::vector<weights::AlignedBuffer>& buffers) {
+  std::vector<const weights::WeightView*> src;
+  for (const auto& t : w.source_targets) src.push_back(&params.at(t));
+  const auto dtype = src[0]->dtype;
+  const size_t es = kernel_dtype_size(dtype);
+  const auto& s0 = src[0]->shape;
+  const int nd = static_cast<int>(s0.size());
+  if (w.axis < 0 || w.axis >= nd) throw std::runtime_error(fmt::format("fused weight {}: axis {} out of range", w.target, w.axis));
+  int64_t outer = 1, total_axis = 0;
+  for (int d = 0; d < w.axis; ++d) outer *= s0[d];
+  for (const auto* v : src) {
+    if (v->dtype != dtype || static_cast<int>(v->shape.size()) != nd)
+      throw std::runtime_error(fmt::format("fused weight {}: sources differ in dtype or rank", w.target));
+    for (int d = 0; d < nd; ++d)
+      if (d != w.axis && v->shape[d] != s0[d])
+        throw std::runtime_error(fmt::format("fused weight {}: source shapes do not stack along dim {}", w.target, w.axis));
+    total_axis += v->shape[w.axis];
+  }
+  std::vector<int64_t> shape = s0;
+  shape[w.axis] = total_axis;
+  if (!w.shape.empty() && shape != w.shape)
+    throw std::runtime_error(fmt::format("fused weight {}: stacked shape differs from the fusion's plan", w.target));
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  weights::AlignedBuffer buf(static_cast<size_t>(numel) * es);
+  char* dst = static_cast<char*>(buf.data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (const auto* v : src) {
+      const size_t chunk = static_cast<size_t>(v->numel() / outer) * es;
+      std::memcpy(dst, static_cast<const char*>(v->data) + o * chunk, chunk);
+      dst += chunk;
+    }
+  Tensor t = Tensor::contiguous_view(buf.data(), to_ir_dtype(dtype), shape);
+  buffers.push_back(std::move(buf));
+  return t;
 }
 
 void add_ids(const nlohmann::json& v, std::vector<int64_t>& out) {
@@ -87,6 +130,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
                                    const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->graph_ = ir::load(ir_dir / "ir.json");
+  std::vector<fusers::WeightTransform> fused_weights;
+  if (options.fusers.enabled) {
+    auto plan = fusers::apply(m->graph_, options.fusers);
+    if (!plan.report.errors.empty()) throw std::runtime_error(plan.report.errors.front());
+    m->graph_ = std::move(plan.graph);
+    m->fusion_report_ = std::move(plan.report);
+    fused_weights = std::move(plan.weights);
+  }
   auto checkpoint = weights::Checkpoint::open(model_dir);
   weights::LoadOptions lo;
   lo.dtype = options.dtype;
@@ -97,7 +148,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   for (const auto& [target, view] : m->params_->views()) {
     Tensor t = Tensor::contiguous_view(const_cast<void*>(view.data), to_ir_dtype(view.dtype), view.shape);
     params[target] = t;
-    seen[view.data] = static_cast<int64_t>(view.nbytes());
+  }
+  for (const auto& w : fused_weights) params[w.target] = stack_weights(w, *m->params_, m->fused_buffers_);
+  // Bytes read per token: every parameter the (rewritten) graph still reads, once.
+  for (const auto& n : m->graph_.nodes) {
+    if (n.op != "placeholder" || n.placeholder_kind != "parameter") continue;
+    auto it = params.find(n.target);
+    if (it == params.end()) continue;
+    seen[it->second.data] = it->second.numel() * ir::dtype_size(it->second.dtype);
   }
   for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
   if (!m->graph_.constants.empty()) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fusers/fuser.h"
 #include "ir/graph.h"
 #include "ir/load.h"
 #include "kv/paged_kv_cache.h"
@@ -21,6 +22,8 @@ struct ModelOptions {
   /// KV cache capacity in tokens (all sequences together); 0 = the model's context length.
   int64_t kv_tokens = 0;
   int32_t kv_block_size = 16;
+  /// Fusers to run over the graph before it executes (on by default; --no-fuse, --disable-fuser).
+  fusers::Options fusers;
 };
 
 class Model {
@@ -44,12 +47,16 @@ class Model {
   /// Bytes of weights read per decoded token (every parameter once).
   int64_t weight_bytes() const { return weight_bytes_; }
   const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
+  /// What the fusers did (empty when fusion is off).
+  const fusers::Report& fusion_report() const { return fusion_report_; }
   std::optional<int64_t> bos_token_id() const { return bos_id_; }
 
  private:
   Model() = default;
   ir::Graph graph_;
   std::optional<weights::LoadedParameters> params_;
+  fusers::Report fusion_report_;
+  std::vector<weights::AlignedBuffer> fused_buffers_;  // stacked weights of the fusions
   std::optional<weights::Checkpoint> constants_file_;
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<kv::PagedKvCache> kv_;

@@ -35,6 +35,7 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_misc_ops(reg);
     ops::register_scalar_ops(reg);
     ops::register_attention_ops(reg);
+    ops::register_fused_ops(reg);
     return reg;
   }();
   return r;

@@ -70,6 +70,7 @@ void register_matmul_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
 void register_scalar_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
+void register_fused_ops(OpRegistry& r);  // ops the fusers insert (fused_ops.cc)
 }  // namespace ops
 
 }  // namespace fuselm::runtime

@@ -1,0 +1,64 @@
+// fuselm inspect: run the fusers over a model's captured graph and print, per module, every fusion
+// and every fallback with its reason, and totals per fuser. Loads no weights.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/model_args.h"
+#include "engine/capture_runner.h"
+#include "fusers/fuser.h"
+#include "ir/load.h"
+
+namespace fuselm::cli {
+namespace {
+namespace fs = std::filesystem;
+
+struct InspectArgs {
+  std::string model_dir;
+  bool json = false;
+  bool no_capture = false;
+  FuserArgs fusers;
+};
+
+// A Hugging Face model dir (captured when needed), or any dir holding fuselm-ir/ir.json (a module
+// captured by fuselm_capture.capture_module, with its checkpoint).
+fs::path ir_dir_of(const InspectArgs& a) {
+  fs::path dir = a.model_dir.empty() ? default_model_dir() : fs::path(a.model_dir);
+  if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
+  if (fs::exists(dir / "config.json")) return engine::ensure_ir(dir, !a.no_capture);
+  if (fs::exists(dir / "fuselm-ir" / "ir.json")) return dir / "fuselm-ir";
+  throw std::runtime_error(dir.string() + ": neither a Hugging Face model directory (config.json) nor a captured one (fuselm-ir/ir.json)");
+}
+
+void run(const InspectArgs& a) {
+  const fs::path ir_dir = ir_dir_of(a);
+  const ir::Graph g = ir::load(ir_dir / "ir.json");
+  const auto plan = fusers::apply(g, a.fusers.options());
+  if (a.json) {
+    auto j = fusers::report_json(plan.report);
+    j["ir"] = (ir_dir / "ir.json").string();
+    std::puts(j.dump(1).c_str());
+  } else {
+    std::fputs(fusers::format_report(plan.report).c_str(), stdout);
+  }
+  if (!plan.report.errors.empty()) set_exit_code(1);
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto a = std::make_shared<InspectArgs>();
+  auto* cmd = app.add_subcommand("inspect", "Show which fusers apply to each module of a model, and why others do not");
+  cmd->add_option("model_dir", a->model_dir,
+                  "model directory (Hugging Face, or holding fuselm-ir/ir.json); default: SmolLM2-135M-Instruct");
+  cmd->add_flag("--json", a->json, "print one JSON object: modules, totals, errors");
+  cmd->add_flag("--no-capture", a->no_capture, "fail instead of capturing when the IR is missing or stale");
+  add_fuser_options(*cmd, a->fusers);
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace fuselm::cli

@@ -1,0 +1,90 @@
+// attention (additive)   the fuselm.attention op a module dispatches  →  an engine attention site
+//   anchor:   the module's own fuselm.attention op (one per module)
+//   layer:    the module's own layer_idx attribute, cross-checked with the op's layer_idx argument;
+//             a module without one (attribute and argument both absent) is an error
+//   scale:    the op's scaling argument as passed at the call (OPT passes 1.0, Gemma2
+//             query_pre_attn_scalar**-0.5); anything but a number is an error, never a default
+//   heads:    from the operands' own shapes: q [1, Hq, T, D], k [1, Hkv, T, D], v [1, Hkv, T, Dv]
+//   Two modules with one layer index, or an index no module serves, are errors naming both
+//   (checked over all sites by the driver).
+#include "fusers/pattern.h"
+
+namespace fuselm::fusers {
+namespace {
+
+class AttentionFuser final : public Fuser {
+ public:
+  std::string_view name() const override { return "attention"; }
+  bool additive() const override { return true; }
+
+  std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
+    const ir::Graph& g = *sg.graph;
+    auto ops = sg.own_of("fuselm.attention.default");
+    if (ops.empty()) return why.not_applicable();
+    if (ops.size() != 1) return why.reject("{} attention ops in one module; expected one", ops.size());
+    const ir::Node& n = g.nodes[ops[0]];
+    if (n.args.size() < 8) return why.reject("attention op with {} arguments, expected 8", n.args.size());
+    const auto scale = number_arg(n, 4);
+    if (!scale)
+      throw FusionError(fmt::format("attention in module {} (node '{}'): the softmax scale is not a number at "
+                                    "capture (argument {}); refusing to guess a default",
+                                    sg.mod().path, n.name, n.args[4].kind == ir::Arg::Kind::none ? "None" : "symbolic"));
+    AttentionSite s;
+    s.scale = *scale;
+    s.sliding_window = static_cast<int64_t>(number_arg(n, 5).value_or(-1));
+    s.softcap = number_arg(n, 6).value_or(0.0);
+    Fusion f;
+    f.attention = s;
+    f.replaces.clear();
+    // The op itself stays; remember it so validate reads this instance's operands.
+    NewNode marker;
+    marker.op = "";
+    marker.args = {ref(ops[0])};
+    f.nodes.push_back(marker);
+    return f;
+  }
+
+  bool validate(const Subgraph& sg, Fusion& f, Why& why) const override {
+    const ir::Graph& g = *sg.graph;
+    const int op = f.nodes[0].args[0].ref;
+    const ir::Node& n = g.nodes[op];
+    auto& s = *f.attention;
+    const int64_t arg_layer = n.args[7].kind == ir::Arg::Kind::integer ? n.args[7].i : -1;
+    const auto& attrs = sg.mod().attributes;
+    const bool has_attr = attrs.is_object() && attrs.contains("layer_idx") && attrs["layer_idx"].is_number_integer();
+    const int64_t attr_layer = has_attr ? attrs["layer_idx"].get<int64_t>() : -1;
+    if (has_attr && arg_layer >= 0 && attr_layer != arg_layer)
+      throw FusionError(fmt::format("attention in module {}: the module's layer_idx is {} but its op was called with {}",
+                                    sg.mod().path, attr_layer, arg_layer));
+    s.layer = has_attr ? attr_layer : arg_layer;
+    s.layer_source = has_attr ? "module attribute" : "op argument";
+    if (s.layer < 0)
+      throw FusionError(fmt::format("attention in module {} has no layer index (no layer_idx attribute or argument)",
+                                    sg.mod().path));
+    const auto& q = g.nodes[ref_arg(n, 0)].out;
+    const auto& k = g.nodes[ref_arg(n, 1)].out;
+    const auto& v = g.nodes[ref_arg(n, 2)].out;
+    auto hq = static_dim(q, 1), hk = static_dim(k, 1), d = static_dim(q, 3), dv = static_dim(v, 3);
+    if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4 || !hq || !hk || !d || !dv)
+      return why.reject("q/k/v are not [1, heads, tokens, head_dim] with static heads and head sizes");
+    if (*hq % *hk != 0) return why.reject("{} query heads are not a multiple of {} kv heads", *hq, *hk);
+    s.q_heads = *hq;
+    s.kv_heads = *hk;
+    s.head_dim = *d;
+    s.v_head_dim = *dv;
+    f.detail = fmt::format("layer={} ({}) scale={:g} (op argument) heads={}/{}x{}{}{}", s.layer, s.layer_source,
+                           s.scale, s.q_heads, s.kv_heads, s.head_dim,
+                           s.sliding_window >= 0 ? fmt::format(" window={}", s.sliding_window) : "",
+                           s.softcap != 0.0 ? fmt::format(" softcap={:g}", s.softcap) : "");
+    return true;
+  }
+};
+
+}  // namespace
+
+const Fuser& attention_fuser() {
+  static const AttentionFuser f;
+  return f;
+}
+
+}  // namespace fuselm::fusers

@@ -1,0 +1,203 @@
+#pragma once
+// Fusers: find a module's structure in the captured graph by dataflow and shapes, and say how to
+// run it on fused kernels (docs/fusers.md). Fusers know only the IR; the engine applies the plan.
+//
+//   Subgraph   the nodes of one module call: every node whose module stack contains the module
+//              (its own nodes and its children's), with the values it reads from outside
+//              (inputs) and the values read outside it (outputs). A fuser anchors its match on
+//              the module's *own* nodes (innermost stack entry = the module), so a decoder layer
+//              never re-matches the norm inside it.
+//   Fuser      match(subgraph, why) -> the whole plan as a value, or nullopt with a reason;
+//              validate(subgraph, fusion, why) checks one instance's own shapes (runs for every
+//              instance, also when the match came from the cache).
+//   Fusion     replacement nodes, the nodes they replace, weight transforms (parameters stacked
+//              into one fused tensor along an axis) with their tensor-parallel sharding, and
+//              additive records (attention sites). Node references are graph node indices;
+//              kNewNode + k refers to the fusion's own k-th new node.
+//   apply      matches every module with the registry, rewrites a copy of the graph (fused nodes
+//              in place of the matched roots, dead nodes removed, refs renumbered) and reports
+//              every fusion and fallback.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace fuselm::fusers {
+
+inline constexpr int kNewNode = 1 << 30;
+inline int new_ref(int k) { return kNewNode + k; }
+
+/// One module's slice of the graph (see the header comment). All indices are graph node indices.
+struct Subgraph {
+  const ir::Graph* graph = nullptr;
+  const std::vector<std::vector<int>>* users = nullptr;  // node -> nodes that read it (graph-wide)
+  int module = -1;                                       // index into graph->modules
+  std::vector<int> nodes;    // topological order
+  std::vector<int> own;      // nodes whose innermost module is this one
+  std::vector<int> inputs;   // values read from outside, in order of first use
+  std::vector<int> outputs;  // nodes read outside the subgraph (or graph outputs)
+
+  const ir::Node& node(int i) const { return graph->nodes[i]; }
+  const ir::Module& mod() const { return graph->modules[module]; }
+  bool contains(int i) const;
+  bool owns(int i) const;
+  const std::vector<int>& users_of(int i) const { return (*users)[i]; }
+  /// Own nodes whose op is `op`.
+  std::vector<int> own_of(std::string_view op) const;
+};
+
+/// What Why::reject returns: converts to an empty optional (match) or false (validate).
+struct Rejected {
+  template <typename T>
+  operator std::optional<T>() const { return std::nullopt; }
+  operator bool() const { return false; }
+};
+
+/// Why a fuser did not match: formatted only when read. `reject` returns an empty result so a
+/// fuser writes `return why.reject("gate width {} != up width {}", a, b);`.
+class Why {
+ public:
+  template <typename... A>
+  Rejected reject(fmt::format_string<A...> f, A&&... args) {
+    const fmt::string_view sv = f;
+    std::string_view fs(sv.data(), sv.size());
+    text_ = [fs, ... a = std::decay_t<A>(args)] { return fmt::format(fmt::runtime(fs), a...); };
+    applicable_ = true;
+    return {};
+  }
+  /// The module has nothing this fuser looks for (no anchor): not a candidate, not reported.
+  std::nullopt_t not_applicable() {
+    applicable_ = false;
+    text_ = nullptr;
+    return std::nullopt;
+  }
+  bool applicable() const { return applicable_; }
+  std::string str() const { return text_ ? text_() : std::string(); }
+
+ private:
+  std::function<std::string()> text_;
+  bool applicable_ = true;
+};
+
+/// Tensor-parallel role of a fused weight (used by TP later): column = output rows split across
+/// ranks (per-rank [A_r; B_r] for stacked weights), row = input columns split, then all-reduce.
+enum class Shard : uint8_t { none, column, row };
+std::string_view shard_name(Shard s);
+
+/// A new parameter made at load from checkpoint tensors: concat(sources, axis), in the weights'
+/// storage dtype. `target` is module path + "." + `name` (the driver prefixes the path).
+struct WeightTransform {
+  std::string name;               // e.g. "__fused_gate_up.weight"
+  std::string target;             // filled by the driver
+  std::vector<int> sources;       // parameter placeholder node indices
+  std::vector<std::string> source_targets;  // filled by the driver
+  int axis = 0;
+  std::vector<int64_t> shape;     // the stacked shape
+  Shard shard = Shard::none;
+};
+
+/// A node the rewrite inserts. Args' refs are graph node indices or new_ref(k) for an earlier new
+/// node of the same fusion. A placeholder for a weight transform has op "placeholder" and
+/// `weight` = its index in Fusion::weights.
+struct NewNode {
+  std::string op;
+  std::vector<ir::Arg> args;
+  ir::Node::Out out_kind = ir::Node::Out::tensor;
+  ir::TensorMeta out;
+  std::vector<ir::TensorMeta> outs;
+  int weight = -1;
+};
+
+/// An attention site (the additive attention fusion).
+struct AttentionSite {
+  int64_t layer = -1;
+  double scale = 0.0;
+  int64_t sliding_window = -1;
+  double softcap = 0.0;
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  std::string layer_source;  // "module attribute" | "op argument"
+};
+
+struct Fusion {
+  std::vector<NewNode> nodes;
+  std::vector<std::pair<int, int>> replaces;  // (graph node, new_ref(k)) : consumers are redirected
+  std::vector<WeightTransform> weights;
+  std::optional<AttentionSite> attention;
+  std::string detail;  // one line for inspect, e.g. "act=silu rows=2x1536 down=yes"
+
+  bool rewrites() const { return !replaces.empty(); }
+  /// Calls f on every node reference the fusion holds (for the cache's local renumbering).
+  void for_each_ref(const std::function<void(int&)>& f);
+};
+
+class Fuser {
+ public:
+  virtual ~Fuser() = default;
+  virtual std::string_view name() const = 0;
+  /// Additive fusions attach to a module and never rewrite; several may apply to one module.
+  virtual bool additive() const { return false; }
+  /// Structure only (cached per module class and structure signature).
+  virtual std::optional<Fusion> match(const Subgraph& sg, Why& why) const = 0;
+  /// This instance's own shapes and attributes; may fill instance data into the fusion.
+  virtual bool validate(const Subgraph& sg, Fusion& f, Why& why) const {
+    (void)sg, (void)f, (void)why;
+    return true;
+  }
+};
+
+/// Thrown for a fusion that would be wrong (an unresolvable attention scale, two modules with one
+/// layer index): never a silent fallback.
+struct FusionError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// The registry: one ordered list (registry.cc), rewriting fusers first.
+std::span<const Fuser* const> registry();
+
+struct Options {
+  bool enabled = true;
+  std::vector<std::string> disabled;  // fuser names; unknown names are an error
+};
+
+struct ReportEntry {
+  std::string module, cls, fuser;
+  enum class Status { fused, rejected, error } status = Status::fused;
+  std::string detail;  // the fusion's detail or the rejection reason
+  bool cached = false;
+};
+
+struct Report {
+  std::vector<ReportEntry> entries;  // module order, then registry order
+  std::map<std::string, std::pair<int, int>> totals;  // fuser -> (applied, candidates)
+  std::vector<std::string> errors;
+  std::vector<std::string> disabled;
+  int nodes_before = 0, nodes_after = 0;
+  int cache_hits = 0, cache_misses = 0;
+};
+
+struct Plan {
+  ir::Graph graph;                        // the rewritten graph
+  std::vector<WeightTransform> weights;   // made at load, keyed by target
+  std::vector<AttentionSite> attention;   // by layer index
+  Report report;
+};
+
+/// Runs every enabled fuser over every module of g and rewrites a copy. Never throws for a fuser
+/// that does not match; fusion errors are collected in report.errors (the engine refuses to load
+/// a graph with errors; inspect prints them).
+Plan apply(const ir::Graph& g, const Options& options = {});
+
+/// "fuser: applied of candidates modules" lines and per-module lines (inspect's text output).
+std::string format_report(const Report& r);
+nlohmann::json report_json(const Report& r);
+
+}  // namespace fuselm::fusers

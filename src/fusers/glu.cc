@@ -1,0 +1,242 @@
+// GLU   act(A·x) ⊙ (B·x) [→ D·]   →  one GEMM over [A;B] + fuselm.act_and_mul(gu, act)
+//   anchor:   the module's own multiply of two tensors, one a projection and the other a
+//             projection or a one-input function of one
+//   A, B:     linear-likes (aten.linear, or GPT-2 Conv1D view·addmm·view) reading the same x, with
+//             equal widths, parameter weights of one dtype, both or neither with a bias; either
+//             operand order of ⊙
+//   act:      silu | gelu | gelu_tanh, read from the graph; anything else (dropout, identity) is
+//             not a GLU. A plain MLP (linear → activation → linear, no gating multiply) neither.
+//   weights:  [A;B] stacked along the output axis (dim 0 for [N,K] weights, dim 1 for Conv1D
+//             [K,N]); biases likewise. TP: column parallel, rows split per rank as [A_r; B_r]; the
+//             down projection (when present) is row parallel.
+#include <algorithm>
+
+#include "fusers/pattern.h"
+
+namespace fuselm::fusers {
+namespace {
+
+struct Roles {
+  LinearLike gate, up;
+  int act = -1;   // the activation node (-1: none)
+  int mul = -1;
+};
+
+bool is_elementwise_unary(const ir::Node& n) {
+  int refs = 0;
+  for (const auto& a : n.args) refs += a.kind == ir::Arg::Kind::ref;
+  return refs == 1 && ref_arg(n, 0) >= 0 && n.out_kind == ir::Node::Out::tensor;
+}
+
+// Elementwise ops a plain MLP's activation may be spelled with.
+bool is_elementwise(const ir::Node& n) {
+  static constexpr std::string_view kOps[] = {
+      "aten.mul.Tensor", "aten.add.Tensor", "aten.pow.Tensor_Scalar", "aten.tanh.default", "aten.gelu.default",
+      "aten.silu.default", "aten.relu.default", "aten.sigmoid.default", "aten.div.Tensor", "aten.sub.Tensor",
+      "aten.erf.default", "aten.dropout.default"};
+  return std::find(std::begin(kOps), std::end(kOps), n.op) != std::end(kOps) || is_float_cast(n);
+}
+
+class GluFuser final : public Fuser {
+ public:
+  std::string_view name() const override { return "glu"; }
+
+  std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
+    const ir::Graph& g = *sg.graph;
+    std::vector<Roles> cands;
+    for (int m : sg.own_of("aten.mul.Tensor")) {
+      const ir::Node& n = g.nodes[m];
+      for (int order = 0; order < 2; ++order) {
+        const int a = ref_arg(n, order), b = ref_arg(n, 1 - order);
+        if (a < 0 || b < 0 || !sg.contains(b)) continue;
+        auto up = as_linear(g, b);
+        if (!up) continue;
+        Roles r;
+        r.up = *up;
+        r.mul = m;
+        if (auto gate = sg.contains(a) ? as_linear(g, a) : std::nullopt) {
+          r.gate = *gate;  // no activation between: bilinear
+        } else if (sg.contains(a) && is_elementwise_unary(g.nodes[a])) {
+          auto gate = as_linear(g, ref_arg(g.nodes[a], 0));
+          if (!gate || !sg.contains(gate->out)) continue;
+          r.gate = *gate;
+          r.act = a;
+        } else {
+          continue;
+        }
+        cands.push_back(r);
+        break;
+      }
+    }
+    if (cands.empty()) {
+      if (auto plain = plain_mlp(sg)) return why.reject("{}", *plain);
+      return why.not_applicable();
+    }
+    if (cands.size() > 1) return why.reject("found {} gating multiplies in one module", cands.size());
+    const Roles& r = cands[0];
+    if (r.act < 0) return why.reject("the gating multiply has no activation: linear(x) · linear(x) is bilinear, not a GLU");
+    const ir::Node& an = g.nodes[r.act];
+    std::string act;
+    if (an.op == "aten.silu.default") {
+      act = "silu";
+    } else if (an.op == "aten.gelu.default") {
+      const std::string approx = an.args.size() > 1 && an.args[1].kind == ir::Arg::Kind::string ? an.args[1].s : "none";
+      if (approx == "none") act = "gelu";
+      else if (approx == "tanh") act = "gelu_tanh";
+      else return why.reject("gelu approximation '{}' has no fused kernel", approx);
+    } else {
+      return why.reject("{} is not an activation with a fused act-and-mul (silu, gelu, gelu_tanh)", an.op);
+    }
+    if (r.gate.x != r.up.x) return why.reject("gate and up projections read different inputs");
+    if (r.gate.kn != r.up.kn) return why.reject("gate and up projections have different weight layouts");
+    if ((r.gate.bias >= 0) != (r.up.bias >= 0)) return why.reject("one of gate and up has a bias, the other not");
+    if (g.nodes[r.gate.weight].out.dtype != g.nodes[r.up.weight].out.dtype)
+      return why.reject("gate and up weights have different dtypes");
+
+    // The down projection, when the product feeds exactly one linear-like in the module.
+    bool down = false;
+    const auto& us = sg.users_of(r.mul);
+    if (us.size() == 1 && sg.contains(us[0])) {
+      const int u = us[0];
+      if (auto l = as_linear(g, u); l && l->x == r.mul) down = true;
+      for (int v : sg.users_of(u))
+        if (auto l = as_linear(g, v); l && l->x == r.mul) down = true;
+    }
+
+    Fusion f;
+    const ir::Node& gw = g.nodes[r.gate.weight];
+    WeightTransform w;
+    w.name = "__fused_gate_up.weight";
+    w.sources = {r.gate.weight, r.up.weight};
+    w.axis = r.gate.kn ? 1 : 0;
+    w.shard = Shard::column;
+    f.weights.push_back(w);
+    NewNode wn;
+    wn.op = "placeholder";
+    wn.weight = 0;
+    wn.out.dtype = gw.out.dtype;
+    f.nodes.push_back(wn);  // new 0: [2N, K] or [K, 2N], shape set in validate
+    int bias_ref = -1;
+    if (r.gate.bias >= 0) {
+      WeightTransform b;
+      b.name = "__fused_gate_up.bias";
+      b.sources = {r.gate.bias, r.up.bias};
+      b.axis = 0;
+      b.shard = Shard::column;
+      f.weights.push_back(b);
+      NewNode bn;
+      bn.op = "placeholder";
+      bn.weight = 1;
+      bn.out.dtype = g.nodes[r.gate.bias].out.dtype;
+      f.nodes.push_back(bn);
+      bias_ref = new_ref(1);
+    }
+    const ir::Node& mul = g.nodes[r.mul];
+    auto bias_arg = [&] { return bias_ref >= 0 ? ref(bias_ref) : none(); };
+    if (!r.gate.kn) {
+      NewNode lin;
+      lin.op = "aten.linear.default";
+      lin.args = {ref(r.gate.x), ref(new_ref(0)), bias_arg()};
+      lin.out = g.nodes[r.gate.out].out;  // last dim doubled in validate
+      f.nodes.push_back(lin);
+    } else {
+      NewNode mm;
+      mm.op = "aten.addmm.default";
+      mm.args = {bias_arg(), ref(r.gate.x_view >= 0 ? r.gate.x_view : r.gate.x), ref(new_ref(0)), integer(1), integer(1)};
+      mm.out = g.nodes[r.gate.addmm].out;
+      f.nodes.push_back(mm);
+    }
+    const int gu = new_ref(static_cast<int>(f.nodes.size()) - 1);
+    NewNode am;
+    am.op = "fuselm.act_and_mul.default";
+    am.args = {ref(gu), string(act)};
+    am.out = r.gate.kn ? g.nodes[r.gate.addmm].out : mul.out;
+    f.nodes.push_back(am);
+    if (r.gate.kn) {
+      NewNode v;
+      v.op = "aten.view.default";
+      v.args = {ref(new_ref(static_cast<int>(f.nodes.size()) - 1)), shape_arg(mul.out)};
+      v.out = mul.out;
+      f.nodes.push_back(v);
+    }
+    f.replaces.push_back({r.mul, new_ref(static_cast<int>(f.nodes.size()) - 1)});
+    f.detail = fmt::format("act={} down={}{}", act, down ? "yes" : "no", r.gate.kn ? " conv1d" : "");
+    return f;
+  }
+
+  bool validate(const Subgraph& sg, Fusion& f, Why& why) const override {
+    const ir::Graph& g = *sg.graph;
+    const auto& wt = f.weights[0];
+    const auto& a = g.nodes[wt.sources[0]].out;
+    const auto& b = g.nodes[wt.sources[1]].out;
+    const int n_axis = wt.axis, k_axis = 1 - wt.axis;
+    const auto na = static_dim(a, n_axis), nb = static_dim(b, n_axis);
+    const auto ka = static_dim(a, k_axis), kb = static_dim(b, k_axis);
+    if (!na || !nb || !ka || !kb) return why.reject("gate or up weight shape is not static");
+    if (*na != *nb) return why.reject("gate width {} != up width {}", *na, *nb);
+    if (*ka != *kb) return why.reject("gate input width {} != up input width {}", *ka, *kb);
+    for (auto& w : f.weights) {
+      w.shape = g.nodes[w.sources[0]].out.shape.size() == 1 ? std::vector<int64_t>{2 * *na}
+                : wt.axis == 0                               ? std::vector<int64_t>{2 * *na, *ka}
+                                                             : std::vector<int64_t>{*ka, 2 * *na};
+    }
+    for (auto& nn : f.nodes) {
+      if (nn.op == "placeholder") {
+        nn.out.shape.clear();
+        for (auto d : f.weights[nn.weight].shape) nn.out.shape.push_back(ir::Dim{d, {}});
+      } else if (nn.op == "aten.linear.default" || nn.op == "aten.addmm.default") {
+        nn.out.shape.back() = ir::Dim{2 * *na, {}};
+      }
+    }
+    const auto detail = f.detail.substr(0, f.detail.find(" rows="));
+    f.detail = fmt::format("{} rows=2x{}", detail, *na);
+    return true;
+  }
+
+ private:
+  // "plain MLP: ..." when the module is the innermost one holding two linear-likes joined by
+  // elementwise ops only, every path from the second leading back to the same first one.
+  static std::optional<std::string> plain_mlp(const Subgraph& sg) {
+    const ir::Graph& g = *sg.graph;
+    for (int i : sg.nodes) {
+      auto second = as_linear(g, i);
+      if (!second || second->out != i) continue;
+      std::vector<int> stack{second->x}, firsts;
+      bool elementwise_only = true;
+      int steps = 0;
+      while (!stack.empty() && steps++ < 64) {
+        const int v = stack.back();
+        stack.pop_back();
+        if (v < 0 || !sg.contains(v)) continue;
+        if (auto first = as_linear(g, v); first && first->out == v) {
+          if (std::find(firsts.begin(), firsts.end(), v) == firsts.end()) firsts.push_back(v);
+          continue;
+        }
+        if (!is_elementwise(g.nodes[v])) {
+          elementwise_only = false;
+          break;
+        }
+        for (size_t k = 0; k < g.nodes[v].args.size(); ++k)
+          if (ref_arg(g.nodes[v], k) >= 0) stack.push_back(ref_arg(g.nodes[v], k));
+      }
+      if (!elementwise_only || firsts.size() != 1) continue;
+      // The innermost module holding both linears must be this one.
+      const auto& a = g.nodes[firsts[0]].module_stack;
+      const auto& b = g.nodes[i].module_stack;
+      size_t common = 0;
+      while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+      if (common == 0 || a[common - 1] != sg.module) continue;
+      return std::string("plain MLP: linear → activation → linear with no gating multiply");
+    }
+    return std::nullopt;
+  }
+};
+
+}  // namespace
+
+const Fuser& glu_fuser() {
+  static const GluFuser f;
+  return f;
+}
+
+}  // namespace fuselm::fusers

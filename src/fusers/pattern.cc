@@ -1,0 +1,147 @@
+#include "fusers/pattern.h"
+
+#include <algorithm>
+
+namespace fuselm::fusers {
+
+int ref_arg(const ir::Node& n, size_t i) {
+  return i < n.args.size() && n.args[i].kind == ir::Arg::Kind::ref ? n.args[i].ref : -1;
+}
+
+std::optional<double> number_arg(const ir::Node& n, size_t i) {
+  if (i >= n.args.size()) return std::nullopt;
+  const auto& a = n.args[i];
+  if (a.kind == ir::Arg::Kind::real) return a.f;
+  if (a.kind == ir::Arg::Kind::integer) return static_cast<double>(a.i);
+  return std::nullopt;
+}
+
+bool is_op(const ir::Node& n, std::string_view op) { return n.op == op; }
+
+bool is_float_cast(const ir::Node& n) {
+  static constexpr std::string_view kCasts[] = {"aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
+                                                "aten._to_copy.default", "aten.type_as.default"};
+  if (std::find(std::begin(kCasts), std::end(kCasts), n.op) == std::end(kCasts)) return false;
+  return n.out_kind == ir::Node::Out::tensor && ir::is_floating(n.out.dtype) && ref_arg(n, 0) >= 0;
+}
+
+int strip_casts(const ir::Graph& g, int i, const Subgraph* sg, std::vector<int>* covered) {
+  while (i >= 0 && is_float_cast(g.nodes[i])) {
+    if (sg && covered && sg->owns(i)) covered->push_back(i);
+    i = ref_arg(g.nodes[i], 0);
+  }
+  return i;
+}
+
+bool is_parameter(const ir::Graph& g, int i) {
+  return i >= 0 && g.nodes[i].op == "placeholder" && g.nodes[i].placeholder_kind == "parameter";
+}
+
+std::optional<int64_t> static_dim(const ir::TensorMeta& t, int d) {
+  const int nd = static_cast<int>(t.shape.size());
+  if (d < 0) d += nd;
+  if (d < 0 || d >= nd || t.shape[d].symbolic()) return std::nullopt;
+  return t.shape[d].value;
+}
+
+namespace {
+bool is_view(const ir::Node& n) {
+  return n.op == "aten.view.default" || n.op == "aten.reshape.default" || n.op == "aten._unsafe_view.default";
+}
+}  // namespace
+
+std::optional<LinearLike> as_linear(const ir::Graph& g, int i) {
+  if (i < 0) return std::nullopt;
+  const ir::Node& n = g.nodes[i];
+  LinearLike l;
+  if (n.op == "aten.linear.default") {
+    l.out = i;
+    l.x = ref_arg(n, 0);
+    l.weight = ref_arg(n, 1);
+    l.bias = ref_arg(n, 2);
+    l.nodes = {i};
+    if (!is_parameter(g, l.weight) || (l.bias >= 0 && !is_parameter(g, l.bias))) return std::nullopt;
+    if (g.nodes[l.weight].out.shape.size() != 2) return std::nullopt;
+    return l;
+  }
+  int addmm = i;
+  if (is_view(n)) addmm = ref_arg(n, 0);
+  if (addmm < 0 || g.nodes[addmm].op != "aten.addmm.default") return std::nullopt;
+  const ir::Node& mm = g.nodes[addmm];
+  if (number_arg(mm, 3).value_or(0) != 1.0 || number_arg(mm, 4).value_or(0) != 1.0) return std::nullopt;
+  l.kn = true;
+  l.out = i;
+  l.addmm = addmm;
+  l.bias = ref_arg(mm, 0);
+  l.weight = ref_arg(mm, 2);
+  const int x2 = ref_arg(mm, 1);
+  if (x2 < 0 || !is_parameter(g, l.weight) || !is_parameter(g, l.bias)) return std::nullopt;
+  if (g.nodes[l.weight].out.shape.size() != 2) return std::nullopt;
+  if (is_view(g.nodes[x2])) {
+    l.x_view = x2;
+    l.x = ref_arg(g.nodes[x2], 0);
+  } else {
+    l.x = x2;
+  }
+  if (addmm != i) l.nodes.push_back(addmm);
+  l.nodes.push_back(i);
+  if (l.x_view >= 0) l.nodes.push_back(l.x_view);
+  return l;
+}
+
+int64_t linear_out_width(const ir::Graph& g, const LinearLike& l) {
+  return static_dim(g.nodes[l.weight].out, l.kn ? 1 : 0).value_or(0);
+}
+
+int64_t linear_in_width(const ir::Graph& g, const LinearLike& l) {
+  return static_dim(g.nodes[l.weight].out, l.kn ? 0 : 1).value_or(0);
+}
+
+ir::Arg shape_arg(const ir::TensorMeta& t) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::list;
+  for (const auto& d : t.shape) {
+    ir::Arg x;
+    if (d.symbolic()) {
+      x.kind = ir::Arg::Kind::sym;
+      x.s = d.expr;
+    } else {
+      x.kind = ir::Arg::Kind::integer;
+      x.i = d.value;
+    }
+    a.list.push_back(x);
+  }
+  return a;
+}
+
+ir::Arg ref(int i) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::ref;
+  a.ref = i;
+  return a;
+}
+
+ir::Arg real(double v) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::real;
+  a.f = v;
+  return a;
+}
+
+ir::Arg integer(int64_t v) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::integer;
+  a.i = v;
+  return a;
+}
+
+ir::Arg string(std::string_view s) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::string;
+  a.s = std::string(s);
+  return a;
+}
+
+ir::Arg none() { return ir::Arg{}; }
+
+}  // namespace fuselm::fusers

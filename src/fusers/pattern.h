@@ -1,0 +1,54 @@
+#pragma once
+// Small structural helpers the fusers share: argument access, casts, parameters, linear-likes.
+// Everything here reads ops, dataflow and shapes; nothing reads a module or parameter name.
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "fusers/fuser.h"
+
+namespace fuselm::fusers {
+
+/// Node index of argument i when it is a reference, else -1.
+int ref_arg(const ir::Node& n, size_t i);
+/// A real or integer literal argument.
+std::optional<double> number_arg(const ir::Node& n, size_t i);
+bool is_op(const ir::Node& n, std::string_view op);
+
+/// A value-preserving cast to a floating dtype (to.dtype, to.dtype_layout, to.device, _to_copy,
+/// type_as); argument 0 is its input.
+bool is_float_cast(const ir::Node& n);
+/// Follows casts back from node i; appends the casts that sg owns to `covered` when given.
+int strip_casts(const ir::Graph& g, int i, const Subgraph* sg = nullptr, std::vector<int>* covered = nullptr);
+
+bool is_parameter(const ir::Graph& g, int i);
+/// Static dimension d (negative from the end) of a tensor meta, or nullopt when symbolic.
+std::optional<int64_t> static_dim(const ir::TensorMeta& t, int d);
+
+/// A linear layer as the graph spells it:
+///   nk: aten.linear(x, W[N,K], b?)
+///   kn: view(addmm(b, view(x, [-1, K]), W[K,N]), [..., N])   (GPT-2 Conv1D), or a bare addmm on 2-d x
+/// out = the value the layer produces, x = what it reads, weight/bias = parameter placeholders.
+struct LinearLike {
+  int out = -1, x = -1, weight = -1, bias = -1;
+  int x_view = -1;  // kn: the view(x, [-1, K]) node (reused by a fused GEMM)
+  int addmm = -1;   // kn: the addmm node
+  bool kn = false;
+  std::vector<int> nodes;  // the nodes that make it up
+};
+/// node i as a linear layer whose weight is a parameter, when it is one.
+std::optional<LinearLike> as_linear(const ir::Graph& g, int i);
+
+/// Output width N and input width K of a linear-like from its weight's shape (static), or 0.
+int64_t linear_out_width(const ir::Graph& g, const LinearLike& l);
+int64_t linear_in_width(const ir::Graph& g, const LinearLike& l);
+
+/// Args for a shape list [d0, d1, ...] of a tensor meta (symbolic dims as {"sym": expr}).
+ir::Arg shape_arg(const ir::TensorMeta& t);
+ir::Arg ref(int i);
+ir::Arg real(double v);
+ir::Arg integer(int64_t v);
+ir::Arg string(std::string_view s);
+ir::Arg none();
+
+}  // namespace fuselm::fusers

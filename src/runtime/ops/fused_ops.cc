@@ -1,0 +1,79 @@
+// Ops the fusers put in the graph (src/fusers): one kernel where the captured graph had a chain.
+//   fuselm.rms_norm(x, w | None, eps, weight_offset) -> x · rsqrt(mean(x², -1) + eps) · (w + offset)
+//       fp32 arithmetic for any x and weight dtype; output in the node's dtype
+//   fuselm.act_and_mul(gu [..., 2N], act) -> act(gu[..., :N]) · gu[..., N:]   act: silu|gelu|gelu_tanh
+#include <cstring>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/norm.h"
+#include "runtime/ops/common.h"
+
+namespace fuselm::runtime::ops {
+namespace {
+
+Tensor finish_as(OpCall& c, const Tensor& y) {
+  if (c.out_dtype() == DType::f32) return y;
+  Tensor o = c.alloc(c.out_dtype(), y.sizes());
+  copy_into(y, o);
+  return o;
+}
+
+void rms_norm(OpCall& c) {
+  const Tensor& x = c.tensor(0);
+  if (x.ndim < 1) c.fail("rms_norm of a scalar");
+  const int64_t width = x.shape[x.ndim - 1];
+  const int64_t rows = width ? x.numel() / width : 0;
+  Scratch sx(c.ex), sw(c.ex);
+  Tensor xc = contiguous_as(x, DType::f32, sx);
+  const float* w = nullptr;
+  if (c.has(1)) {
+    Tensor wc = contiguous_as(c.tensor(1), DType::f32, sw);
+    if (wc.numel() != width) c.fail("weight " + wc.describe() + " does not match rows of width " + std::to_string(width));
+    w = wc.ptr<float>();
+  }
+  Tensor y = c.alloc(DType::f32, x.sizes());
+  kernels::rms_norm(xc.ptr<float>(), width, w, y.ptr<float>(), width, rows, width, static_cast<float>(c.real(2)),
+                    static_cast<float>(c.real(3)));
+  if (c.out_dtype() == DType::f32) {
+    set_out(c, y);
+    return;
+  }
+  Tensor o = finish_as(c, y);
+  c.ex.pool().release(y.buffer);
+  set_out(c, o);
+}
+
+kernels::Act parse_act(OpCall& c) {
+  const Value& v = c.arg(1);
+  if (v.kind != Value::Kind::string || !v.s) c.fail("activation is not a string");
+  const std::string_view a = v.s;
+  if (a == "silu") return kernels::Act::silu;
+  if (a == "gelu") return kernels::Act::gelu;
+  if (a == "gelu_tanh") return kernels::Act::gelu_tanh;
+  c.fail("activation '" + std::string(a) + "' has no act-and-mul kernel");
+}
+
+void act_and_mul(OpCall& c) {
+  const Tensor& gu = c.tensor(0);
+  if (gu.ndim < 1 || gu.shape[gu.ndim - 1] % 2 != 0) c.fail("input " + gu.describe() + " is not [..., 2N]");
+  const kernels::Act act = parse_act(c);
+  const int64_t n2 = gu.shape[gu.ndim - 1], n = n2 / 2;
+  const int64_t rows = n2 ? gu.numel() / n2 : 0;
+  Scratch s(c.ex);
+  Tensor g = contiguous_as(gu, DType::f32, s);
+  std::array<int64_t, kMaxDims> shape{};
+  for (int d = 0; d < gu.ndim; ++d) shape[d] = gu.shape[d];
+  shape[gu.ndim - 1] = n;
+  Tensor y = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), gu.ndim));
+  kernels::act_and_mul(act, g.ptr<float>(), n2, g.ptr<float>() + n, n2, y.ptr<float>(), n, rows, n);
+  set_out(c, y);
+}
+
+}  // namespace
+
+void register_fused_ops(OpRegistry& r) {
+  r.add("fuselm.rms_norm.default", rms_norm);
+  r.add("fuselm.act_and_mul.default", act_and_mul);
+}
+
+}  // namespace fuselm::runtime::ops

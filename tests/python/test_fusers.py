@@ -1,0 +1,424 @@
+"""Fusers, end to end: toy nn.Modules captured through the normal capture path (capture_module),
+saved with their state_dict as a safetensors checkpoint, and checked with `fuselm inspect --json`:
+each fuser's positive and negative cases, fused vs unfused logits on tiny real families, and name
+blindness (a toy LM renamed alpha, beta, ... gets the same fusions and the same logits).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+import fuselm_runner
+import tiny_models
+
+H, I = 32, 64
+
+
+# ---------------------------------------------------------------- capture helpers
+
+def capture_toy(module: nn.Module, out_dir: Path, extra_inputs: tuple[str, ...] = ()) -> Path:
+    """Captures module(x [1, T, H], *extra) with T dynamic; writes the checkpoint next to the IR."""
+    from safetensors.torch import save_file
+    from fuselm_capture.capture import capture_module
+    torch.manual_seed(0)
+    module = module.eval()
+    t = torch.export.Dim("num_tokens", min=2, max=4096)
+    kwargs = {"x": torch.randn(1, 8, H)}
+    shapes = {"x": {1: t}}
+    for name in extra_inputs:
+        kwargs[name] = torch.randn(1, 8, H)
+        shapes[name] = {1: t}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    capture_module(module, kwargs, shapes, out_dir / "fuselm-ir")
+    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(out_dir / "model.safetensors"))
+    return out_dir
+
+
+def inspect(fuselm_bin, model_dir: Path, *extra: str, ok: bool = True) -> dict:
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--json", *extra], capture_output=True,
+                          text=True, timeout=600)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    report["returncode"] = proc.returncode
+    return report
+
+
+def entry(report: dict, module: str, fuser: str) -> dict | None:
+    return next((e for e in report["modules"] if e["module"] == module and e["fuser"] == fuser), None)
+
+
+class Wrap(nn.Module):
+    """A toy root holding one block under the name `block`."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x, gate=None):
+        return self.block(x) if gate is None else self.block(x, gate)
+
+
+# ---------------------------------------------------------------- RMSNorm variants
+
+class RmsLlama(nn.Module):  # fp32 upcast, cast back before the weight
+    def __init__(self, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(H) + 0.1 * torch.randn(H))
+        self.eps = eps
+
+    def forward(self, x):
+        dt = x.dtype
+        x = x.to(torch.float32)
+        var = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(var + self.eps)
+        return self.weight * x.to(dt)
+
+
+class RmsGemma(nn.Module):  # (1 + w), cast after the weight
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(0.1 * torch.randn(H))
+
+    def forward(self, x):
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (y * (1.0 + self.weight.float())).type_as(x)
+
+
+class RmsNoWeight(nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-5)
+
+
+class RmsNoCast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(H))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 3e-5) * self.w
+
+
+class HandLayerNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(H))
+        self.bias = nn.Parameter(torch.zeros(H))
+
+    def forward(self, x):
+        xc = x - x.mean(-1, keepdim=True)
+        return xc * torch.rsqrt((xc * xc).mean(-1, keepdim=True) + 1e-5) * self.weight + self.bias
+
+
+class GatedRmsBefore(nn.Module):  # Mamba2-style: x · silu(gate), then the norm
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(H))
+
+    def forward(self, x, gate):
+        x = x * F.silu(gate)
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+class GatedRmsAfter(nn.Module):  # Qwen3-Next-style: the norm, then · silu(gate)
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(H))
+
+    def forward(self, x, gate):
+        y = self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        return y * F.silu(gate)
+
+
+@pytest.mark.parametrize("cls,weight", [(RmsLlama, "weight=w"), (RmsGemma, "weight=1+w"),
+                                        (RmsNoWeight, "weight=none"), (RmsNoCast, "weight=w")])
+def test_rms_norm_variants_fuse(cls, weight, fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(cls()), tmp_path / cls.__name__)
+    e = entry(inspect(fuselm_bin, d), "block", "rms_norm")
+    assert e and e["status"] == "fused", e
+    assert weight in e["detail"] and f"width={H}" in e["detail"]
+
+
+def test_rms_norm_eps_is_per_instance(fuselm_bin, tmp_path):
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = RmsLlama(1e-6), RmsLlama(1e-3)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    r = inspect(fuselm_bin, capture_toy(Two(), tmp_path / "two"))
+    assert "eps=1e-06" in entry(r, "a", "rms_norm")["detail"]
+    assert "eps=0.001" in entry(r, "b", "rms_norm")["detail"]
+
+
+@pytest.mark.parametrize("cls,reason,inputs", [
+    (HandLayerNorm, "LayerNorm", ()),
+    (GatedRmsBefore, "not a plain RMSNorm", ("gate",)),
+    (GatedRmsAfter, "not a plain RMSNorm", ("gate",)),
+])
+def test_rms_norm_rejects(cls, reason, inputs, fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(cls()), tmp_path / cls.__name__, inputs)
+    e = entry(inspect(fuselm_bin, d), "block", "rms_norm")
+    assert e and e["status"] == "rejected" and reason in e["detail"], e
+
+
+def test_torch_layer_norm_is_not_a_candidate(fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(nn.LayerNorm(H)), tmp_path / "ln"))
+    assert r["totals"]["rms_norm"]["applied"] == 0
+
+
+# ---------------------------------------------------------------- GLU variants
+
+class Glu(nn.Module):
+    def __init__(self, act="silu", reverse=False, down=True, bias=False):
+        super().__init__()
+        self.gate_proj = nn.Linear(H, I, bias=bias)
+        self.up_proj = nn.Linear(H, I, bias=bias)
+        self.down_proj = nn.Linear(I, H, bias=False) if down else None
+        self.act, self.reverse = act, reverse
+
+    def forward(self, x):
+        g = self.gate_proj(x)
+        if self.act == "silu":
+            a = F.silu(g)
+        elif self.act == "gelu":
+            a = F.gelu(g)
+        elif self.act == "gelu_tanh":
+            a = F.gelu(g, approximate="tanh")
+        else:
+            a = F.dropout(g, 0.1, training=False) if self.act == "dropout" else g
+        u = self.up_proj(x)
+        y = u * a if self.reverse else a * u
+        return self.down_proj(y) if self.down_proj is not None else y
+
+
+class GluConv1D(nn.Module):
+    def __init__(self):
+        super().__init__()
+        from transformers.pytorch_utils import Conv1D
+        self.c_gate, self.c_up, self.c_down = Conv1D(I, H), Conv1D(I, H), Conv1D(H, I)
+        for c in (self.c_gate, self.c_up, self.c_down):
+            nn.init.normal_(c.weight, std=0.1)
+            nn.init.normal_(c.bias, std=0.1)
+
+    def forward(self, x):
+        return self.c_down(F.silu(self.c_gate(x)) * self.c_up(x))
+
+
+class PlainMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(H, I), nn.Linear(I, H)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+@pytest.mark.parametrize("name,module,detail", [
+    ("silu", lambda: Glu(), "act=silu down=yes"),
+    ("reversed", lambda: Glu(reverse=True), "act=silu down=yes"),
+    ("no_down", lambda: Glu(down=False), "act=silu down=no"),
+    ("gelu", lambda: Glu(act="gelu"), "act=gelu down=yes"),
+    ("gelu_tanh", lambda: Glu(act="gelu_tanh", bias=True), "act=gelu_tanh down=yes"),
+    ("conv1d", lambda: GluConv1D(), "conv1d"),
+])
+def test_glu_variants_fuse(name, module, detail, fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(module()), tmp_path / name)
+    e = entry(inspect(fuselm_bin, d), "block", "glu")
+    assert e and e["status"] == "fused", e
+    assert detail in e["detail"] and f"rows=2x{I}" in e["detail"]
+
+
+@pytest.mark.parametrize("name,module,reason", [
+    ("dropout", lambda: Glu(act="dropout"), "not an activation"),
+    ("bilinear", lambda: Glu(act="none"), "bilinear"),
+    ("plain", lambda: PlainMlp(), "plain MLP"),
+])
+def test_glu_rejects(name, module, reason, fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(module()), tmp_path / name)
+    r = inspect(fuselm_bin, d)
+    e = entry(r, "block", "glu")
+    assert e and e["status"] == "rejected" and reason in e["detail"], r["modules"]
+    assert r["totals"]["glu"]["applied"] == 0
+
+
+def test_disable_fuser(fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(Glu()), tmp_path / "glu")
+    r = inspect(fuselm_bin, d, "--disable-fuser", "glu")
+    assert "glu" in r["disabled"] and entry(r, "block", "glu") is None
+    r = inspect(fuselm_bin, d, "--no-fuse")
+    assert set(r["disabled"]) >= {"glu", "rms_norm", "attention"}
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(d), "--disable-fuser", "nope"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "unknown fuser 'nope'" in proc.stderr
+
+
+# ---------------------------------------------------------------- real families: plan and logits
+
+FUSED_FAMILIES = {  # family -> fusers that must apply on every candidate module
+    "llama": ("rms_norm", "glu"),
+    "gemma": ("rms_norm", "glu"),
+    "qwen3": ("rms_norm", "glu"),
+    "gpt2": (),
+}
+
+
+@pytest.fixture(scope="module")
+def family_dir(model_cache):
+    def get(family):
+        d = model_cache / family
+        if not (d / "config.json").exists():
+            tiny_models.build(family, d)
+        return d
+    return get
+
+
+@pytest.mark.parametrize("family", list(FUSED_FAMILIES))
+def test_family_plan_and_unfused_logits(family, family_dir, fuselm_bin, tmp_path):
+    d = family_dir(family)
+    prompt = [int(x) for x in np.random.default_rng(1).integers(0, 500, size=9)]
+    fused_res, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path)
+    r = inspect(fuselm_bin, d)
+    layers = tiny_models.make_config(family).num_hidden_layers
+    assert r["totals"]["attention"] == {"applied": layers, "candidates": layers}
+    for f in FUSED_FAMILIES[family]:
+        t = r["totals"][f]
+        assert t["applied"] == t["candidates"] > 0, (f, t, r["modules"])
+    plain_res, plain = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path, extra=["--no-fuse"])
+    scale = float(np.abs(plain).max())
+    diff = float(np.abs(fused - plain).max())
+    print(f"\n{family}: fused vs unfused max |logit diff| / max|logit| = {diff / scale:.2e}")
+    assert diff <= 1e-5 * scale
+    assert fused_res["token_ids"] == plain_res["token_ids"]
+
+
+# ---------------------------------------------------------------- name blindness
+
+V, NH, HD, LAYERS = 96, 4, 8, 2
+CONVENTIONAL = dict(embed="embed_tokens", layers="layers", norm1="input_layernorm", attn="self_attn",
+                    q="q_proj", k="k_proj", v="v_proj", o="o_proj", norm2="post_attention_layernorm", mlp="mlp",
+                    gate="gate_proj", up="up_proj", down="down_proj", final="norm", head="lm_head", w="weight")
+SCRAMBLED = dict(zip(CONVENTIONAL, ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+                                    "kappa", "lam", "mu", "nu", "xi", "omicron", "pi"]))
+
+
+class NamedRms(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+        self.register_parameter(n["w"], nn.Parameter(torch.ones(H) + 0.1 * torch.randn(H)))
+
+    def forward(self, x):
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return getattr(self, self.n["w"]) * y.to(x.dtype)
+
+
+class NamedAttn(nn.Module):
+    def __init__(self, n, layer_idx):
+        super().__init__()
+        self.n, self.layer_idx = n, layer_idx
+        for role, out in (("q", NH * HD), ("k", NH * HD), ("v", NH * HD)):
+            setattr(self, n[role], nn.Linear(H, out, bias=False))
+        setattr(self, n["o"], nn.Linear(NH * HD, H, bias=False))
+
+    def forward(self, x):
+        t = x.shape[1]
+        q, k, v = (getattr(self, self.n[r])(x).view(1, t, NH, HD).transpose(1, 2) for r in ("q", "k", "v"))
+        a = torch.ops.fuselm.attention(q, k, v, None, HD ** -0.5, -1, 0.0, self.layer_idx)
+        return getattr(self, self.n["o"])(a.reshape(1, t, NH * HD))
+
+
+class NamedMlp(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+        setattr(self, n["gate"], nn.Linear(H, I, bias=False))
+        setattr(self, n["up"], nn.Linear(H, I, bias=False))
+        setattr(self, n["down"], nn.Linear(I, H, bias=False))
+
+    def forward(self, x):
+        g = getattr(self, self.n["gate"])
+        u = getattr(self, self.n["up"])
+        return getattr(self, self.n["down"])(F.silu(g(x)) * u(x))
+
+
+class NamedLayer(nn.Module):
+    def __init__(self, n, idx):
+        super().__init__()
+        self.n = n
+        setattr(self, n["norm1"], NamedRms(n))
+        setattr(self, n["attn"], NamedAttn(n, idx))
+        setattr(self, n["norm2"], NamedRms(n))
+        setattr(self, n["mlp"], NamedMlp(n))
+
+    def forward(self, x):
+        g = lambda r: getattr(self, self.n[r])  # noqa: E731
+        x = x + g("attn")(g("norm1")(x))
+        return x + g("mlp")(g("norm2")(x))
+
+
+class NamedLM(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+        setattr(self, n["embed"], nn.Embedding(V, H))
+        setattr(self, n["layers"], nn.ModuleList([NamedLayer(n, i) for i in range(LAYERS)]))
+        setattr(self, n["final"], NamedRms(n))
+        setattr(self, n["head"], nn.Linear(H, V, bias=False))
+
+    def forward(self, input_ids, position_ids):
+        g = lambda r: getattr(self, self.n[r])  # noqa: E731
+        x = g("embed")(input_ids) + 0.0 * position_ids.unsqueeze(-1).float()
+        for layer in g("layers"):
+            x = layer(x)
+        return g("head")(g("final")(x))
+
+
+def build_named_lm(names: dict, out_dir: Path) -> Path:
+    from safetensors.torch import save_file
+    from fuselm_capture import ops  # noqa: F401  (registers torch.ops.fuselm.attention)
+    from fuselm_capture.capture import capture_module
+    torch.manual_seed(0)
+    model = NamedLM(names).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3)
+    t = torch.export.Dim("num_tokens", min=2, max=2048)
+    kwargs = {"input_ids": torch.zeros(1, 8, dtype=torch.long), "position_ids": torch.arange(8).unsqueeze(0)}
+    ir_dir = out_dir / "fuselm-ir"
+    capture_module(model, kwargs, {"input_ids": {1: t}, "position_ids": {1: t}}, ir_dir)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"))
+    # A model directory the engine can load: a config.json the IR was "captured from".
+    config = json.dumps({"vocab_size": V, "max_position_embeddings": 2048})
+    (out_dir / "config.json").write_text(config)
+    ir = json.loads((ir_dir / "ir.json").read_text())
+    ir["model"].update(config_json=config, vocab_size=V, max_position_embeddings=2048)
+    (ir_dir / "ir.json").write_text(json.dumps(ir))
+    return out_dir
+
+
+def test_name_blindness(fuselm_bin, tmp_path):
+    a = build_named_lm(CONVENTIONAL, tmp_path / "conventional")
+    b = build_named_lm(SCRAMBLED, tmp_path / "scrambled")
+    ra, rb = inspect(fuselm_bin, a), inspect(fuselm_bin, b)
+    plan = lambda r: sorted((e["fuser"], e["status"], e["detail"]) for e in r["modules"])  # noqa: E731
+    assert plan(ra) == plan(rb)
+    assert ra["totals"] == rb["totals"]
+    assert ra["totals"]["glu"]["applied"] == LAYERS and ra["totals"]["rms_norm"]["applied"] == 2 * LAYERS + 1
+    assert ra["totals"]["attention"]["applied"] == LAYERS
+    prompt = [3, 14, 15, 92, 65, 35]
+    res_a, la = fuselm_runner.generate(fuselm_bin, a, prompt, 6, tmp_path)
+    res_b, lb = fuselm_runner.generate(fuselm_bin, b, prompt, 6, tmp_path)
+    assert res_a["token_ids"] == res_b["token_ids"]
+    np.testing.assert_array_equal(la, lb)
