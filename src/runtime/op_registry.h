@@ -3,11 +3,13 @@
 // file registers its family in register_<family>_ops; register_all_ops lists them.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "ir/graph.h"
 #include "runtime/value.h"
@@ -54,6 +56,13 @@ class OpRegistry {
   const OpFn* find(const std::string& op) const {
     auto it = ops_.find(op);
     return it == ops_.end() ? nullptr : &it->second;
+  }
+  /// Every registered op name, sorted (the op tests check that each one has a test case).
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, fn] : ops_) out.push_back(name);
+    std::sort(out.begin(), out.end());
+    return out;
   }
   /// The registry with every op family of the engine.
   static const OpRegistry& builtin();

@@ -45,8 +45,7 @@ struct Parser {
         p += 2;
         v = std::floor(v / unary());
       } else if (eat('*')) {
-        if (eat('*')) v = std::pow(v, unary());
-        else v *= unary();
+        v *= unary();
       } else if (eat('/')) {
         v /= unary();
       } else {
@@ -56,7 +55,17 @@ struct Parser {
   }
   double unary() {
     if (eat('-')) return -unary();
-    return atom();
+    return power();
+  }
+  // "**" binds tighter than "*" and unary minus, and to the right: 2*s0**2, -s0**2, s0**2**3.
+  double power() {
+    double v = atom();
+    ws();
+    if (s.substr(p, 2) == "**") {
+      p += 2;
+      return std::pow(v, unary());
+    }
+    return v;
   }
   double atom() {
     ws();

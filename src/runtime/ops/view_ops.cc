@@ -51,10 +51,9 @@ int infer_shape(OpCall& c, const Tensor& t, size_t arg, std::array<int64_t, kMax
   return nd;
 }
 
-void do_view(OpCall& c, bool allow_copy) {
-  const Tensor& t = c.tensor(0);
-  std::array<int64_t, kMaxDims> shape{}, strides{};
-  int nd = infer_shape(c, t, 1, shape);
+// t as `shape`: a view when the strides allow one, else a contiguous copy (reshape) or an error.
+void view_as(OpCall& c, const Tensor& t, const std::array<int64_t, kMaxDims>& shape, int nd, bool allow_copy) {
+  std::array<int64_t, kMaxDims> strides{};
   Tensor out = t;
   out.ndim = nd;
   if (t.is_contiguous()) {
@@ -74,6 +73,13 @@ void do_view(OpCall& c, bool allow_copy) {
     c.fail("view of non-contiguous " + t.describe() + " is not possible; the graph should use reshape");
   }
   set_out(c, out);
+}
+
+void do_view(OpCall& c, bool allow_copy) {
+  const Tensor& t = c.tensor(0);
+  std::array<int64_t, kMaxDims> shape{};
+  int nd = infer_shape(c, t, 1, shape);
+  view_as(c, t, shape, nd, allow_copy);
 }
 
 void transpose(OpCall& c) {
@@ -258,10 +264,7 @@ void flatten(OpCall& c) {  // flatten.using_ints(self, start_dim, end_dim)
       shape[nd++] = t.shape[i];
     }
   }
-  if (!t.is_contiguous()) c.fail("flatten of a non-contiguous tensor");
-  Tensor out = Tensor::contiguous_view(t.data, t.dtype, std::span<const int64_t>(shape.data(), nd));
-  out.buffer = t.buffer;
-  set_out(c, out);
+  view_as(c, t, shape, nd, true);  // like reshape: a view when possible, else a copy
 }
 
 }  // namespace
