@@ -265,9 +265,9 @@ def test_disable_fuser(fuselm_bin, tmp_path):
 # ---------------------------------------------------------------- real families: plan and logits
 
 FUSED_FAMILIES = {  # family -> fusers that must apply on every candidate module
-    "llama": ("rms_norm", "glu"),
-    "gemma": ("rms_norm", "glu"),
-    "qwen3": ("rms_norm", "glu"),
+    "llama": ("rms_norm", "glu", "qkv"),
+    "gemma": ("rms_norm", "glu", "qkv"),
+    "qwen3": ("rms_norm", "glu", "qkv"),
     "gpt2": (),
 }
 
@@ -327,15 +327,17 @@ class NamedAttn(nn.Module):
     def __init__(self, n, layer_idx):
         super().__init__()
         self.n, self.layer_idx = n, layer_idx
-        for role, out in (("q", NH * HD), ("k", NH * HD), ("v", NH * HD)):
+        for role, out in (("q", NH * HD), ("k", NH * HD // 2), ("v", NH * HD // 2)):  # GQA
             setattr(self, n[role], nn.Linear(H, out, bias=False))
         setattr(self, n["o"], nn.Linear(NH * HD, H, bias=False))
+        self.extra = nn.Linear(H, 1, bias=False)  # a projection of another width beside q, k, v
 
     def forward(self, x):
         t = x.shape[1]
-        q, k, v = (getattr(self, self.n[r])(x).view(1, t, NH, HD).transpose(1, 2) for r in ("q", "k", "v"))
+        # Computed in v, k, q order: roles come from where the values flow, not from order.
+        v, k, q = (getattr(self, self.n[r])(x).view(1, t, -1, HD).transpose(1, 2) for r in ("v", "k", "q"))
         a = torch.ops.fuselm.attention(q, k, v, None, HD ** -0.5, -1, 0.0, self.layer_idx)
-        return getattr(self, self.n["o"])(a.reshape(1, t, NH * HD))
+        return getattr(self, self.n["o"])(a.reshape(1, t, NH * HD)) * torch.sigmoid(self.extra(x))
 
 
 class NamedMlp(nn.Module):
@@ -417,8 +419,116 @@ def test_name_blindness(fuselm_bin, tmp_path):
     assert ra["totals"] == rb["totals"]
     assert ra["totals"]["glu"]["applied"] == LAYERS and ra["totals"]["rms_norm"]["applied"] == 2 * LAYERS + 1
     assert ra["totals"]["attention"]["applied"] == LAYERS
+    assert ra["totals"]["qkv"]["applied"] == LAYERS
+    assert f"rows={NH * HD}+{NH * HD // 2}+{NH * HD // 2}" in entry(rb, "beta.0.delta", "qkv")["detail"]
     prompt = [3, 14, 15, 92, 65, 35]
     res_a, la = fuselm_runner.generate(fuselm_bin, a, prompt, 6, tmp_path)
     res_b, lb = fuselm_runner.generate(fuselm_bin, b, prompt, 6, tmp_path)
     assert res_a["token_ids"] == res_b["token_ids"]
     np.testing.assert_array_equal(la, lb)
+    _, lu = fuselm_runner.generate(fuselm_bin, a, prompt, 6, tmp_path, extra=["--no-fuse"])
+    assert float(np.abs(la - lu).max()) <= 1e-5 * float(np.abs(lu).max())
+
+
+# ---------------------------------------------------------------- attention sites
+
+class ToyAttn(nn.Module):
+    def __init__(self, layer_idx, scale=None):
+        super().__init__()
+        self.layer_idx, self.scale = layer_idx, scale
+        self.qkv = nn.ModuleList([nn.Linear(H, NH * HD, bias=False) for _ in range(3)])
+
+    def forward(self, x):
+        from fuselm_capture import ops  # noqa: F401
+        t = x.shape[1]
+        q, k, v = (p(x).view(1, t, NH, HD).transpose(1, 2) for p in self.qkv)
+        scale = self.scale if self.scale is not None else HD ** -0.5
+        return torch.ops.fuselm.attention(q, k, v, None, scale, -1, 0.0, self.layer_idx).reshape(1, t, NH * HD)
+
+
+class AttnStack(nn.Module):
+    """Layers of `per_layer` attention modules each; indices as given."""
+
+    def __init__(self, indices, scale=None):
+        super().__init__()
+        self.attns = nn.ModuleList([ToyAttn(i, scale) for i in indices])
+
+    def forward(self, x):
+        for a in self.attns:
+            x = x + a(x)
+        return x
+
+
+def test_attention_layer_indices_longcat_style(fuselm_bin, tmp_path):
+    # Two layers with two attention modules each: indices 0..3 come from the modules themselves.
+    r = inspect(fuselm_bin, capture_toy(AttnStack([0, 1, 2, 3]), tmp_path / "lc"))
+    assert r["totals"]["attention"] == {"applied": 4, "candidates": 4}
+    for i in range(4):
+        assert f"layer={i} (module attribute)" in entry(r, f"attns.{i}", "attention")["detail"]
+
+
+def test_attention_scale_is_the_op_argument(fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(AttnStack([0], scale=1.0), tmp_path / "opt"))
+    assert "scale=1 (op argument)" in entry(r, "attns.0", "attention")["detail"]
+
+
+@pytest.mark.parametrize("indices,message", [
+    ([0, 0], "layer index 0 is claimed by two attention modules: attns.0 and attns.1"),
+    ([0, 2], "no attention module serves layer index 1"),
+])
+def test_attention_index_errors(indices, message, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(AttnStack(indices), tmp_path / "bad"), ok=False)
+    assert r["returncode"] != 0 and any(message in e for e in r["errors"]), r["errors"]
+
+
+def test_attention_unresolvable_scale_is_an_error(fuselm_bin, tmp_path):
+    # torch.export specializes Python-float scales, so write the IR a capture could not resolve.
+    d = capture_toy(AttnStack([0]), tmp_path / "noscale")
+    path = d / "fuselm-ir" / "ir.json"
+    ir = json.loads(path.read_text())
+    for n in ir["nodes"]:
+        if n["op"] == "fuselm.attention.default":
+            n["args"][4] = None
+    path.write_text(json.dumps(ir))
+    r = inspect(fuselm_bin, d, ok=False)
+    assert r["returncode"] != 0 and any("softmax scale is not a number" in e for e in r["errors"]), r
+
+
+class PackedAttn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer_idx = 0
+        self.qkv = nn.Linear(H, 3 * NH * HD, bias=False)
+
+    def forward(self, x):
+        from fuselm_capture import ops  # noqa: F401
+        t = x.shape[1]
+        q, k, v = (p.view(1, t, NH, HD).transpose(1, 2) for p in self.qkv(x).split(NH * HD, dim=-1))
+        return torch.ops.fuselm.attention(q, k, v, None, HD ** -0.5, -1, 0.0, 0).reshape(1, t, NH * HD)
+
+
+def test_qkv_with_per_head_norms_fuses(fuselm_bin, tmp_path):
+    class Normed(ToyAttn):
+        def __init__(self):
+            super().__init__(0)
+            self.q_norm, self.k_norm = RmsLlama(), RmsLlama()
+            self.q_norm.weight = nn.Parameter(torch.ones(HD))
+            self.k_norm.weight = nn.Parameter(torch.ones(HD))
+
+        def forward(self, x):
+            from fuselm_capture import ops  # noqa: F401
+            t = x.shape[1]
+            q = self.q_norm(self.qkv[0](x).view(1, t, NH, HD)).transpose(1, 2)
+            k = self.k_norm(self.qkv[1](x).view(1, t, NH, HD)).transpose(1, 2)
+            v = self.qkv[2](x).view(1, t, NH, HD).transpose(1, 2)
+            return torch.ops.fuselm.attention(q, k, v, None, 0.3, -1, 0.0, 0).reshape(1, t, NH * HD)
+
+    r = inspect(fuselm_bin, capture_toy(Wrap(Normed()), tmp_path / "normed"))
+    assert entry(r, "block", "qkv")["status"] == "fused"
+    assert entry(r, "block.q_norm", "rms_norm")["status"] == "fused"
+
+
+def test_packed_qkv_is_not_qkv(fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(PackedAttn()), tmp_path / "packed"))
+    e = entry(r, "block", "qkv")
+    assert e["status"] == "rejected" and "packed QKV" in e["detail"], e
