@@ -174,8 +174,10 @@ int run(int argc, char** argv) {
                                          o.model_dir.string()));
   const fs::path ir_dir = engine::ensure_ir(o.model_dir, true);
   std::printf("bench_decode: %s\n", o.model_dir.c_str());
-  std::printf("threads %d, kernels %s; decode %lld tokens from a short prompt, prefill %lld tokens; %d runs each (median)\n",
-              omp_get_max_threads(), kernels::isa_name(kernels::cpu_isa()),
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  std::printf("threads %d, OMP_WAIT_POLICY %s, kernels %s; decode %lld tokens from a short prompt, prefill %lld tokens; "
+              "%d runs each (median)\n",
+              omp_get_max_threads(), wait_policy ? wait_policy : "(unset)", kernels::isa_name(kernels::cpu_isa()),
               static_cast<long long>(o.tokens), static_cast<long long>(o.prefill), o.repeats);
   std::fflush(stdout);
 
