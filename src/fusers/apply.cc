@@ -166,6 +166,19 @@ void Fusion::for_each_ref(const std::function<void(int&)>& f) {
   for (auto& [old, repl] : replaces) f(old);
   for (auto& w : weights)
     for (auto& s : w.sources) f(s);
+  for (auto& s : shards) f(s.param);
+}
+
+std::optional<int64_t> HeadSection::per_rank(int64_t tp) const {
+  if (tp <= 0 || heads <= 0) return std::nullopt;
+  if (heads % tp == 0) return heads / tp * head_dim;
+  if (replicable && heads < tp && tp % heads == 0) return head_dim;
+  return std::nullopt;
+}
+
+std::string HeadSection::expr() const {
+  if (heads == 1 && replicable) return std::to_string(head_dim);
+  return replicable ? fmt::format("max(1,{}/tp)*{}", heads, head_dim) : fmt::format("{}/tp*{}", heads, head_dim);
 }
 
 Plan apply(const ir::Graph& g, const Options& options) {
@@ -255,6 +268,7 @@ Plan apply(const ir::Graph& g, const Options& options) {
           w.target = (mod.path.empty() ? "" : mod.path + ".") + w.name;
           for (int s : w.sources) w.source_targets.push_back(g.nodes[s].target);
         }
+        for (auto& s : f.shards) s.target = g.nodes[s.param].target;
         e.detail = f.detail;
         rep.entries.push_back(e);
         ++tot.first;
@@ -272,6 +286,7 @@ Plan apply(const ir::Graph& g, const Options& options) {
   // Attention sites: one module per layer index, every index from 0 to the highest served.
   std::map<int64_t, std::string> layer_owner;
   for (const auto& a : accepted) {
+    for (const auto& s : a.fusion.shards) plan.shards.push_back(s);
     if (!a.fusion.attention) continue;
     const auto& s = *a.fusion.attention;
     const std::string& path = g.modules[a.module].path;

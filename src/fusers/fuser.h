@@ -93,6 +93,31 @@ class Why {
 enum class Shard : uint8_t { none, column, row };
 std::string_view shard_name(Shard s);
 
+/// A block of columns that tensor parallelism divides by heads: heads × head_dim in the capture,
+/// per rank (heads / tp) × head_dim. A section that may be replicated (k, v) keeps one head per
+/// rank when there are fewer heads than ranks (MQA's single KV head), as vLLM does.
+struct HeadSection {
+  std::string role;  // "q", "k" or "v"
+  int64_t heads = 0, head_dim = 0;
+  bool replicable = false;
+
+  int64_t size() const { return heads * head_dim; }
+  /// Columns on each of tp ranks; nullopt when the heads do not divide among tp ranks.
+  std::optional<int64_t> per_rank(int64_t tp) const;
+  /// The per-rank size as an expression over tp: "4/tp*16", "max(1,2/tp)*16", "16" (one head).
+  std::string expr() const;
+};
+
+/// A tensor-parallel note on a parameter the fusion keeps as it is (no new tensor): how TP will
+/// split it. Column by sections: each rank takes its share of every section, [q_r; k_r; v_r].
+struct ShardNote {
+  int param = -1;          // parameter placeholder node
+  std::string target;      // filled by the driver
+  Shard shard = Shard::none;
+  int axis = 0;            // the weight axis TP splits (output axis for column, input for row)
+  std::vector<HeadSection> sections;  // column parallel by sections (empty: an even split)
+};
+
 /// A new parameter made at load from checkpoint tensors: concat(sources, axis), in the weights'
 /// storage dtype. `target` is module path + "." + `name` (the driver prefixes the path).
 struct WeightTransform {
@@ -132,6 +157,7 @@ struct Fusion {
   std::vector<std::pair<int, int>> replaces;  // (graph node, new_ref(k)) : consumers are redirected
   std::vector<WeightTransform> weights;
   std::optional<AttentionSite> attention;
+  std::vector<ShardNote> shards;  // TP notes on parameters kept as they are
   std::string detail;  // one line for inspect, e.g. "act=silu rows=2x1536 down=yes"
 
   bool rewrites() const { return !replaces.empty(); }
@@ -188,6 +214,7 @@ struct Plan {
   ir::Graph graph;                        // the rewritten graph
   std::vector<WeightTransform> weights;   // made at load, keyed by target
   std::vector<AttentionSite> attention;   // by layer index
+  std::vector<ShardNote> shards;          // TP notes, keyed by target
   Report report;
 };
 

@@ -1,6 +1,8 @@
 #include "fusers/pattern.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace fuselm::fusers {
 
@@ -95,6 +97,31 @@ int64_t linear_out_width(const ir::Graph& g, const LinearLike& l) {
 
 int64_t linear_in_width(const ir::Graph& g, const LinearLike& l) {
   return static_dim(g.nodes[l.weight].out, l.kn ? 0 : 1).value_or(0);
+}
+
+std::optional<LinearLike> output_projection(const Subgraph& sg, int attention) {
+  const ir::Graph& g = *sg.graph;
+  // Which linear-like reads a value as its input (x); the outer form of a Conv1D (view of addmm)
+  // and its bare addmm both read x, either names the layer.
+  std::map<int, LinearLike> reader;
+  for (int i : sg.nodes)
+    if (auto l = as_linear(g, i); l && l->out == i) reader.insert_or_assign(l->x, *l);
+  std::vector<int> stack{attention};
+  std::set<int> seen, found;
+  std::optional<LinearLike> out;
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (!seen.insert(v).second) continue;
+    if (auto it = reader.find(v); it != reader.end()) {
+      if (found.insert(it->second.out).second) out = it->second;
+      continue;
+    }
+    for (int u : sg.users_of(v))
+      if (sg.contains(u)) stack.push_back(u);
+  }
+  if (found.size() != 1) return std::nullopt;
+  return out;
 }
 
 ir::Arg shape_arg(const ir::TensorMeta& t) {

@@ -43,6 +43,11 @@ std::optional<LinearLike> as_linear(const ir::Graph& g, int i);
 int64_t linear_out_width(const ir::Graph& g, const LinearLike& l);
 int64_t linear_in_width(const ir::Graph& g, const LinearLike& l);
 
+/// The output projection of an attention op: the one linear-like in sg that the op's output
+/// reaches through any other ops (views, dropout, scaling, gates). nullopt when there is none in
+/// the module or several are reached (then no projection is named). Used for TP notes (row parallel).
+std::optional<LinearLike> output_projection(const Subgraph& sg, int attention);
+
 /// Args for a shape list [d0, d1, ...] of a tensor meta (symbolic dims as {"sym": expr}).
 ir::Arg shape_arg(const ir::TensorMeta& t);
 ir::Arg ref(int i);

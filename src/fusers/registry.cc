@@ -4,6 +4,7 @@
 
 namespace fuselm::fusers {
 
+const Fuser& packed_qkv_fuser();
 const Fuser& qkv_fuser();
 const Fuser& glu_fuser();
 const Fuser& rms_norm_fuser();
@@ -11,10 +12,11 @@ const Fuser& attention_fuser();
 
 std::span<const Fuser* const> registry() {
   static const Fuser* const kFusers[] = {
-      &qkv_fuser(),        // an attention module: three projections feeding q, k, v
-      &glu_fuser(),        // an MLP block: gate/up projections under one module
-      &rms_norm_fuser(),   // a norm module (leaf): never overlaps a GLU's nodes
-      &attention_fuser(),  // additive: attaches the engine's attention site
+      &packed_qkv_fuser(),  // before qkv: one projection cut into (q, k, v) pieces
+      &qkv_fuser(),         // an attention module: three projections feeding q, k, v
+      &glu_fuser(),         // an MLP block: gate/up projections under one module
+      &rms_norm_fuser(),    // a norm module (leaf): never overlaps a GLU's nodes
+      &attention_fuser(),   // additive: attaches the engine's attention site
   };
   return kFusers;
 }

@@ -529,6 +529,167 @@ def test_qkv_with_per_head_norms_fuses(fuselm_bin, tmp_path):
 
 
 def test_packed_qkv_is_not_qkv(fuselm_bin, tmp_path):
-    r = inspect(fuselm_bin, capture_toy(Wrap(PackedAttn()), tmp_path / "packed"))
-    e = entry(r, "block", "qkv")
+    d = capture_toy(Wrap(PackedAttn()), tmp_path / "packed")
+    e = entry(inspect(fuselm_bin, d, "--disable-fuser", "packed_qkv"), "block", "qkv")
     assert e["status"] == "rejected" and "packed QKV" in e["detail"], e
+    e = entry(inspect(fuselm_bin, d), "block", "packed_qkv")
+    assert e["status"] == "fused" and f"sections=q:{NH}x{HD}+k:{NH}x{HD}+v:{NH}x{HD}" in e["detail"], e
+
+
+# ---------------------------------------------------------------- packed QKV
+
+EAGER = {"on": False}  # True: attend with torch (the oracle) instead of capturing fuselm's op
+
+
+def attend(q, k, v, scale):
+    """fuselm's attention op at capture; causal SDPA with K/V repeated per group as the oracle."""
+    if not EAGER["on"]:
+        from fuselm_capture import ops  # noqa: F401
+        return torch.ops.fuselm.attention(q, k, v, None, scale, -1, 0.0, 0)
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale).transpose(1, 2)
+
+class MqaPacked(nn.Module):
+    """GPTBigCode multi_query: one projection cut (q, kv, kv) after an unsqueeze, k and v one head;
+    the output projection comes after the attention output went through dropout and a gate."""
+
+    def __init__(self, kv_heads=1, bias=True):
+        super().__init__()
+        self.layer_idx = 0
+        self.kv = kv_heads * HD
+        self.c_attn = nn.Linear(H, NH * HD + 2 * self.kv, bias=bias)
+        self.c_proj = nn.Linear(NH * HD, H)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        t = x.shape[1]
+        q, k, v = self.c_attn(x).unsqueeze(1).split((NH * HD, self.kv, self.kv), dim=3)
+        q = q.view(1, t, NH, HD).transpose(1, 2)
+        if self.kv > HD:  # more than one KV head: per-head layout for the op
+            k, v = (z.view(1, t, -1, HD).transpose(1, 2) for z in (k, v))
+        a = attend(q, k, v, HD ** -0.5).reshape(1, t, NH * HD)
+        return self.c_proj(F.gelu(self.drop(a)))
+
+
+class Phi3Packed(nn.Module):
+    """Phi-3: qkv_proj sliced three ways (GQA widths), the slices taken in v, k, q order, rope-like
+    rotation on q and k; the output projection after dropout."""
+
+    def __init__(self, gap=0):
+        super().__init__()
+        self.layer_idx = 0
+        self.qkv_proj = nn.Linear(H, (NH + 2 * (NH // 2)) * HD + gap, bias=False)
+        self.o_proj = nn.Linear(NH * HD, H, bias=False)
+
+    def forward(self, x):
+        t = x.shape[1]
+        qkv = self.qkv_proj(x)
+        nq, nk = NH * HD, NH // 2 * HD
+        v = qkv[..., nq + nk:nq + 2 * nk].view(1, t, -1, HD).transpose(1, 2)
+        k = qkv[..., nq:nq + nk].view(1, t, -1, HD).transpose(1, 2)
+        q = qkv[..., :nq].view(1, t, -1, HD).transpose(1, 2)
+        rot = lambda z: torch.cat([-z[..., HD // 2:], z[..., :HD // 2]], dim=-1)  # noqa: E731
+        q, k = q * 0.8 + rot(q) * 0.6, k * 0.8 + rot(k) * 0.6
+        a = attend(q, k, v, HD ** -0.5).reshape(1, t, NH * HD)
+        return self.o_proj(F.dropout(a, 0.1, training=False))
+
+
+class PerHeadPacked(nn.Module):
+    """GPT-NeoX / GPTBigCode multi-head: the projection viewed [.., heads, 3·d], then split per head."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer_idx = 0
+        self.qkv = nn.Linear(H, 3 * NH * HD)
+        self.out = nn.Linear(NH * HD, H)
+
+    def forward(self, x):
+        from fuselm_capture import ops  # noqa: F401
+        t = x.shape[1]
+        q, k, v = self.qkv(x).view(1, t, NH, 3 * HD).transpose(1, 2).split(HD, dim=3)
+        a = torch.ops.fuselm.attention(q, k, v, None, HD ** -0.5, -1, 0.0, 0).reshape(1, t, NH * HD)
+        return self.out(a)
+
+
+class PackedLM(nn.Module):
+    """A tiny LM around one packed attention block, so the engine can run it (logits fused vs not)."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.embed = nn.Embedding(V, H)
+        self.block = block
+        self.head = nn.Linear(H, V, bias=False)
+
+    def forward(self, input_ids, position_ids):
+        x = self.embed(input_ids) + 0.0 * position_ids.unsqueeze(-1).float()
+        return self.head(x + self.block(x))
+
+
+@pytest.mark.parametrize("name,module,detail", [
+    ("mqa", lambda: MqaPacked(), f"bias sections=q:{NH}x{HD}+k:1x{HD}+v:1x{HD} per-rank=[{NH}/tp*{HD},{HD},{HD}] out=row"),
+    ("mqa_gqa_no_bias", lambda: MqaPacked(kv_heads=2, bias=False),
+     f"sections=q:{NH}x{HD}+k:2x{HD}+v:2x{HD} per-rank=[{NH}/tp*{HD},max(1,2/tp)*{HD},max(1,2/tp)*{HD}] out=row"),
+    ("phi3", lambda: Phi3Packed(), f"sections=q:{NH}x{HD}+k:{NH // 2}x{HD}+v:{NH // 2}x{HD}"),
+])
+def test_packed_qkv_fuses(name, module, detail, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(module()), tmp_path / name))
+    e = entry(r, "block", "packed_qkv")
+    assert e and e["status"] == "fused" and detail in e["detail"], e
+    assert e["detail"].endswith("out=row")
+    assert entry(r, "block", "qkv") is None  # the module is rewritten once: qkv is not tried after
+    assert r["totals"]["packed_qkv"] == {"applied": 1, "candidates": 1}
+
+
+@pytest.mark.parametrize("name,module,reason", [
+    ("per_head", lambda: PerHeadPacked(), f"viewed per head ([..., {NH}, {3 * HD}]) before it is split"),
+    ("gap", lambda: Phi3Packed(gap=4), f"the pieces cover {2 * NH * HD} of the projection's {2 * NH * HD + 4} columns"),
+])
+def test_packed_qkv_rejects(name, module, reason, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(module()), tmp_path / name))
+    e = entry(r, "block", "packed_qkv")
+    assert e and e["status"] == "rejected" and reason in e["detail"], e
+    assert r["totals"]["packed_qkv"]["applied"] == 0
+    assert entry(r, "block", "attention")["status"] == "fused"
+
+
+def test_packed_qkv_not_a_candidate_for_three_projections(fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(AttnStack([0]), tmp_path / "three"))
+    assert r["totals"]["packed_qkv"] == {"applied": 0, "candidates": 0}
+    assert r["totals"]["qkv"] == {"applied": 1, "candidates": 1}
+
+
+@pytest.mark.parametrize("block", [MqaPacked, Phi3Packed])
+def test_packed_qkv_logits_equal_unfused(block, fuselm_bin, tmp_path):
+    from safetensors.torch import save_file
+    from fuselm_capture.capture import capture_module
+    torch.manual_seed(0)
+    model = PackedLM(block()).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    d = tmp_path / block.__name__
+    t = torch.export.Dim("num_tokens", min=2, max=2048)
+    capture_module(model, {"input_ids": torch.zeros(1, 8, dtype=torch.long), "position_ids": torch.arange(8)[None]},
+                   {"input_ids": {1: t}, "position_ids": {1: t}}, d / "fuselm-ir")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(d / "model.safetensors"))
+    config = json.dumps({"vocab_size": V, "max_position_embeddings": 2048})
+    (d / "config.json").write_text(config)
+    ir = json.loads((d / "fuselm-ir" / "ir.json").read_text())
+    ir["model"].update(config_json=config, vocab_size=V, max_position_embeddings=2048)
+    (d / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    assert entry(inspect(fuselm_bin, d), "block", "packed_qkv")["status"] == "fused"
+    prompt = [5, 17, 33, 2, 90, 41, 8]
+    res, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 6, tmp_path)
+    _, plain = fuselm_runner.generate(fuselm_bin, d, prompt, 6, tmp_path, extra=["--no-fuse"])
+    # The oracle: the module itself on the whole sequence (causal attention in fuselm's op).
+    ids = torch.tensor([prompt + res["token_ids"][:-1]])
+    EAGER["on"] = True
+    try:
+        with torch.no_grad():
+            ref = model(ids, torch.arange(ids.shape[1])[None])[0].numpy()
+    finally:
+        EAGER["on"] = False
+    scale = float(np.abs(ref).max())
+    assert float(np.abs(fused - plain).max()) <= 1e-5 * scale
+    assert float(np.abs(fused - ref).max()) <= 1e-4 * scale
