@@ -127,14 +127,22 @@ class QkvFuser final : public Fuser {
     const int64_t total = n[0] + n[1] + n[2];
     f.weights[0].shape = {total, k};
     if (f.weights.size() > 1) f.weights[1].shape = {total};
+    // This instance's metas: a cached plan carries those of the instance it was matched on.
+    int piece = 0;
     for (auto& nn : f.nodes) {
       if (nn.op == "placeholder") {
         nn.out.shape.clear();
         for (auto d : f.weights[nn.weight].shape) nn.out.shape.push_back(ir::Dim{d, {}});
       } else if (nn.op == "aten.linear.default") {
+        nn.out = g.nodes[f.replaces[0].first].out;
         nn.out.shape.back() = ir::Dim{total, {}};
       } else if (nn.op == "aten.split_with_sizes.default") {
-        for (int r = 0; r < 3; ++r) nn.args[1].list[r].i = n[r];
+        for (int r = 0; r < 3; ++r) {
+          nn.args[1].list[r].i = n[r];
+          nn.outs[r] = g.nodes[f.replaces[r].first].out;
+        }
+      } else if (nn.op == "getitem") {
+        nn.out = g.nodes[f.replaces[piece++].first].out;
       }
     }
     f.detail = fmt::format("rows={}+{}+{}{}", n[0], n[1], n[2], f.weights.size() > 1 ? " bias" : "");

@@ -51,8 +51,15 @@ def check_parity(name: str, fuselm_bin, model_dir, prompt: list[int], tmp_path, 
     if model is None:
         model = hf_model(model_dir)
     result, ours = fuselm_runner.generate(fuselm_bin, model_dir, prompt, max_tokens, tmp_path, extra=extra)
-    tokens = result["token_ids"]
-    assert len(tokens) == max_tokens
+    assert len(result["token_ids"]) == max_tokens
+    return check_against_oracle(name, model, prompt, result["token_ids"], ours)
+
+
+def check_against_oracle(name: str, model, prompt: list[int], tokens: list[int], ours: np.ndarray) -> float:
+    """check_parity's assertions on a run already made: `tokens` generated greedily after `prompt`,
+    `ours` its logits rows [len(prompt) + len(tokens) - 1, vocab]; model is transformers' in fp32."""
+    max_tokens = len(tokens)
+    assert max_tokens > 0
     # The oracle's logits over the prompt followed by our tokens cover every row we produced.
     ref = hf_logits(model, prompt + tokens[:-1])
     scale = float(np.abs(ref).max())

@@ -264,12 +264,29 @@ def test_disable_fuser(fuselm_bin, tmp_path):
 
 # ---------------------------------------------------------------- real families: plan and logits
 
-FUSED_FAMILIES = {  # family -> fusers that must apply on every candidate module
-    "llama": ("rms_norm", "glu", "qkv"),
-    "gemma": ("rms_norm", "glu", "qkv"),
-    "qwen3": ("rms_norm", "glu", "qkv"),
-    "gpt2": (),
-}
+def expected_plan(family: str) -> tuple[dict, dict]:
+    """(fuser -> modules it must fuse, fuser -> reason every candidate must be rejected with), from
+    what structurally applies to the family; a fuser in neither has no fusion in the model."""
+    n = tiny_models.make_config(family).num_hidden_layers
+    separate = {"attention": n, "qkv": n}
+    glu_rms = {"glu": n, "rms_norm": 2 * n + 1}  # a norm before attention and MLP, one final
+    plain_mlp = {"glu": "plain MLP"}
+    per_head = {"packed_qkv": "viewed per head", "qkv": "packed QKV", **plain_mlp}
+    return {
+        "llama": ({**separate, **glu_rms}, {}),
+        "qwen2": ({**separate, **glu_rms}, {}),
+        "mistral": ({**separate, **glu_rms}, {}),
+        "gemma": ({**separate, **glu_rms}, {}),  # (1 + w) norms
+        "qwen3": ({**separate, **glu_rms, "rms_norm": 4 * n + 1}, {}),  # + per-head q/k norms
+        "gemma2": ({**separate, **glu_rms, "rms_norm": 4 * n + 1}, {}),  # + post-attention/-MLP norms
+        "gemma3_text": ({**separate, **glu_rms, "rms_norm": 6 * n + 1}, {}),  # both, + q/k norms
+        "phi3": ({"attention": n, "packed_qkv": n, "rms_norm": 2 * n + 1}, {}),  # gate_up_proj: one GEMM
+        "opt": (separate, plain_mlp),  # LayerNorm, q pre-scaled
+        "gpt2": ({"attention": n, "packed_qkv": n}, plain_mlp),  # Conv1D c_attn split in 3
+        "gpt_bigcode_mqa": ({"attention": n, "packed_qkv": n}, plain_mlp),
+        "gpt_bigcode_mha": ({"attention": n}, per_head),
+        "gpt_neox": ({"attention": n}, per_head),
+    }[family]
 
 
 @pytest.fixture(scope="module")
@@ -282,23 +299,34 @@ def family_dir(model_cache):
     return get
 
 
-@pytest.mark.parametrize("family", list(FUSED_FAMILIES))
-def test_family_plan_and_unfused_logits(family, family_dir, fuselm_bin, tmp_path):
+@pytest.mark.parametrize("family", list(tiny_models.FAMILIES))
+def test_family_plan_fused_unfused_and_transformers(family, family_dir, fuselm_bin, tmp_path):
+    """Every parity family: inspect's plan is the expected one on every layer, and logits with all
+    fusers on equal --no-fuse (fp32 rounding) and transformers (test_parity covers longer prompts,
+    with fusers on)."""
+    from parity import check_against_oracle, hf_model
     d = family_dir(family)
-    prompt = [int(x) for x in np.random.default_rng(1).integers(0, 500, size=9)]
-    fused_res, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path)
+    fused_ok, rejected = expected_plan(family)
     r = inspect(fuselm_bin, d)
-    layers = tiny_models.make_config(family).num_hidden_layers
-    assert r["totals"]["attention"] == {"applied": layers, "candidates": layers}
-    for f in FUSED_FAMILIES[family]:
-        t = r["totals"][f]
-        assert t["applied"] == t["candidates"] > 0, (f, t, r["modules"])
+    assert r["errors"] == []
+    for fuser, t in r["totals"].items():
+        if fuser in fused_ok:
+            assert t == {"applied": fused_ok[fuser], "candidates": fused_ok[fuser]}, (fuser, t, r["modules"])
+        else:
+            assert t["applied"] == 0, (fuser, t)
+            reason = rejected.get(fuser)
+            cands = [e for e in r["modules"] if e["fuser"] == fuser]
+            assert len(cands) == t["candidates"] and (t["candidates"] > 0) == (reason is not None), (fuser, cands)
+            assert all(e["status"] == "rejected" and reason in e["detail"] for e in cands), cands
+    prompt = [int(x) for x in np.random.default_rng(7).integers(0, 500, size=7)]
+    fused_res, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path)
     plain_res, plain = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path, extra=["--no-fuse"])
     scale = float(np.abs(plain).max())
     diff = float(np.abs(fused - plain).max())
     print(f"\n{family}: fused vs unfused max |logit diff| / max|logit| = {diff / scale:.2e}")
     assert diff <= 1e-5 * scale
     assert fused_res["token_ids"] == plain_res["token_ids"]
+    check_against_oracle(f"{family}/fused", hf_model(d), prompt, fused_res["token_ids"], fused)
 
 
 # ---------------------------------------------------------------- name blindness
