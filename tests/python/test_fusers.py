@@ -6,6 +6,8 @@ blindness (a toy LM renamed alpha, beta, ... gets the same fusions and the same 
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -318,6 +320,13 @@ def test_family_plan_fused_unfused_and_transformers(family, family_dir, fuselm_b
             cands = [e for e in r["modules"] if e["fuser"] == fuser]
             assert len(cands) == t["candidates"] and (t["candidates"] > 0) == (reason is not None), (fuser, cands)
             assert all(e["status"] == "rejected" and reason in e["detail"] for e in cands), cands
+    # The softmax scale the model passes at the call: OPT pre-scales q and passes 1.0, Gemma 2/3
+    # pass query_pre_attn_scalar**-0.5, the rest head_dim**-0.5 (every tiny family has head size 16).
+    cfg = tiny_models.make_config(family)
+    want = 1.0 if family == "opt" else (getattr(cfg, "query_pre_attn_scalar", None) or 16) ** -0.5
+    for e in (e for e in r["modules"] if e["fuser"] == "attention"):
+        got = float(re.search(r"scale=(\S+) \(op argument\)", e["detail"]).group(1))
+        assert got == pytest.approx(want, rel=1e-5), (family, e)
     prompt = [int(x) for x in np.random.default_rng(7).integers(0, 500, size=7)]
     fused_res, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path)
     plain_res, plain = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path, extra=["--no-fuse"])
@@ -498,6 +507,51 @@ def test_attention_layer_indices_longcat_style(fuselm_bin, tmp_path):
 def test_attention_scale_is_the_op_argument(fuselm_bin, tmp_path):
     r = inspect(fuselm_bin, capture_toy(AttnStack([0], scale=1.0), tmp_path / "opt"))
     assert "scale=1 (op argument)" in entry(r, "attns.0", "attention")["detail"]
+
+
+def yarn_mscale(factor: float, mscale_all_dim: float) -> float:
+    """DeepSeek-V3's yarn_get_mscale (transformers.models.deepseek_v3), written out here."""
+    return 0.1 * mscale_all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+class ScaledAttn(nn.Module):
+    """Attention through transformers' AttentionInterface entry, as models call it. `scaling` is
+    the module attribute a model keeps (head_dim**-0.5, a decoy); the call passes `kind`'s scale:
+      opt:      q pre-scaled by head_dim**-0.5, the call passes 1.0
+      gemma2:   query_pre_attn_scalar**-0.5 (here 24, head size 8)
+      yarn:     DeepSeek-V3 with yarn rope: head_dim**-0.5 · mscale² (factor 40, mscale_all_dim 1)
+    """
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind, self.layer_idx, self.scaling = kind, 0, HD ** -0.5
+        self.q, self.k, self.v = (nn.Linear(H, NH * HD, bias=False) for _ in range(3))
+        self.o = nn.Linear(NH * HD, H, bias=False)
+
+    def call_scale(self):
+        return {"opt": 1.0, "gemma2": 24 ** -0.5, "yarn": HD ** -0.5 * yarn_mscale(40, 1.0) ** 2}[self.kind]
+
+    def forward(self, x):
+        from fuselm_capture.ops import attention_forward
+        t = x.shape[1]
+        q = self.q(x)
+        if self.kind == "opt":
+            q = q * self.scaling
+        q, k, v = (z.view(1, t, NH, HD).transpose(1, 2) for z in (q, self.k(x), self.v(x)))
+        a, _ = attention_forward(self, q, k, v, None, scaling=self.call_scale())
+        return self.o(a.reshape(1, t, NH * HD))
+
+
+@pytest.mark.parametrize("kind", ["opt", "gemma2", "yarn"])
+def test_attention_scale_cases(kind, fuselm_bin, tmp_path):
+    block = ScaledAttn(kind)
+    r = inspect(fuselm_bin, capture_toy(Wrap(block), tmp_path / kind))
+    detail = entry(r, "block", "attention")["detail"]
+    scale = float(re.search(r"scale=(\S+) \(op argument\)", detail).group(1))
+    assert scale == pytest.approx(block.call_scale(), rel=1e-5), detail
+    assert scale != pytest.approx(block.scaling, rel=1e-3)  # the attribute is not what was read
+    # q's pre-scaling (OPT) lies on the way back from the op's q operand: still three projections.
+    assert entry(r, "block", "qkv")["status"] == "fused"
 
 
 @pytest.mark.parametrize("indices,message", [
