@@ -6,6 +6,7 @@
 //             operand order of ⊙
 //   act:      silu | gelu | gelu_tanh, read from the graph; anything else (dropout, identity) is
 //             not a GLU. A plain MLP (linear → activation → linear, no gating multiply) neither.
+//   A projection cut in two halves (Phi-3's gate_up_proj) is packed_glu.cc's.
 //   weights:  [A;B] stacked along the output axis (dim 0 for [N,K] weights, dim 1 for Conv1D
 //             [K,N]); biases likewise. TP: column parallel, rows split per rank as [A_r; B_r]; the
 //             down projection (when present) is row parallel.
@@ -21,12 +22,6 @@ struct Roles {
   int act = -1;   // the activation node (-1: none)
   int mul = -1;
 };
-
-bool is_elementwise_unary(const ir::Node& n) {
-  int refs = 0;
-  for (const auto& a : n.args) refs += a.kind == ir::Arg::Kind::ref;
-  return refs == 1 && ref_arg(n, 0) >= 0 && n.out_kind == ir::Node::Out::tensor;
-}
 
 // Elementwise ops a plain MLP's activation may be spelled with.
 bool is_elementwise(const ir::Node& n) {
@@ -75,33 +70,16 @@ class GluFuser final : public Fuser {
     if (cands.size() > 1) return why.reject("found {} gating multiplies in one module", cands.size());
     const Roles& r = cands[0];
     if (r.act < 0) return why.reject("the gating multiply has no activation: linear(x) · linear(x) is bilinear, not a GLU");
-    const ir::Node& an = g.nodes[r.act];
-    std::string act;
-    if (an.op == "aten.silu.default") {
-      act = "silu";
-    } else if (an.op == "aten.gelu.default") {
-      const std::string approx = an.args.size() > 1 && an.args[1].kind == ir::Arg::Kind::string ? an.args[1].s : "none";
-      if (approx == "none") act = "gelu";
-      else if (approx == "tanh") act = "gelu_tanh";
-      else return why.reject("gelu approximation '{}' has no fused kernel", approx);
-    } else {
-      return why.reject("{} is not an activation with a fused act-and-mul (silu, gelu, gelu_tanh)", an.op);
-    }
+    const auto act_or = act_and_mul_activation(g.nodes[r.act], why);
+    if (!act_or) return std::nullopt;
+    const std::string act = *act_or;
     if (r.gate.x != r.up.x) return why.reject("gate and up projections read different inputs");
     if (r.gate.kn != r.up.kn) return why.reject("gate and up projections have different weight layouts");
     if ((r.gate.bias >= 0) != (r.up.bias >= 0)) return why.reject("one of gate and up has a bias, the other not");
     if (g.nodes[r.gate.weight].out.dtype != g.nodes[r.up.weight].out.dtype)
       return why.reject("gate and up weights have different dtypes");
 
-    // The down projection, when the product feeds exactly one linear-like in the module.
-    bool down = false;
-    const auto& us = sg.users_of(r.mul);
-    if (us.size() == 1 && sg.contains(us[0])) {
-      const int u = us[0];
-      if (auto l = as_linear(g, u); l && l->x == r.mul) down = true;
-      for (int v : sg.users_of(u))
-        if (auto l = as_linear(g, v); l && l->x == r.mul) down = true;
-    }
+    const bool down = feeds_one_linear(sg, r.mul);
 
     Fusion f;
     const ir::Node& gw = g.nodes[r.gate.weight];

@@ -99,6 +99,33 @@ int64_t linear_in_width(const ir::Graph& g, const LinearLike& l) {
   return static_dim(g.nodes[l.weight].out, l.kn ? 0 : 1).value_or(0);
 }
 
+std::optional<std::string> act_and_mul_activation(const ir::Node& an, Why& why) {
+  if (an.op == "aten.silu.default") return std::string("silu");
+  if (an.op == "aten.gelu.default") {
+    const std::string approx = an.args.size() > 1 && an.args[1].kind == ir::Arg::Kind::string ? an.args[1].s : "none";
+    if (approx == "none") return std::string("gelu");
+    if (approx == "tanh") return std::string("gelu_tanh");
+    return why.reject("gelu approximation '{}' has no fused kernel", approx);
+  }
+  return why.reject("{} is not an activation with a fused act-and-mul (silu, gelu, gelu_tanh)", an.op);
+}
+
+bool feeds_one_linear(const Subgraph& sg, int v) {
+  const ir::Graph& g = *sg.graph;
+  const auto& us = sg.users_of(v);
+  if (us.size() != 1 || !sg.contains(us[0])) return false;
+  if (auto l = as_linear(g, us[0]); l && l->x == v) return true;
+  for (int u : sg.users_of(us[0]))
+    if (auto l = as_linear(g, u); l && l->x == v) return true;
+  return false;
+}
+
+bool is_elementwise_unary(const ir::Node& n) {
+  int refs = 0;
+  for (const auto& a : n.args) refs += a.kind == ir::Arg::Kind::ref;
+  return refs == 1 && ref_arg(n, 0) >= 0 && n.out_kind == ir::Node::Out::tensor;
+}
+
 std::optional<LinearLike> output_projection(const Subgraph& sg, int attention) {
   const ir::Graph& g = *sg.graph;
   // Which linear-like reads a value as its input (x); the outer form of a Conv1D (view of addmm)

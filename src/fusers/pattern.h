@@ -2,6 +2,7 @@
 // Small structural helpers the fusers share: argument access, casts, parameters, linear-likes.
 // Everything here reads ops, dataflow and shapes; nothing reads a module or parameter name.
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,15 @@ std::optional<LinearLike> as_linear(const ir::Graph& g, int i);
 /// Output width N and input width K of a linear-like from its weight's shape (static), or 0.
 int64_t linear_out_width(const ir::Graph& g, const LinearLike& l);
 int64_t linear_in_width(const ir::Graph& g, const LinearLike& l);
+
+/// The act_and_mul name of an activation node ("silu", "gelu", "gelu_tanh"), or a rejection
+/// naming the op (dropout, identity, an unknown gelu approximation are not GLU activations).
+std::optional<std::string> act_and_mul_activation(const ir::Node& act, Why& why);
+/// Whether value v feeds exactly one node of sg and that node (or its one view) is a linear-like
+/// reading v: a GLU's down projection.
+bool feeds_one_linear(const Subgraph& sg, int v);
+/// A node with exactly one tensor input (argument 0) and any literal arguments.
+bool is_elementwise_unary(const ir::Node& n);
 
 /// The output projection of an attention op: the one linear-like in sg that the op's output
 /// reaches through any other ops (views, dropout, scaling, gates). nullopt when there is none in

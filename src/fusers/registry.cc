@@ -7,6 +7,7 @@ namespace fuselm::fusers {
 const Fuser& packed_qkv_fuser();
 const Fuser& qkv_fuser();
 const Fuser& glu_fuser();
+const Fuser& packed_glu_fuser();
 const Fuser& rms_norm_fuser();
 const Fuser& attention_fuser();
 
@@ -15,6 +16,7 @@ std::span<const Fuser* const> registry() {
       &packed_qkv_fuser(),  // before qkv: one projection cut into (q, k, v) pieces
       &qkv_fuser(),         // an attention module: three projections feeding q, k, v
       &glu_fuser(),         // an MLP block: gate/up projections under one module
+      &packed_glu_fuser(),  // an MLP block whose gate and up are one projection's halves
       &rms_norm_fuser(),    // a norm module (leaf): never overlaps a GLU's nodes
       &attention_fuser(),   // additive: attaches the engine's attention site
   };

@@ -282,7 +282,7 @@ def expected_plan(family: str) -> tuple[dict, dict]:
         "qwen3": ({**separate, **glu_rms, "rms_norm": 4 * n + 1}, {}),  # + per-head q/k norms
         "gemma2": ({**separate, **glu_rms, "rms_norm": 4 * n + 1}, {}),  # + post-attention/-MLP norms
         "gemma3_text": ({**separate, **glu_rms, "rms_norm": 6 * n + 1}, {}),  # both, + q/k norms
-        "phi3": ({"attention": n, "packed_qkv": n, "rms_norm": 2 * n + 1}, {}),  # gate_up_proj: one GEMM
+        "phi3": ({"attention": n, "packed_qkv": n, "packed_glu": n, "rms_norm": 2 * n + 1}, {}),
         "opt": (separate, plain_mlp),  # LayerNorm, q pre-scaled
         "gpt2": ({"attention": n, "packed_qkv": n}, plain_mlp),  # Conv1D c_attn split in 3
         "gpt_bigcode_mqa": ({"attention": n, "packed_qkv": n}, plain_mlp),
@@ -694,6 +694,59 @@ class PerHeadPacked(nn.Module):
         return self.out(a)
 
 
+class PackedGlu(nn.Module):
+    """Phi-3's MLP: gate_up_proj cut in two halves (chunk or slices), act(gate) · up, down_proj."""
+
+    def __init__(self, cut="chunk", act="silu", gate_second=False, reverse=False):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+        self.cut, self.act, self.gate_second, self.reverse = cut, act, gate_second, reverse
+
+    def forward(self, x):
+        y = self.gate_up_proj(x)
+        if self.cut == "chunk":
+            a, b = y.chunk(2, dim=-1)
+        else:
+            a, b = y[..., :I], y[..., I:]
+        gate, up = (b, a) if self.gate_second else (a, b)
+        g = F.silu(gate) if self.act == "silu" else (F.gelu(gate, approximate="tanh") if self.act == "gelu_tanh"
+                                                     else F.dropout(gate, 0.1, training=False))
+        return self.down_proj(g * up if self.reverse else up * g)
+
+
+class Phi3Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn, self.mlp = Phi3Packed(), PackedGlu(cut="slices", act="gelu_tanh")
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return self.mlp(x)
+
+
+@pytest.mark.parametrize("name,module,detail", [
+    ("chunk", lambda: PackedGlu(), f"act=silu down=yes rows=2x{I}"),
+    ("slices_reversed", lambda: PackedGlu(cut="slices", reverse=True), f"act=silu down=yes rows=2x{I}"),
+    ("gelu_tanh", lambda: PackedGlu(act="gelu_tanh"), f"act=gelu_tanh down=yes rows=2x{I}"),
+])
+def test_packed_glu_fuses(name, module, detail, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(module()), tmp_path / name))
+    e = entry(r, "block", "packed_glu")
+    assert e and e["status"] == "fused" and e["detail"] == detail, e
+    assert r["totals"]["glu"]["candidates"] == 0
+
+
+@pytest.mark.parametrize("name,module,reason", [
+    ("gate_second", lambda: PackedGlu(gate_second=True), "gate in the second half"),
+    ("dropout", lambda: PackedGlu(act="dropout"), "not an activation"),
+])
+def test_packed_glu_rejects(name, module, reason, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(module()), tmp_path / name))
+    e = entry(r, "block", "packed_glu")
+    assert e and e["status"] == "rejected" and reason in e["detail"], r["modules"]
+
+
 class PackedLM(nn.Module):
     """A tiny LM around one packed attention block, so the engine can run it (logits fused vs not)."""
 
@@ -741,8 +794,8 @@ def test_packed_qkv_not_a_candidate_for_three_projections(fuselm_bin, tmp_path):
     assert r["totals"]["qkv"] == {"applied": 1, "candidates": 1}
 
 
-@pytest.mark.parametrize("block", [MqaPacked, Phi3Packed])
-def test_packed_qkv_logits_equal_unfused(block, fuselm_bin, tmp_path):
+@pytest.mark.parametrize("block", [MqaPacked, Phi3Block])
+def test_packed_logits_equal_unfused(block, fuselm_bin, tmp_path):
     from safetensors.torch import save_file
     from fuselm_capture.capture import capture_module
     torch.manual_seed(0)
@@ -760,7 +813,9 @@ def test_packed_qkv_logits_equal_unfused(block, fuselm_bin, tmp_path):
     ir = json.loads((d / "fuselm-ir" / "ir.json").read_text())
     ir["model"].update(config_json=config, vocab_size=V, max_position_embeddings=2048)
     (d / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
-    assert entry(inspect(fuselm_bin, d), "block", "packed_qkv")["status"] == "fused"
+    r = inspect(fuselm_bin, d)
+    assert r["totals"]["packed_qkv"]["applied"] == 1
+    assert r["totals"]["packed_glu"]["applied"] == (block is Phi3Block)
     prompt = [5, 17, 33, 2, 90, 41, 8]
     res, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 6, tmp_path)
     _, plain = fuselm_runner.generate(fuselm_bin, d, prompt, 6, tmp_path, extra=["--no-fuse"])
