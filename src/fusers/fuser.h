@@ -128,6 +128,7 @@ struct WeightTransform {
   int axis = 0;
   std::vector<int64_t> shape;     // the stacked shape
   Shard shard = Shard::none;
+  std::vector<HeadSection> sections;  // column parallel: one per source, each rank takes its share of each
 };
 
 /// A node the rewrite inserts. Args' refs are graph node indices or new_ref(k) for an earlier new

@@ -8,8 +8,8 @@
 //             not a GLU. A plain MLP (linear → activation → linear, no gating multiply) neither.
 //   A projection cut in two halves (Phi-3's gate_up_proj) is packed_glu.cc's.
 //   weights:  [A;B] stacked along the output axis (dim 0 for [N,K] weights, dim 1 for Conv1D
-//             [K,N]); biases likewise. TP: column parallel, rows split per rank as [A_r; B_r]; the
-//             down projection (when present) is row parallel.
+//             [K,N]); biases likewise. TP: column parallel by sections, rows split per rank as
+//             [A_r; B_r]; the down projection (when present) row parallel (a ShardNote).
 #include <algorithm>
 
 #include "fusers/pattern.h"
@@ -79,7 +79,8 @@ class GluFuser final : public Fuser {
     if (g.nodes[r.gate.weight].out.dtype != g.nodes[r.up.weight].out.dtype)
       return why.reject("gate and up weights have different dtypes");
 
-    const bool down = feeds_one_linear(sg, r.mul);
+    const auto down_proj = down_projection(sg, r.mul);
+    const bool down = down_proj.has_value();
 
     Fusion f;
     const ir::Node& gw = g.nodes[r.gate.weight];
@@ -138,6 +139,7 @@ class GluFuser final : public Fuser {
       f.nodes.push_back(v);
     }
     f.replaces.push_back({r.mul, new_ref(static_cast<int>(f.nodes.size()) - 1)});
+    if (down_proj) f.shards.push_back(ShardNote{down_proj->weight, {}, Shard::row, down_proj->kn ? 0 : 1, {}});
     f.detail = fmt::format("act={} down={}{}", act, down ? "yes" : "no", r.gate.kn ? " conv1d" : "");
     return f;
   }
@@ -154,6 +156,7 @@ class GluFuser final : public Fuser {
     if (*na != *nb) return why.reject("gate width {} != up width {}", *na, *nb);
     if (*ka != *kb) return why.reject("gate input width {} != up input width {}", *ka, *kb);
     for (auto& w : f.weights) {
+      w.sections = {HeadSection{"gate", *na, 1, false}, HeadSection{"up", *na, 1, false}};
       w.shape = g.nodes[w.sources[0]].out.shape.size() == 1 ? std::vector<int64_t>{2 * *na}
                 : wt.axis == 0                               ? std::vector<int64_t>{2 * *na, *ka}
                                                              : std::vector<int64_t>{*ka, 2 * *na};

@@ -6,7 +6,8 @@
 //             (act_and_mul takes [gate | up])
 //   produces: the projection is already one GEMM (Phi-3's gate_up_proj), so act_and_mul reads its
 //             output as is; no weight changes. Widths per instance: projection 2n, product n.
-//   TP:       the projection column parallel by sections: each rank takes [gate_r; up_r].
+//   TP:       the projection column parallel by sections: each rank takes [gate_r; up_r]; the down
+//             projection row parallel.
 #include "fusers/pattern.h"
 
 namespace fuselm::fusers {
@@ -85,7 +86,9 @@ class PackedGluFuser final : public Fuser {
         // TP: each rank takes its share of both halves, [gate_r; up_r] (sections set in validate).
         f.shards.push_back(ShardNote{lin.weight, {}, Shard::column, lin.kn ? 1 : 0, {}});
         if (lin.bias >= 0) f.shards.push_back(ShardNote{lin.bias, {}, Shard::column, 0, {}});
-        f.detail = fmt::format("act={} down={}{}", *act, feeds_one_linear(sg, m) ? "yes" : "no", lin.kn ? " conv1d" : "");
+        const auto down = down_projection(sg, m);
+        if (down) f.shards.push_back(ShardNote{down->weight, {}, Shard::row, down->kn ? 0 : 1, {}});
+        f.detail = fmt::format("act={} down={}{}", *act, down ? "yes" : "no", lin.kn ? " conv1d" : "");
         return f;
       }
     }

@@ -110,14 +110,14 @@ std::optional<std::string> act_and_mul_activation(const ir::Node& an, Why& why) 
   return why.reject("{} is not an activation with a fused act-and-mul (silu, gelu, gelu_tanh)", an.op);
 }
 
-bool feeds_one_linear(const Subgraph& sg, int v) {
+std::optional<LinearLike> down_projection(const Subgraph& sg, int v) {
   const ir::Graph& g = *sg.graph;
   const auto& us = sg.users_of(v);
-  if (us.size() != 1 || !sg.contains(us[0])) return false;
-  if (auto l = as_linear(g, us[0]); l && l->x == v) return true;
+  if (us.size() != 1 || !sg.contains(us[0])) return std::nullopt;
+  if (auto l = as_linear(g, us[0]); l && l->x == v) return l;
   for (int u : sg.users_of(us[0]))
-    if (auto l = as_linear(g, u); l && l->x == v) return true;
-  return false;
+    if (auto l = as_linear(g, u); l && l->x == v) return l;
+  return std::nullopt;
 }
 
 bool is_elementwise_unary(const ir::Node& n) {

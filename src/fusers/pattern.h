@@ -47,9 +47,9 @@ int64_t linear_in_width(const ir::Graph& g, const LinearLike& l);
 /// The act_and_mul name of an activation node ("silu", "gelu", "gelu_tanh"), or a rejection
 /// naming the op (dropout, identity, an unknown gelu approximation are not GLU activations).
 std::optional<std::string> act_and_mul_activation(const ir::Node& act, Why& why);
-/// Whether value v feeds exactly one node of sg and that node (or its one view) is a linear-like
-/// reading v: a GLU's down projection.
-bool feeds_one_linear(const Subgraph& sg, int v);
+/// The linear-like reading v when v feeds exactly one node of sg and that node (or its one view)
+/// is a linear-like reading v: a GLU's down projection.
+std::optional<LinearLike> down_projection(const Subgraph& sg, int v);
 /// A node with exactly one tensor input (argument 0) and any literal arguments.
 bool is_elementwise_unary(const ir::Node& n);
 

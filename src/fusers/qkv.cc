@@ -8,7 +8,8 @@
 //             with a bias. One linear reaching all three operands is packed QKV (not this fuser).
 //   produces: new parameter [Q;K;V] (dim 0), aten.linear over it, split_with_sizes([Nq,Nk,Nv])
 //             whose pieces replace the three linears. Sizes are this instance's own (validate).
-//   TP:       column parallel; per-rank split sizes follow the rank's heads (annotated, unused yet).
+//   TP:       column parallel by sections (q, k, v heads from the op's operands; per-rank sizes
+//             in the detail), the output projection row parallel (annotated, unused yet).
 #include <algorithm>
 #include <set>
 
@@ -62,6 +63,7 @@ class QkvFuser final : public Fuser {
     }
 
     Fusion f;
+    if (auto o = output_projection(sg, ops[0])) f.shards.push_back(ShardNote{o->weight, {}, Shard::row, o->kn ? 0 : 1, {}});
     WeightTransform w;
     w.name = "__fused_qkv.weight";
     w.sources = {lin[0].weight, lin[1].weight, lin[2].weight};
@@ -145,7 +147,23 @@ class QkvFuser final : public Fuser {
         nn.out = g.nodes[f.replaces[piece++].first].out;
       }
     }
-    f.detail = fmt::format("rows={}+{}+{}{}", n[0], n[1], n[2], f.weights.size() > 1 ? " bias" : "");
+    // Sections from the attention op's operands, when each projection is heads x head size of its
+    // operand (else TP has no per-rank sizes for this fusion, and the detail says so).
+    static constexpr const char* kRole[] = {"q", "k", "v"};
+    const ir::Node& att = g.nodes[sg.own_of("fuselm.attention.default").at(0)];
+    std::vector<HeadSection> secs;
+    std::string ranks;
+    for (int r = 0; r < 3; ++r) {
+      const auto& op = g.nodes[ref_arg(att, r)].out;
+      const auto heads = static_dim(op, 1), d = static_dim(op, 3);
+      if (op.shape.size() != 4 || !heads || !d || *heads * *d != n[r]) break;
+      secs.push_back(HeadSection{kRole[r], *heads, *d, r != 0});
+      ranks += (r ? "," : "") + secs.back().expr();
+    }
+    if (secs.size() != 3) secs.clear();
+    for (auto& w : f.weights) w.sections = secs;
+    f.detail = fmt::format("rows={}+{}+{}{} per-rank=[{}] out={}", n[0], n[1], n[2], f.weights.size() > 1 ? " bias" : "",
+                           secs.empty() ? "unknown" : ranks, f.shards.empty() ? "none" : "row");
     return true;
   }
 };

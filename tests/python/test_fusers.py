@@ -457,7 +457,11 @@ def test_name_blindness(fuselm_bin, tmp_path):
     assert ra["totals"]["glu"]["applied"] == LAYERS and ra["totals"]["rms_norm"]["applied"] == 2 * LAYERS + 1
     assert ra["totals"]["attention"]["applied"] == LAYERS
     assert ra["totals"]["qkv"]["applied"] == LAYERS
-    assert f"rows={NH * HD}+{NH * HD // 2}+{NH * HD // 2}" in entry(rb, "beta.0.delta", "qkv")["detail"]
+    qkv = entry(rb, "beta.0.delta", "qkv")["detail"]
+    assert f"rows={NH * HD}+{NH * HD // 2}+{NH * HD // 2}" in qkv
+    # TP sections from the op's operands: 4 q heads, 2 KV heads of 8; the output projection found
+    # although its result is gated by another projection of x.
+    assert f"per-rank=[{NH}/tp*{HD},max(1,{NH // 2}/tp)*{HD},max(1,{NH // 2}/tp)*{HD}] out=row" in qkv, qkv
     prompt = [3, 14, 15, 92, 65, 35]
     res_a, la = fuselm_runner.generate(fuselm_bin, a, prompt, 6, tmp_path)
     res_b, lb = fuselm_runner.generate(fuselm_bin, b, prompt, 6, tmp_path)
