@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/capture_runner.h"
+#include "fusers/fuser.h"
 
 namespace fuselm::cli {
 namespace fs = std::filesystem;
@@ -26,7 +27,9 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
 
 void add_fuser_options(CLI::App& cmd, FuserArgs& a) {
   cmd.add_flag("--no-fuse", a.no_fuse, "run the captured graph as is, without fusers");
-  cmd.add_option("--disable-fuser", a.disabled, "turn one fuser off by name (repeatable): glu, rms_norm, attention")
+  std::string names;
+  for (const auto* f : fusers::registry()) names += (names.empty() ? "" : ", ") + std::string(f->name());
+  cmd.add_option("--disable-fuser", a.disabled, "turn one fuser off by name (repeatable): " + names)
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
