@@ -199,6 +199,17 @@ class PackedQkvFuser final : public Fuser {
     const ir::Node& att = g.nodes[sg.own_of("fuselm.attention.default").at(0)];
     auto& sections = f.shards[0].sections;
     std::vector<int64_t> sizes;
+    // The pieces tile this instance's output (a cached plan was checked on another's widths).
+    const auto width = static_dim(g.nodes[f.nodes[0].args[0].ref].out, -1);
+    int64_t col = 0;
+    for (size_t k = 0; k < f.replaces.size(); ++k) {
+      const ir::Node& piece = g.nodes[f.replaces[k].first];
+      const auto w = static_dim(piece.out, -1);
+      if (is_op(piece, "aten.slice.Tensor") && number_arg(piece, 2) != static_cast<double>(col))
+        return why.reject("the pieces do not tile the projection (a gap or overlap at column {})", col);
+      col += w.value_or(0);
+    }
+    if (!width || col != *width) return why.reject("the pieces cover {} of the projection's {} columns", col, width.value_or(0));
     for (size_t k = 0; k < f.replaces.size(); ++k) {
       const ir::Node& piece = g.nodes[f.replaces[k].first];
       auto& hs = sections[k];

@@ -792,6 +792,24 @@ def test_packed_qkv_rejects(name, module, reason, fuselm_bin, tmp_path):
     assert entry(r, "block", "attention")["status"] == "fused"
 
 
+def test_packed_qkv_checks_each_instance(fuselm_bin, tmp_path):
+    # Two modules of one class and one structure (the same slice bounds), the second projection 4
+    # columns wider: the cached plan of the first must not be taken for the second.
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = Phi3Packed(), Phi3Packed(gap=4)
+
+        def forward(self, x):
+            return self.a(x) + self.b(x)
+
+    r = inspect(fuselm_bin, capture_toy(Two(), tmp_path / "two"), ok=False)  # both claim layer 0
+    assert entry(r, "a", "packed_qkv")["status"] == "fused"
+    e = entry(r, "b", "packed_qkv")
+    assert e["cached"] and e["status"] == "rejected", e
+    assert f"the pieces cover {2 * NH * HD} of the projection's {2 * NH * HD + 4} columns" in e["detail"], e
+
+
 def test_packed_qkv_not_a_candidate_for_three_projections(fuselm_bin, tmp_path):
     r = inspect(fuselm_bin, capture_toy(AttnStack([0]), tmp_path / "three"))
     assert r["totals"]["packed_qkv"] == {"applied": 0, "candidates": 0}
