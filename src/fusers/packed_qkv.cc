@@ -46,6 +46,8 @@ bool keeps_columns(const ir::Node& n, const ir::Node& input) {
   return false;
 }
 
+std::string dim_text(const ir::Dim& d) { return d.symbolic() ? d.expr : std::to_string(d.value); }
+
 // A cut of value x along its last dim.
 bool last_dim(const ir::Node& x, std::optional<double> dim) {
   const int64_t rank = static_cast<int64_t>(x.out.shape.size());
@@ -80,16 +82,15 @@ class PackedQkvFuser final : public Fuser {
       const auto& us = sg.users_of(x);
       for (int u : us)
         if (!sg.contains(u)) return why.reject("the packed projection's output is read outside the module");
-      if (us.size() == 1 && keeps_columns(g.nodes[us[0]], g.nodes[x])) {
+      if (us.size() != 1) break;
+      const ir::Node& u = g.nodes[us[0]];
+      if (keeps_columns(u, g.nodes[x])) {
         x = us[0];
         continue;
       }
-      if (us.size() == 1 && is_view_like(g.nodes[us[0]]) && g.nodes[us[0]].out.shape.size() > g.nodes[x].out.shape.size()) {
-        const auto& s = g.nodes[us[0]].out.shape;
+      if (is_view_like(u) && u.out.shape.size() > g.nodes[x].out.shape.size())
         return why.reject("the projection is viewed per head ([..., {}, {}]) before it is split: interleaved per "
-                          "head, not packed QKV", s[s.size() - 2].symbolic() ? s[s.size() - 2].expr : std::to_string(s[s.size() - 2].value),
-                          s.back().symbolic() ? s.back().expr : std::to_string(s.back().value));
-      }
+                          "head, not packed QKV", dim_text(u.out.shape.end()[-2]), dim_text(u.out.shape.back()));
       break;
     }
     const ir::Node& xn = g.nodes[x];
@@ -99,7 +100,8 @@ class PackedQkvFuser final : public Fuser {
     // The pieces: (first column, value) along the last dim.
     std::vector<std::pair<int64_t, int>> pieces;
     const auto& us = sg.users_of(x);
-    const bool all_slices = std::all_of(us.begin(), us.end(), [&](int u) { return is_op(g.nodes[u], "aten.slice.Tensor"); });
+    const bool all_slices =
+        std::all_of(us.begin(), us.end(), [&](int u) { return is_op(g.nodes[u], "aten.slice.Tensor"); });
     if (all_slices) {
       for (int u : us) {
         const ir::Node& s = g.nodes[u];
@@ -110,11 +112,13 @@ class PackedQkvFuser final : public Fuser {
       }
     } else if (us.size() == 1 && is_split(g.nodes[us[0]])) {
       const ir::Node& s = g.nodes[us[0]];
-      if (!last_dim(xn, number_arg(s, 2))) return why.reject("the packed projection is split along another dim than its last");
+      if (!last_dim(xn, number_arg(s, 2)))
+        return why.reject("the packed projection is split along another dim than its last");
       std::vector<int> item(s.outs.size(), -1);
       for (int u : sg.users_of(us[0])) {
         const auto k = number_arg(g.nodes[u], 1);
-        if (!is_op(g.nodes[u], "getitem") || !k || *k < 0 || *k >= static_cast<double>(item.size()) || item[static_cast<size_t>(*k)] >= 0)
+        const bool once = k && *k >= 0 && *k < static_cast<double>(item.size()) && item[static_cast<size_t>(*k)] < 0;
+        if (!is_op(g.nodes[u], "getitem") || !once)
           return why.reject("the split's pieces are not each read once through getitem");
         item[static_cast<size_t>(*k)] = u;
       }
@@ -129,7 +133,8 @@ class PackedQkvFuser final : public Fuser {
                         us.empty() ? std::string("nothing") : g.nodes[us[0]].op);
     }
     std::sort(pieces.begin(), pieces.end());
-    if (pieces.size() != 3) return why.reject("the packed projection is cut into {} pieces; expected 3 (q, k, v)", pieces.size());
+    if (pieces.size() != 3)
+      return why.reject("the packed projection is cut into {} pieces; expected 3 (q, k, v)", pieces.size());
     int64_t col = 0;
     for (const auto& [start, v] : pieces) {
       if (start != col) return why.reject("the pieces do not tile the projection (a gap or overlap at column {})", col);
@@ -146,9 +151,11 @@ class PackedQkvFuser final : public Fuser {
     for (int r = 0; r < 3; ++r) {
       std::set<int> reached, linears;
       walk_back(sg, ref_arg(att, r), piece_values, linears, &reached);
-      if (linears.count(lin.out)) return why.reject("the {} operand reads the packed projection around its pieces", kRole[r]);
+      if (linears.count(lin.out))
+        return why.reject("the {} operand reads the packed projection around its pieces", kRole[r]);
       if (!linears.empty()) return why.reject("the {} operand also comes from another projection", kRole[r]);
-      if (reached.size() != 1) return why.reject("the {} operand comes from {} pieces; expected one", kRole[r], reached.size());
+      if (reached.size() != 1)
+        return why.reject("the {} operand comes from {} pieces; expected one", kRole[r], reached.size());
       role_piece[r] = *reached.begin();
     }
     if (role_piece[0] == role_piece[1] || role_piece[1] == role_piece[2] || role_piece[0] == role_piece[2])
@@ -209,7 +216,8 @@ class PackedQkvFuser final : public Fuser {
         return why.reject("the pieces do not tile the projection (a gap or overlap at column {})", col);
       col += w.value_or(0);
     }
-    if (!width || col != *width) return why.reject("the pieces cover {} of the projection's {} columns", col, width.value_or(0));
+    if (!width || col != *width)
+      return why.reject("the pieces cover {} of the projection's {} columns", col, width.value_or(0));
     for (size_t k = 0; k < f.replaces.size(); ++k) {
       const ir::Node& piece = g.nodes[f.replaces[k].first];
       auto& hs = sections[k];
