@@ -53,7 +53,7 @@ class QkvFuser final : public Fuser {
       lin[r] = *as_linear(g, *found.begin());
     }
     if (lin[0].out == lin[1].out || lin[1].out == lin[2].out || lin[0].out == lin[2].out)
-      return why.reject("one projection feeds several of q, k, v: packed QKV, not three projections");
+      return why.reject("one projection feeds several of q, k, v: a packed projection (packed_qkv), not three");
     for (int r = 0; r < 3; ++r) {
       if (lin[r].kn) return why.reject("the {} projection is a Conv1D (addmm); only [N,K] linears stack here", kRole[r]);
       if (lin[r].x != lin[0].x) return why.reject("q, k and v projections read different inputs");

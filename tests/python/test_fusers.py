@@ -273,7 +273,7 @@ def expected_plan(family: str) -> tuple[dict, dict]:
     separate = {"attention": n, "qkv": n}
     glu_rms = {"glu": n, "rms_norm": 2 * n + 1}  # a norm before attention and MLP, one final
     plain_mlp = {"glu": "plain MLP"}
-    per_head = {"packed_qkv": "viewed per head", "qkv": "packed QKV", **plain_mlp}
+    per_head = {"packed_qkv": "viewed per head", "qkv": "a packed projection", **plain_mlp}
     return {
         "llama": ({**separate, **glu_rms}, {}),
         "qwen2": ({**separate, **glu_rms}, {}),
@@ -617,7 +617,7 @@ def test_qkv_with_per_head_norms_fuses(fuselm_bin, tmp_path):
 def test_packed_qkv_is_not_qkv(fuselm_bin, tmp_path):
     d = capture_toy(Wrap(PackedAttn()), tmp_path / "packed")
     e = entry(inspect(fuselm_bin, d, "--disable-fuser", "packed_qkv"), "block", "qkv")
-    assert e["status"] == "rejected" and "packed QKV" in e["detail"], e
+    assert e["status"] == "rejected" and "a packed projection" in e["detail"], e
     e = entry(inspect(fuselm_bin, d), "block", "packed_qkv")
     assert e["status"] == "fused" and f"sections=q:{NH}x{HD}+k:{NH}x{HD}+v:{NH}x{HD}" in e["detail"], e
 
