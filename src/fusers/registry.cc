@@ -4,6 +4,7 @@
 
 namespace fuselm::fusers {
 
+const Fuser& mla_fuser();
 const Fuser& qkv_fuser();
 const Fuser& glu_fuser();
 const Fuser& rms_norm_fuser();
@@ -11,6 +12,7 @@ const Fuser& attention_fuser();
 
 std::span<const Fuser* const> registry() {
   static const Fuser* const kFusers[] = {
+      &mla_fuser(),        // before qkv: an MLA module's attention also reads projections
       &qkv_fuser(),        // an attention module: three projections feeding q, k, v
       &glu_fuser(),        // an MLP block: gate/up projections under one module
       &rms_norm_fuser(),   // a norm module (leaf): never overlaps a GLU's nodes
