@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -37,10 +38,24 @@ fs::path ir_dir_of(const InspectArgs& a) {
 
 // The KV cache the engine would allocate for the rewritten graph (f32 rows, kv/paged_kv_cache.h):
 // per layer "latent" (one [latent | rope key] row, fuselm.mla_attention) or "kv" (K and V rows).
-nlohmann::json kv_cache_json(const ir::Graph& g) {
+// With latent layers, also what the captured graph's full attention would take
+// (fallback_bytes_per_token) and that with V padded to the Q/K head size, as engines whose kernels
+// need equal head sizes store it (padded_fallback_bytes_per_token).
+nlohmann::json kv_cache_json(const ir::Graph& g, const ir::Graph& captured) {
   nlohmann::json j;
   try {
     const auto layers = engine::attention_layer_shapes(g);
+    bool latent = false;
+    for (const auto& l : layers) latent = latent || l.v_width == 0;
+    if (latent) {
+      int64_t full = 0, padded = 0;
+      for (const auto& l : engine::attention_layer_shapes(captured)) {
+        full += (l.k_width + l.v_width) * int64_t{sizeof(float)};
+        padded += 2 * std::max(l.k_width, l.v_width) * int64_t{sizeof(float)};
+      }
+      j["fallback_bytes_per_token"] = full;
+      j["padded_fallback_bytes_per_token"] = padded;
+    }
     int64_t total = 0;
     j["layers"] = nlohmann::json::array();
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -65,7 +80,7 @@ void run(const InspectArgs& a) {
   const fs::path ir_dir = ir_dir_of(a);
   const ir::Graph g = ir::load(ir_dir / "ir.json");
   const auto plan = fusers::apply(g, a.fusers.options());
-  const auto kv = kv_cache_json(plan.graph);
+  const auto kv = kv_cache_json(plan.graph, g);
   if (a.json) {
     auto j = fusers::report_json(plan.report);
     j["ir"] = (ir_dir / "ir.json").string();
@@ -76,8 +91,16 @@ void run(const InspectArgs& a) {
     if (kv.contains("bytes_per_token")) {
       int latent = 0;
       for (const auto& l : kv["layers"]) latent += l["kind"] == "latent";
+      const auto bytes = kv["bytes_per_token"].get<int64_t>();
       std::printf("kv cache: %lld bytes per token (f32) over %zu layers, %d of them latent\n",
-                  static_cast<long long>(kv["bytes_per_token"].get<int64_t>()), kv["layers"].size(), latent);
+                  static_cast<long long>(bytes), kv["layers"].size(), latent);
+      if (kv.contains("fallback_bytes_per_token")) {
+        const auto full = kv["fallback_bytes_per_token"].get<int64_t>();
+        const auto padded = kv["padded_fallback_bytes_per_token"].get<int64_t>();
+        std::printf("  full attention would take %lld (%.1fx), with V padded to the Q/K head size %lld (%.1fx)\n",
+                    static_cast<long long>(full), static_cast<double>(full) / static_cast<double>(bytes),
+                    static_cast<long long>(padded), static_cast<double>(padded) / static_cast<double>(bytes));
+      }
     }
   }
   if (!plan.report.errors.empty()) set_exit_code(1);

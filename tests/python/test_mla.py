@@ -68,8 +68,8 @@ def test_v3_style_scale_is_yarn_mscale(fuselm_bin, model_cache):
     want = hf_model(model_dir).model.layers[0].self_attn.scaling
     cfg = mla_models.make_config("v3_style")
     assert abs(want - (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) ** -0.5) > 1e-3
+    r = inspect(fuselm_bin, model_dir)  # captures the model when needed
     ir = json.loads((model_dir / "fuselm-ir" / "ir.json").read_text())
-    r = inspect(fuselm_bin, model_dir)
     for e in r["modules"]:
         if e["fuser"] == "mla":
             assert f"scale={want:g}" in e["detail"], e["detail"]
@@ -94,11 +94,15 @@ def test_inspect_kv_bytes_per_token(family, fuselm_bin, model_cache):
         if e["fuser"] == "mla":
             assert ("stacked q_down|kv_down" in e["detail"]) == q_lora, e["detail"]
             assert f"latent={cfg.kv_lora_rank} rope={cfg.qk_rope_head_dim}" in e["detail"]
+    padded = L * H * 2 * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) * 4
+    assert r["kv_cache"]["fallback_bytes_per_token"] == expanded
+    assert r["kv_cache"]["padded_fallback_bytes_per_token"] == padded
     off = inspect(fuselm_bin, model_dir, "--disable-fuser", "mla")
     assert off["kv_cache"]["bytes_per_token"] == expanded
     assert "mla" in off["disabled"]
-    print(f"\n{family}: KV cache {latent} bytes/token latent vs {expanded} expanded fallback "
-          f"({expanded / latent:.1f}x)")
+    assert "fallback_bytes_per_token" not in off["kv_cache"]
+    print(f"\n{family}: KV cache {latent} bytes/token latent vs {expanded} full-attention fallback "
+          f"({expanded / latent:.1f}x), {padded} with V padded ({padded / latent:.1f}x)")
 
 
 def test_fallback_warns_naming_the_module(fuselm_bin, model_cache, tmp_path):
