@@ -13,6 +13,8 @@
 //     per group of heads into scratch (never cached), then ordinary attention.
 // Absorbed costs t·ctx·H·(2R+Dr) + t·H·(Dn+Dv)·R, expanded ctx·H·(Dn+Dv)·R + t·ctx·H·(Dn+Dr+Dv);
 // the op expands when t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R. Weights are read in their storage dtype.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -105,6 +107,10 @@ void mla_attention(OpCall& c) {
       const int64_t qa_shape[] = {t, H, Dl}, ol_shape[] = {t, H, R};
       Tensor qa = sa.alloc(DType::f32, qa_shape);
       Tensor ol = so.alloc(DType::f32, ol_shape);
+      // Heads in one parallel region (kernels::linear runs single-threaded inside it): one join per
+      // projection instead of one per head, which matters for decode on a busy machine.
+      const int nt = t * H * Dkv * R >= (int64_t{1} << 16) ? omp_get_max_threads() : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
       for (int64_t h = 0; h < H; ++h) {  // q'_h[:, :R] = q_nope_h · W_k[h]  (W_k[h] is [Dn, R]: kn)
         kernels::LinearArgs l;
         l.x = Q + (h * T + s.first_token) * (Dn + Dr);
@@ -130,6 +136,7 @@ void mla_attention(OpCall& c) {
       a.out = ol.ptr<float>();
       a.hq = H, a.hkv = 1, a.dqk = Dl, a.dv = R;
       kernels::attention(a);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
       for (int64_t h = 0; h < H; ++h) {  // out_h = W_v[h] · o_h  (W_v[h] is [Dv, R]: nk)
         kernels::LinearArgs l;
         l.x = ol.ptr<float>() + h * R;
