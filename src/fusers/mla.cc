@@ -3,7 +3,7 @@
 //             that q does not reach (the K/V up-projection); otherwise not a candidate, so
 //             ordinary attention (k and v from two projections) and packed QKV (one for all
 //             three) are not listed
-//   roles:    from dataflow; widths confirm them (validate):
+//   roles:    from dataflow (mla_roles.cc); widths confirm them (validate):
 //     up      v = piece 1 of split(up(·), [Dn, Dv], -1) per head; the key's first piece along the
 //             head dim is piece 0 of that split
 //     key     [k_nope | k_rot] along the head dim: a cat, or new_empty filled by two copy_ into
