@@ -1,8 +1,9 @@
 // The mla fuser on captured toy modules (tests/cpp/data/mla/*.json, written by
 // tests/python/make_mla_fixtures.py through the normal capture path): MLA with and without
 // q-LoRA found under conventional and scrambled names, the stacked [q_down; kv_down] weight
-// mapping, the rewritten graph and its latent KV layer; a GLU MLP and ordinary attention are not
-// candidates; --disable-fuser mla leaves full attention.
+// mapping, the rewritten graph and its latent KV layer; a latent without RMSNorm rejected with its
+// reason; a GLU MLP and ordinary attention are not candidates; --disable-fuser mla leaves full
+// attention.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -117,6 +118,17 @@ TEST(MlaFuser, GluMlpAndPlainAttentionAreNotCandidates) {
   const auto* glu = entry(mlp.report, "block", "glu");
   ASSERT_NE(glu, nullptr);
   EXPECT_EQ(glu->status, ReportEntry::Status::fused);
+}
+
+TEST(MlaFuser, LatentWithoutRmsNormIsRejectedWithItsReason) {
+  const Plan plan = apply(fixture("mla_no_latent_norm"));
+  const auto* e = entry(plan.report, "block", "mla");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->status, ReportEntry::Status::rejected);
+  EXPECT_NE(e->detail.find("without an RMSNorm"), std::string::npos) << e->detail;
+  EXPECT_TRUE(plan.report.errors.empty());
+  EXPECT_EQ(count_op(plan.graph, "fuselm.attention.default"), 1);  // runs as full attention
+  EXPECT_EQ(count_op(plan.graph, "fuselm.mla_attention.default"), 0);
 }
 
 TEST(MlaFuser, DisabledLeavesFullAttention) {

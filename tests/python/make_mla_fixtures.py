@@ -2,7 +2,8 @@
 
 Each fixture is the ir.json of one module captured through the normal capture path
 (capture_module) with x [1, T, H] (T dynamic): MLA with and without q-LoRA under conventional and
-scrambled names, a GLU MLP and an ordinary attention module. Regenerate after an IR or capture
+scrambled names, MLA whose latent has no RMSNorm (rejected), a GLU MLP and an ordinary attention
+module. Regenerate after an IR or capture
 change: python tests/python/make_mla_fixtures.py
 """
 from __future__ import annotations
@@ -53,6 +54,9 @@ def main() -> None:
     capture("mla_lora_conventional", ToyMla(CONVENTIONAL, 0, q_lora=True))
     capture("mla_lora_scrambled", ToyMla(SCRAMBLED, 0, q_lora=True))
     capture("mla_direct_scrambled", ToyMla(SCRAMBLED, 0, q_lora=False))
+    no_norm = ToyMla(CONVENTIONAL, 0, q_lora=False)
+    setattr(no_norm, CONVENTIONAL["kv_norm"], nn.Identity())  # the latent reaches kv_b unnormalized
+    capture("mla_no_latent_norm", no_norm)
     capture("glu_mlp", ToyMlp(CONVENTIONAL), takes_pos=False)
     capture("plain_attention", ToyAttn(CONVENTIONAL, 0))
     for p in sorted(OUT.glob("*.json")):
