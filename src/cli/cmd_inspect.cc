@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "engine/capture_runner.h"
+#include "engine/model.h"
 #include "fusers/fuser.h"
 #include "ir/load.h"
 
@@ -34,16 +36,72 @@ fs::path ir_dir_of(const InspectArgs& a) {
   throw std::runtime_error(dir.string() + ": neither a Hugging Face model directory (config.json) nor a captured one (fuselm-ir/ir.json)");
 }
 
+// The KV cache the engine would allocate for the rewritten graph (f32 rows, kv/paged_kv_cache.h):
+// per layer "latent" (one [latent | rope key] row, fuselm.mla_attention) or "kv" (K and V rows).
+// With latent layers, also what the captured graph's full attention would take
+// (fallback_bytes_per_token) and that with V padded to the Q/K head size, as engines whose kernels
+// need equal head sizes store it (padded_fallback_bytes_per_token).
+nlohmann::json kv_cache_json(const ir::Graph& g, const ir::Graph& captured) {
+  nlohmann::json j;
+  try {
+    const auto layers = engine::attention_layer_shapes(g);
+    bool latent = false;
+    for (const auto& l : layers) latent = latent || l.v_width == 0;
+    if (latent) {
+      int64_t full = 0, padded = 0;
+      for (const auto& l : engine::attention_layer_shapes(captured)) {
+        full += (l.k_width + l.v_width) * int64_t{sizeof(float)};
+        padded += 2 * std::max(l.k_width, l.v_width) * int64_t{sizeof(float)};
+      }
+      j["fallback_bytes_per_token"] = full;
+      j["padded_fallback_bytes_per_token"] = padded;
+    }
+    int64_t total = 0;
+    j["layers"] = nlohmann::json::array();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const int64_t bytes = (layers[i].k_width + layers[i].v_width) * int64_t{sizeof(float)};
+      total += bytes;
+      j["layers"].push_back({{"layer", i},
+                             {"kind", layers[i].v_width == 0 ? "latent" : "kv"},
+                             {"k_width", layers[i].k_width},
+                             {"v_width", layers[i].v_width},
+                             {"bytes_per_token", bytes}});
+    }
+    j["dtype"] = "f32";
+    j["bytes_per_element"] = sizeof(float);
+    j["bytes_per_token"] = total;
+  } catch (const std::exception& e) {
+    j["error"] = e.what();
+  }
+  return j;
+}
+
 void run(const InspectArgs& a) {
   const fs::path ir_dir = ir_dir_of(a);
   const ir::Graph g = ir::load(ir_dir / "ir.json");
   const auto plan = fusers::apply(g, a.fusers.options());
+  const auto kv = kv_cache_json(plan.graph, g);
   if (a.json) {
     auto j = fusers::report_json(plan.report);
     j["ir"] = (ir_dir / "ir.json").string();
+    j["kv_cache"] = kv;
     std::puts(j.dump(1).c_str());
   } else {
     std::fputs(fusers::format_report(plan.report).c_str(), stdout);
+    if (kv.contains("bytes_per_token")) {
+      int latent = 0;
+      for (const auto& l : kv["layers"]) latent += l["kind"] == "latent";
+      const auto bytes = kv["bytes_per_token"].get<int64_t>();
+      std::printf("kv cache: %lld bytes per token (f32) over %zu layers, %d of them latent\n",
+                  static_cast<long long>(bytes), kv["layers"].size(), latent);
+      if (kv.contains("fallback_bytes_per_token")) {
+        const auto full = kv["fallback_bytes_per_token"].get<int64_t>();
+        const auto padded = kv["padded_fallback_bytes_per_token"].get<int64_t>();
+        std::printf("  full attention would take %lld (%.1fx), with V padded to the Q/K head size %lld (%.1fx)\n",
+                    static_cast<long long>(full), static_cast<double>(full) / static_cast<double>(bytes),
+                    static_cast<long long>(padded), static_cast<double>(padded) / static_cast<double>(bytes));
+      }
+    }
   }
   if (!plan.report.errors.empty()) set_exit_code(1);
 }

@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -100,18 +102,28 @@ void add_ids(const nlohmann::json& v, std::vector<int64_t>& out) {
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
   std::map<int64_t, std::pair<kv::LayerShape, std::string>> layers;
   for (const auto& n : g.nodes) {
-    if (n.op != "fuselm.attention.default") continue;
+    // fuselm.mla_attention (the mla fuser's): one latent row [latent | rope key] per slot, no V.
+    const bool mla = n.op == "fuselm.mla_attention.default";
+    if (n.op != "fuselm.attention.default" && !mla) continue;
     std::string module = n.module_stack.empty() ? "<root>" : g.modules[n.module_stack.back()].path;
-    if (n.args.size() < 8 || n.args[7].kind != ir::Arg::Kind::integer)
+    const size_t layer_arg = mla ? 5 : 7;
+    if (n.args.size() <= layer_arg || n.args[layer_arg].kind != ir::Arg::Kind::integer)
       throw std::runtime_error(fmt::format("attention in module {} has no integer layer index", module));
-    const int64_t layer = n.args[7].i;
+    const int64_t layer = n.args[layer_arg].i;
     if (layer < 0)
       throw std::runtime_error(fmt::format("attention in module {} has no layer_idx attribute", module));
     const auto& k = g.nodes[n.args[1].ref].out.shape;
     const auto& v = g.nodes[n.args[2].ref].out.shape;
-    if (k.size() != 4 || v.size() != 4 || k[1].symbolic() || k[3].symbolic() || v[3].symbolic())
-      throw std::runtime_error(fmt::format("attention in module {}: k/v head shapes are not static", module));
-    kv::LayerShape s{k[1].value * k[3].value, v[1].value * v[3].value};
+    kv::LayerShape s;
+    if (mla) {
+      if (k.empty() || v.empty() || k.back().symbolic() || v.back().symbolic())
+        throw std::runtime_error(fmt::format("latent attention in module {}: latent/rope widths are not static", module));
+      s = kv::LayerShape{k.back().value + v.back().value, 0};
+    } else {
+      if (k.size() != 4 || v.size() != 4 || k[1].symbolic() || k[3].symbolic() || v[3].symbolic())
+        throw std::runtime_error(fmt::format("attention in module {}: k/v head shapes are not static", module));
+      s = kv::LayerShape{k[1].value * k[3].value, v[1].value * v[3].value};
+    }
     auto [it, fresh] = layers.emplace(layer, std::make_pair(s, module));
     if (!fresh && it->second.second != module)
       throw std::runtime_error(fmt::format("layer index {} is claimed by two modules: {} and {}", layer,
@@ -126,13 +138,39 @@ std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
   return out;
 }
 
+namespace {
+
+// MLA that runs as full attention (expanded K/V, the larger cache) is a visible fallback: one
+// warning per module, with the fuser's reason, or the option that turned it off.
+void warn_mla_fallbacks(const ir::Graph& g, const fusers::Options& options, const fusers::Report* report) {
+  const bool off = !options.enabled ||
+                   std::find(options.disabled.begin(), options.disabled.end(), "mla") != options.disabled.end();
+  if (off) {
+    const auto probe = fusers::apply(g, {});
+    for (const auto& e : probe.report.entries)
+      if (e.fuser == "mla" && e.status == fusers::ReportEntry::Status::fused)
+        std::fprintf(stderr, "fuselm: warning: %s: latent attention turned off (%s); running full attention\n",
+                     e.module.c_str(), options.enabled ? "--disable-fuser mla" : "--no-fuse");
+    return;
+  }
+  if (report)
+    for (const auto& e : report->entries)
+      if (e.fuser == "mla" && e.status == fusers::ReportEntry::Status::rejected)
+        std::fprintf(stderr, "fuselm: warning: %s: latent attention not fused (%s); running full attention\n",
+                     e.module.c_str(), e.detail.c_str());
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir,
                                    const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->graph_ = ir::load(ir_dir / "ir.json");
   std::vector<fusers::WeightTransform> fused_weights;
+  if (!options.fusers.enabled) warn_mla_fallbacks(m->graph_, options.fusers, nullptr);
   if (options.fusers.enabled) {
     auto plan = fusers::apply(m->graph_, options.fusers);
+    warn_mla_fallbacks(m->graph_, options.fusers, &plan.report);
     if (!plan.report.errors.empty()) throw std::runtime_error(plan.report.errors.front());
     m->graph_ = std::move(plan.graph);
     m->fusion_report_ = std::move(plan.report);

@@ -161,8 +161,10 @@ std::string_view shard_name(Shard s) {
 }
 
 void Fusion::for_each_ref(const std::function<void(int&)>& f) {
-  for (auto& n : nodes)
+  for (auto& n : nodes) {
     for (auto& a : n.args) fusers::for_each_ref(a, f);
+    if (n.place_before >= 0) f(n.place_before);
+  }
   for (auto& [old, repl] : replaces) f(old);
   for (auto& w : weights)
     for (auto& s : w.sources) f(s);
@@ -313,7 +315,7 @@ Plan apply(const ir::Graph& g, const Options& options) {
 
   // Rewrite: new nodes go right before the earliest node they replace.
   const size_t n = g.nodes.size();
-  std::vector<std::vector<size_t>> insert_at(n);
+  std::vector<std::vector<std::pair<size_t, size_t>>> insert_at(n);  // (accepted idx, new node k)
   std::vector<std::pair<size_t, int>> replacement(n, {SIZE_MAX, -1});  // (accepted idx, new k)
   for (size_t a = 0; a < accepted.size(); ++a) {
     const auto& f = accepted[a].fusion;
@@ -323,7 +325,11 @@ Plan apply(const ir::Graph& g, const Options& options) {
       first = std::min(first, old);
       replacement[old] = {a, r - kNewNode};
     }
-    insert_at[first].push_back(a);
+    int at = first;
+    for (size_t k = 0; k < f.nodes.size(); ++k) {
+      at = std::max(at, f.nodes[k].place_before);
+      insert_at[at].push_back({a, k});
+    }
   }
   ir::Graph& out = plan.graph;
   out.version = g.version;
@@ -332,6 +338,7 @@ Plan apply(const ir::Graph& g, const Options& options) {
   out.op_args = g.op_args;
   out.op_args["fuselm.rms_norm.default"] = {"input", "weight", "eps", "weight_offset"};
   out.op_args["fuselm.act_and_mul.default"] = {"input", "activation"};
+  out.op_args["fuselm.mla_attention.default"] = {"q", "latent", "k_rot", "w_up", "scaling", "layer_idx", "nope_dim", "v_dim"};
   out.parameters = g.parameters;
   out.constants = g.constants;
   out.model = g.model;
@@ -347,9 +354,10 @@ Plan apply(const ir::Graph& g, const Options& options) {
       });
   };
   for (size_t i = 0; i < n; ++i) {
-    for (size_t a : insert_at[i]) {
+    for (const auto& [a, k] : insert_at[i]) {
       auto& acc = accepted[a];
-      for (const auto& nn : acc.fusion.nodes) {
+      {
+        const auto& nn = acc.fusion.nodes[k];
         ir::Node node;
         node.index = static_cast<int>(out.nodes.size());
         node.op = nn.op;
@@ -388,16 +396,35 @@ Plan apply(const ir::Graph& g, const Options& options) {
   }
   for (int o : g.outputs) out.outputs.push_back(map[o]);
 
-  // Dead nodes: keep graph outputs, inputs and ops with effects (attention writes the KV cache).
+  // Dead nodes: keep graph outputs, inputs and ops with effects (attention writes the KV cache;
+  // copy_ writes into a view whose base a later node reads: MLA's key assembly).
   std::vector<char> live(out.nodes.size(), 0);
   for (int o : out.outputs) live[o] = 1;
   for (auto& node : out.nodes)
     if ((node.op == "placeholder" && node.placeholder_kind == "input") || node.op.rfind("fuselm.attention", 0) == 0 ||
-        node.op.rfind("fuselm.experts", 0) == 0)
+        node.op.rfind("fuselm.mla_attention", 0) == 0 || node.op.rfind("fuselm.experts", 0) == 0)
       live[node.index] = 1;
-  for (int i = static_cast<int>(out.nodes.size()) - 1; i >= 0; --i)
-    if (live[i])
-      for (const auto& a : out.nodes[i].args) for_each_ref_const(a, [&](int r) { live[r] = 1; });
+  // copy_ writes into a view of a base that a later node reads (MLA's key assembly): it lives
+  // exactly when that base does. Its readers come after it, so in this backward sweep the base's
+  // liveness is settled when the copy is reached; an expansion the mla fuser bypassed dies whole.
+  auto view_base = [&](int r) {
+    static const std::set<std::string> kViews = {"aten.slice.Tensor", "aten.view.default", "aten.transpose.int",
+                                                 "aten.select.int", "aten.unsqueeze.default", "aten.permute.default",
+                                                 "aten.alias.default", "aten.narrow.default", "aten.squeeze.dim",
+                                                 "aten.expand.default", "aten.as_strided.default"};
+    while (kViews.count(out.nodes[r].op) && !out.nodes[r].args.empty() &&
+           out.nodes[r].args[0].kind == ir::Arg::Kind::ref)
+      r = out.nodes[r].args[0].ref;
+    return r;
+  };
+  for (int i = static_cast<int>(out.nodes.size()) - 1; i >= 0; --i) {
+    const auto& node = out.nodes[i];
+    if (!live[i] && node.op == "aten.copy_.default" && !node.args.empty() && node.args[0].kind == ir::Arg::Kind::ref &&
+        live[view_base(node.args[0].ref)])
+      live[i] = 1;
+    if (live[i])  // a read through a view (transpose(key) built before the copies) keeps its base too
+      for (const auto& a : out.nodes[i].args) for_each_ref_const(a, [&](int r) { live[r] = live[view_base(r)] = 1; });
+  }
   std::vector<int> keep(out.nodes.size(), -1);
   std::vector<ir::Node> kept;
   for (auto& node : out.nodes) {

@@ -141,6 +141,10 @@ struct NewNode {
   ir::TensorMeta out;
   std::vector<ir::TensorMeta> outs;
   int weight = -1;
+  /// Graph node this one goes right before (default: the earliest node the fusion replaces).
+  /// Lets one fusion replace an early node (a projection) and a late one (its attention op) whose
+  /// replacement reads values computed in between. Positions never go back within a fusion.
+  int place_before = -1;
 };
 
 /// An attention site (the additive attention fusion).

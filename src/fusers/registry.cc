@@ -4,6 +4,7 @@
 
 namespace fuselm::fusers {
 
+const Fuser& mla_fuser();
 const Fuser& packed_qkv_fuser();
 const Fuser& qkv_fuser();
 const Fuser& glu_fuser();
@@ -13,6 +14,7 @@ const Fuser& attention_fuser();
 
 std::span<const Fuser* const> registry() {
   static const Fuser* const kFusers[] = {
+      &mla_fuser(),         // first: an MLA module's attention also reads projections
       &packed_qkv_fuser(),  // before qkv: one projection cut into (q, k, v) pieces
       &qkv_fuser(),         // an attention module: three projections feeding q, k, v
       &glu_fuser(),         // an MLP block: gate/up projections under one module

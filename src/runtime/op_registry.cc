@@ -36,6 +36,9 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_scalar_ops(reg);
     ops::register_attention_ops(reg);
     ops::register_fused_ops(reg);
+    ops::register_mutation_ops(reg);
+    ops::register_mla_ops(reg);
+    ops::register_complex_ops(reg);  // after the elementwise ops: wraps aten.mul.Tensor
     return reg;
   }();
   return r;

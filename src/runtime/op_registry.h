@@ -80,6 +80,9 @@ void register_misc_ops(OpRegistry& r);
 void register_scalar_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
 void register_fused_ops(OpRegistry& r);  // ops the fusers insert (fused_ops.cc)
+void register_mutation_ops(OpRegistry& r);  // copy_ into views, new_empty (mutation_ops.cc)
+void register_mla_ops(OpRegistry& r);  // latent attention the mla fuser inserts (mla_op.cc)
+void register_complex_ops(OpRegistry& r);  // c64 for complex rope; wraps mul (complex_ops.cc)
 }  // namespace ops
 
 }  // namespace fuselm::runtime

@@ -213,6 +213,35 @@ TEST_P(KernelsAttention, RejectsInconsistentArguments) {
   EXPECT_THROW(attention(b), std::invalid_argument);  // k without v
 }
 
+// MLA's latent cache: one KV head whose V is the first dv floats of each K row (v_cache = k_cache,
+// both row strides = the row width). Same result as a dense cache holding those floats as V.
+TEST_P(KernelsAttention, RowStridesLetVAliasKRows) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  const int64_t hq = 5, dqk = 40, dv = 32, ctx = 70, t = 3, slots_n = 80;
+  auto rows = random_floats(static_cast<size_t>(slots_n * dqk), 901);
+  std::vector<float> dense_v(static_cast<size_t>(slots_n * dv));
+  for (int64_t s = 0; s < slots_n; ++s)
+    std::copy_n(rows.begin() + s * dqk, dv, dense_v.begin() + s * dv);
+  std::vector<int32_t> slots(ctx);
+  for (int64_t j = 0; j < ctx; ++j) slots[j] = static_cast<int32_t>((j * 37) % slots_n);  // scattered slots
+  auto q = random_floats(static_cast<size_t>(t * hq * dqk), 902);
+  std::vector<float> want(static_cast<size_t>(t * hq * dv)), got(want.size());
+  AttentionArgs a;
+  a.k_cache = rows.data(), a.v_cache = dense_v.data(), a.num_slots = slots_n, a.slots = slots.data();
+  a.ctx_len = ctx, a.t = t, a.q = q.data(), a.out = want.data();
+  a.hq = hq, a.hkv = 1, a.dqk = dqk, a.dv = dv, a.scale = 0.2f;
+  attention(a);
+  AttentionArgs b = a;
+  b.v_cache = rows.data();
+  b.k_row_stride = dqk, b.v_row_stride = dqk;
+  b.out = got.data();
+  attention(b);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * (1.f + std::fabs(want[i]))) << i;
+  b.v_row_stride = dv - 1;  // narrower than a V row
+  EXPECT_THROW(attention(b), std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(, KernelsAttention, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 

@@ -1483,6 +1483,177 @@ void add_fused_cases(Cases& m) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Mutations (mutation_ops.cc): MLA's key assembly, new_empty + copy_ into two slices of it.
+
+void add_mutation_cases(Cases& m) {
+  m["aten.new_empty.default"] = [] {
+    Host x = rand_host(DType::f32, {2, 3}, 601);
+    OpGraph g;
+    int n = g.input(x);
+    g.output(g.op("aten.new_empty.default", {R(n), Ints({3, 4}), None(), None(), None(), B(false)}, DType::f32, {3, 4}));
+    expect_close(g.run(), make_host(DType::f32, {3, 4}, std::vector<double>(12, 0.0)), 0, 0, "zero-filled");
+  };
+  m["aten.copy_.default"] = [] {
+    // key [2, 3, 8] = cat(k_nope [2, 3, 5] (transposed view), k_rot [2, 1, 3] broadcast over dim 1).
+    Host nope = rand_host(DType::f32, {2, 3, 5}, 602), rot = rand_host(DType::f32, {2, 1, 3}, 603);
+    OpGraph g;
+    int a = g.input(nope, Layout::transposed), b = g.input(rot);
+    int key = g.op("aten.new_empty.default", {R(a), Ints({2, 3, 8}), None(), None(), None(), B(false)}, DType::f32, {2, 3, 8});
+    int s1 = g.op("aten.slice.Tensor", {R(key), I(2), I(0), I(5), I(1)}, DType::f32, {2, 3, 5});
+    g.op("aten.copy_.default", {R(s1), R(a), B(false)}, DType::f32, {2, 3, 5});
+    int s2 = g.op("aten.slice.Tensor", {R(key), I(2), I(5), I(kInt64Max), I(1)}, DType::f32, {2, 3, 3});
+    g.op("aten.copy_.default", {R(s2), R(b), B(false)}, DType::f32, {2, 3, 3});
+    g.output(key);
+    Host want{DType::f32, {2, 3, 8}, {}};
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t k = 0; k < 8; ++k) want.v.push_back(k < 5 ? at(nope, {i, j, k}) : at(rot, {i, 0, k - 5}));
+    expect_close(g.run(), want, 0, 0, "written through both slices into the base");
+    EXPECT_CONTAINS(run_error("aten.copy_.default", {{rand_host(DType::f32, {2, 3}, 604)}, {rand_host(DType::f32, {4, 3}, 605)}},
+                              [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), B(false)}; }, DType::f32, {2, 3}),
+                    "does not broadcast");
+  };
+}
+
+// fuselm.mla_attention against expanded attention: per head k_j = [W_k·c_j | k_rot_j],
+// v_j = W_v·c_j, then eager softmax attention; two sequences over two steps (prefill, then a
+// decode and a long prefill continuation) on a latent cache of R + Dr floats per slot.
+void check_mla() {
+  const int64_t H = 3, Dn = 4, Dr = 2, Dv = 5, Rk = 6;
+  const double scale = 0.4;
+  const int64_t lens[2] = {24, 3};
+  std::vector<Host> qs, lats, rots;
+  for (int s = 0; s < 2; ++s) {
+    qs.push_back(rand_host(DType::f32, {lens[s], H, Dn + Dr}, 701 + s, -1, 1));
+    lats.push_back(rand_host(DType::f32, {lens[s], Rk}, 711 + s, -1, 1));
+    rots.push_back(rand_host(DType::f32, {lens[s], Dr}, 721 + s, -1, 1));
+  }
+  Host w = rand_host(DType::f32, {H * (Dn + Dv), Rk}, 731, -0.7, 0.7);
+  auto wrow = [&](int64_t row, int64_t r) { return w.v[row * Rk + r]; };
+  auto ref = [&](int s, int64_t pos, int64_t h, int64_t e) {
+    std::vector<double> logits;
+    for (int64_t j = 0; j <= pos; ++j) {
+      double dot = 0;
+      for (int64_t d = 0; d < Dn; ++d) {
+        double k = 0;
+        for (int64_t r = 0; r < Rk; ++r) k += wrow(h * (Dn + Dv) + d, r) * lats[s].v[j * Rk + r];
+        dot += qs[s].v[(pos * H + h) * (Dn + Dr) + d] * k;
+      }
+      for (int64_t d = 0; d < Dr; ++d) dot += qs[s].v[(pos * H + h) * (Dn + Dr) + Dn + d] * rots[s].v[j * Dr + d];
+      logits.push_back(dot * scale);
+    }
+    double m = -kInf, z = 0, out = 0;
+    for (double l : logits) m = std::max(m, l);
+    for (double l : logits) z += std::exp(l - m);
+    for (int64_t j = 0; j <= pos; ++j) {
+      double v = 0;
+      for (int64_t r = 0; r < Rk; ++r) v += wrow(h * (Dn + Dv) + Dn + e, r) * lats[s].v[j * Rk + r];
+      out += std::exp(logits[j] - m) / z * v;
+    }
+    return out;
+  };
+  // Step 2's 19-token chunk takes the expanded form (t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R), the others
+  // the absorbed one.
+  std::vector<std::vector<Chunk>> steps = {{{0, 0, 5}, {1, 0, 2}}, {{1, 2, 1}, {0, 5, 19}}};
+  kv::PagedKvCache cache({kv::LayerShape{Rk + Dr, 0}}, 16, 2);
+  std::fill_n(cache.k(0), 32 * (Rk + Dr), NAN);  // never-written slots must not be read
+  std::vector<kv::SequenceKv> seq_kv(2);
+  std::vector<int64_t> ctx(2, 0);
+
+  OpGraph g;
+  const int64_t t0 = 7;
+  int qn = g.input(Host{DType::f32, {1, t0, H, Dn + Dr}, std::vector<double>(t0 * H * (Dn + Dr))}, Layout::contiguous, {"", "s0", "", ""});
+  int ln = g.input(Host{DType::f32, {1, 1, t0, Rk}, std::vector<double>(t0 * Rk)}, Layout::contiguous, {"", "", "s0", ""});
+  int rn = g.input(Host{DType::f32, {1, 1, t0, Dr}, std::vector<double>(t0 * Dr)}, Layout::contiguous, {"", "", "s0", ""});
+  int qt = g.op("aten.transpose.int", {R(qn), I(1), I(2)}, DType::f32, {1, H, t0, Dn + Dr});
+  int wn = g.param(w);
+  int att = g.op("fuselm.mla_attention.default", {R(qt), R(ln), R(rn), R(wn), F(scale), I(0), I(Dn), I(Dv)}, DType::f32,
+                 {1, t0, H, Dv});
+  g.output(att);
+  Executor ex(g.graph(), g.params(), {});
+  for (size_t st = 0; st < steps.size(); ++st) {
+    SCOPED_TRACE("mla step " + std::to_string(st));
+    int64_t T = 0;
+    for (const auto& ch : steps[st]) T += ch.count;
+    Host q{DType::f32, {1, T, H, Dn + Dr}, {}}, lat{DType::f32, {1, 1, T, Rk}, {}}, rot{DType::f32, {1, 1, T, Dr}, {}};
+    Host want{DType::f32, {1, T, H, Dv}, {}};
+    std::vector<SequenceSlice> slices;
+    int64_t t = 0;
+    for (const auto& ch : steps[st]) {
+      ctx[ch.seq] += ch.count;
+      ASSERT_TRUE(seq_kv[ch.seq].reserve(ctx[ch.seq], cache));
+      slices.push_back(SequenceSlice{t, ch.count, ctx[ch.seq], seq_kv[ch.seq].slots()});
+      for (int64_t i = 0; i < ch.count; ++i, ++t) {
+        const int64_t pos = ch.first + i;
+        const int s = ch.seq;
+        q.v.insert(q.v.end(), qs[s].v.begin() + pos * H * (Dn + Dr), qs[s].v.begin() + (pos + 1) * H * (Dn + Dr));
+        lat.v.insert(lat.v.end(), lats[s].v.begin() + pos * Rk, lats[s].v.begin() + (pos + 1) * Rk);
+        rot.v.insert(rot.v.end(), rots[s].v.begin() + pos * Dr, rots[s].v.begin() + (pos + 1) * Dr);
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t e = 0; e < Dv; ++e) want.v.push_back(ref(s, pos, h, e));
+      }
+    }
+    Storage qst = encode(q), lst = encode(lat), rst = encode(rot);
+    std::vector<Tensor> in = {qst.tensor(), lst.tensor(), rst.tensor()};
+    Batch batch{slices, &cache};
+    try {
+      expect_close(read(ex.run(in, batch)), want, 1e-4, 1e-5);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "threw: " << e.what();
+    }
+  }
+}
+
+void add_mla_cases(Cases& m) { m["fuselm.mla_attention.default"] = [] { check_mla(); }; }
+
+// ---------------------------------------------------------------------------------------------
+// Complex numbers (complex_ops.cc), as DeepseekV2's rope uses them: read back through view_as_real.
+
+// DeepseekV2's apply_rotary_emb: view_as_real(view_as_complex(x.reshape(..., -1, 2)) · polar(s, θ)).
+void check_complex_rope() {
+  const int64_t heads = 2, T = 3, D = 4;
+  Host x = rand_host(DType::f32, {1, heads, T, D}, 801);
+  Host theta = rand_host(DType::f32, {1, T, D / 2}, 802, -3, 3);
+  Host mag = rand_host(DType::f32, {1, T, D / 2}, 803, 0.5, 1.5);
+  OpGraph g;
+  int xn = g.input(x), tn = g.input(theta), mn = g.input(mag);
+  int fc = g.op("aten.polar.default", {R(mn), R(tn)}, DType::c64, {1, T, D / 2});
+  int fs = g.op("aten.mul.Tensor", {R(fc), F(0.5)}, DType::c64, {1, T, D / 2});
+  int fu = g.op("aten.unsqueeze.default", {R(fs), I(1)}, DType::c64, {1, 1, T, D / 2});
+  int xr = g.op("aten.reshape.default", {R(xn), Ints({1, heads, T, -1, 2})}, DType::f32, {1, heads, T, D / 2, 2});
+  int xc = g.op("aten.view_as_complex.default", {R(xr)}, DType::c64, {1, heads, T, D / 2});
+  int prod = g.op("aten.mul.Tensor", {R(xc), R(fu)}, DType::c64, {1, heads, T, D / 2});
+  int re = g.op("aten.view_as_real.default", {R(prod)}, DType::f32, {1, heads, T, D / 2, 2});
+  g.output(g.op("aten.flatten.using_ints", {R(re), I(3), I(-1)}, DType::f32, {1, heads, T, D}));
+  Host want{DType::f32, {1, heads, T, D}, std::vector<double>(heads * T * D)};
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < D / 2; ++k) {
+        const double a = at(x, {0, h, t, 2 * k}), b = at(x, {0, h, t, 2 * k + 1});
+        const double r = 0.5 * at(mag, {0, t, k}), th = at(theta, {0, t, k});
+        want.v[((h * T) + t) * D + 2 * k] = a * r * std::cos(th) - b * r * std::sin(th);
+        want.v[((h * T) + t) * D + 2 * k + 1] = a * r * std::sin(th) + b * r * std::cos(th);
+      }
+  expect_close(g.run(), want, 1e-5, 1e-6, "complex rope");
+}
+
+void add_complex_cases(Cases& m) {
+  m["aten.polar.default"] = [] { check_complex_rope(); };
+  m["aten.view_as_complex.default"] = [] {
+    check_complex_rope();
+    // a pair that is not contiguous (a transposed input) is copied, not misread
+    Host x = rand_host(DType::f32, {2, 3}, 804);
+    OpGraph g;
+    int xn = g.input(x);
+    int xt = g.op("aten.transpose.int", {R(xn), I(0), I(1)}, DType::f32, {3, 2});
+    int z = g.op("aten.view_as_complex.default", {R(xt)}, DType::c64, {3});
+    g.output(g.op("aten.view_as_real.default", {R(z)}, DType::f32, {3, 2}));
+    expect_close(g.run(), transpose_ref(x, 0, 1), 0, 0, "transposed pairs");
+  };
+  m["aten.view_as_real.default"] = [] { check_complex_rope(); };
+}
+
+// ---------------------------------------------------------------------------------------------
 
 const Cases& op_cases() {
   static const Cases cases = [] {
@@ -1496,6 +1667,9 @@ const Cases& op_cases() {
     add_scalar_cases(m);
     add_attention_cases(m);
     add_fused_cases(m);
+    add_mutation_cases(m);
+    add_mla_cases(m);
+    add_complex_cases(m);
     return m;
   }();
   return cases;

@@ -48,6 +48,11 @@ AttentionArgs resolve(const AttentionArgs& in) {
   if (a.k_token_stride == 0) a.k_token_stride = a.hkv * a.k_head_stride;
   if (a.v_head_stride == 0) a.v_head_stride = a.dv;
   if (a.v_token_stride == 0) a.v_token_stride = a.hkv * a.v_head_stride;
+  if (a.k_row_stride == 0) a.k_row_stride = a.hkv * a.dqk;
+  if (a.v_row_stride == 0) a.v_row_stride = a.hkv * a.dv;
+  if (a.k_row_stride < a.hkv * a.dqk || a.v_row_stride < a.hkv * a.dv)
+    fail(fmt::format("cache row strides {}/{} are narrower than a row ({}/{})", a.k_row_stride, a.v_row_stride,
+                     a.hkv * a.dqk, a.hkv * a.dv));
   for (int64_t j = 0; j < a.ctx_len; ++j)
     if (a.slots[j] < 0 || a.slots[j] >= a.num_slots)
       fail(fmt::format("slot {} of context position {} is outside [0, {})", a.slots[j], j,
@@ -94,7 +99,7 @@ void attention(const AttentionArgs& args) {
                              : nullptr;
 
   const int64_t writes = a.k ? a.t * a.hkv : 0;
-  const int64_t k_row = a.hkv * a.dqk, v_row = a.hkv * a.dv;
+  const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
 #pragma omp parallel num_threads(nt) if (nt > 1)

@@ -4,7 +4,7 @@
 //
 // KV cache (fp32, owned by the engine):
 //   k_cache [num_slots][hkv * dqk]    row of a slot: its K for every KV head, head-major
-//   v_cache [num_slots][hkv * dv]
+//   v_cache [num_slots][hkv * dv]   (rows k_row_stride / v_row_stride apart when those are set)
 //   slots[j], j < ctx_len: the slot holding context position j (the caller's block table, flattened)
 // New tokens: the last t positions of the context (new token i has position p = ctx_len - t + i):
 //   q   [t, hq, dqk]   element (i, h, d) at q[i*q_token_stride + h*q_head_stride + d]
@@ -46,6 +46,9 @@ struct AttentionArgs {
   float* out = nullptr;
 
   int64_t hq = 0, hkv = 0, dqk = 0, dv = 0;
+  // Floats between consecutive slots' rows; 0: hkv·dqk (K), hkv·dv (V). MLA's latent cache reads
+  // V as the first dv floats of the K row (v_cache = k_cache, v_row_stride = k_row_stride).
+  int64_t k_row_stride = 0, v_row_stride = 0;
   float scale = 1.f;
   int64_t sliding_window = 0;    // <= 0: none
   float softcap = 0.f;           // <= 0: none

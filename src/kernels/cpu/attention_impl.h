@@ -164,7 +164,7 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   const float* vr[CH];
 
   const int64_t kvh = h0 / (a.hq / a.hkv);
-  const int64_t k_row = a.hkv * a.dqk, v_row = a.hkv * a.dv;
+  const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
   const float* kc = a.k_cache + kvh * a.dqk;
   const float* vc = a.v_cache + kvh * a.dv;
   const int64_t dv = a.dv;
