@@ -161,6 +161,10 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
         raise CaptureError(f"{config_path}: transformers cannot build a causal LM for {type(config).__name__} "
                            f"({config.model_type}): {_first_line(e)}") from e
     model.eval()
+    try:
+        ops.identify_experts(model)
+    except ops.ExpertsCaptureError as e:
+        raise CaptureError(f"{config_path}: {e}") from e
     constants = _non_persistent_buffers(model)
     model.to("meta")
 
