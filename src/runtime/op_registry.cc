@@ -36,6 +36,8 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_scalar_ops(reg);
     ops::register_attention_ops(reg);
     ops::register_fused_ops(reg);
+    ops::register_router_ops(reg);
+    ops::register_experts_ops(reg);
     return reg;
   }();
   return r;

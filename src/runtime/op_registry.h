@@ -80,6 +80,8 @@ void register_misc_ops(OpRegistry& r);
 void register_scalar_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
 void register_fused_ops(OpRegistry& r);  // ops the fusers insert (fused_ops.cc)
+void register_router_ops(OpRegistry& r);   // top-k, gather/scatter, in-place arithmetic (router_ops.cc)
+void register_experts_ops(OpRegistry& r);  // fuselm.experts (experts_op.cc)
 }  // namespace ops
 
 }  // namespace fuselm::runtime

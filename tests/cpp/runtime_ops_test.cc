@@ -1496,6 +1496,7 @@ const Cases& op_cases() {
     add_scalar_cases(m);
     add_attention_cases(m);
     add_fused_cases(m);
+    add_router_cases(m);
     return m;
   }();
   return cases;

@@ -1,0 +1,134 @@
+#include "kernels/cpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/threading.h"
+
+namespace fuselm::kernels {
+namespace {
+
+float act_of(ExpertsAct act, float v) {
+  switch (act) {
+    case ExpertsAct::silu: return v / (1.0f + std::exp(-v));
+    case ExpertsAct::gelu: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+    case ExpertsAct::gelu_tanh: {
+      const float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+      return 0.5f * v * (1.0f + std::tanh(u));
+    }
+    case ExpertsAct::relu: return v > 0.0f ? v : 0.0f;
+  }
+  return v;
+}
+
+// g [rows, n_up] -> out [rows, i]
+void apply_gate(const ExpertsArgs& a, const float* g, float* out, int64_t rows) {
+  const int64_t i = a.i, n_up = a.gate == ExpertsGate::act_only ? i : 2 * i;
+  if (a.gate == ExpertsGate::act_mul && !a.interleaved && a.act != ExpertsAct::relu) {
+    const Act act = a.act == ExpertsAct::silu ? Act::silu : a.act == ExpertsAct::gelu ? Act::gelu : Act::gelu_tanh;
+    act_and_mul(act, g, n_up, g + i, n_up, out, i, rows, i);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = g + r * n_up;
+    float* o = out + r * i;
+    for (int64_t j = 0; j < i; ++j) {
+      const float gv = a.interleaved ? row[2 * j] : row[j];
+      const float uv = a.gate == ExpertsGate::act_only ? row[j] : a.interleaved ? row[2 * j + 1] : row[i + j];
+      switch (a.gate) {
+        case ExpertsGate::act_only: o[j] = act_of(a.act, uv); break;
+        case ExpertsGate::act_mul: o[j] = act_of(a.act, gv) * uv; break;
+        case ExpertsGate::clamped_swiglu: {
+          const float gc = std::min(gv, a.limit);
+          const float uc = std::clamp(uv, -a.limit, a.limit);
+          o[j] = (uc + 1.0f) * gc / (1.0f + std::exp(-a.alpha * gc));
+          break;
+        }
+      }
+    }
+  }
+}
+
+// One expert over its `rows` gathered pairs: rows of x listed by `pairs` (token·k + slot), results
+// written to slot_out[pair].
+void run_expert(const ExpertsArgs& a, int64_t ex, const int64_t* pairs, int64_t rows, float* slot_out) {
+  const int64_t n_up = a.gate == ExpertsGate::act_only ? a.i : 2 * a.i;
+  const size_t es = static_cast<size_t>(dtype_size(a.w_dtype));
+  float* xs = thread_scratch(5, static_cast<size_t>(rows * a.h));
+  float* gs = thread_scratch(6, static_cast<size_t>(rows * n_up));
+  float* as = thread_scratch(7, static_cast<size_t>(rows * a.i));
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(a.x + (pairs[r] / a.k) * a.h, a.h, xs + r * a.h);
+  LinearArgs up;
+  up.x = xs;
+  up.w = static_cast<const char*>(a.gate_up) + static_cast<size_t>(ex * n_up * a.h) * es;
+  up.w_dtype = a.w_dtype;
+  up.w_layout = a.layout;
+  up.bias = a.gate_up_bias ? a.gate_up_bias + ex * n_up : nullptr;
+  up.y = gs;
+  up.m = rows;
+  up.n = n_up;
+  up.k = a.h;
+  linear(up);
+  apply_gate(a, gs, as, rows);
+  // The down projection reuses xs for its output (the inputs are no longer needed).
+  LinearArgs dn;
+  dn.x = as;
+  dn.w = static_cast<const char*>(a.down) + static_cast<size_t>(ex * a.h * a.i) * es;
+  dn.w_dtype = a.w_dtype;
+  dn.w_layout = a.layout;
+  dn.bias = a.down_bias ? a.down_bias + ex * a.h : nullptr;
+  dn.y = xs;
+  dn.m = rows;
+  dn.n = a.h;
+  dn.k = a.i;
+  linear(dn);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(xs + r * a.h, a.h, slot_out + pairs[r] * a.h);
+}
+
+}  // namespace
+
+void experts(const ExpertsArgs& a) {
+  if (!a.x || !a.ids || !a.weights || !a.gate_up || !a.down || !a.y)
+    throw std::invalid_argument("experts: null pointer argument");
+  if (a.t < 0 || a.k <= 0 || a.h <= 0 || a.i <= 0 || a.e <= 0)
+    throw std::invalid_argument("experts: sizes must be positive");
+  const int64_t pairs_n = a.t * a.k;
+  // Counting sort of the (token, slot) pairs by expert, stable in pair order.
+  std::vector<int64_t> start(static_cast<size_t>(a.e + 1), 0), order(static_cast<size_t>(pairs_n));
+  for (int64_t p = 0; p < pairs_n; ++p)
+    if (a.ids[p] >= 0 && a.ids[p] < a.e) ++start[a.ids[p] + 1];
+  for (int64_t ex = 0; ex < a.e; ++ex) start[ex + 1] += start[ex];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t p = 0; p < pairs_n; ++p)
+    if (a.ids[p] >= 0 && a.ids[p] < a.e) order[fill[a.ids[p]]++] = p;
+  std::vector<int64_t> active;
+  for (int64_t ex = 0; ex < a.e; ++ex)
+    if (start[ex + 1] > start[ex]) active.push_back(ex);
+
+  std::vector<float> slot_out(static_cast<size_t>(pairs_n * a.h), 0.0f);
+  const auto n_active = static_cast<int64_t>(active.size());
+  // Decode-sized batches: too few rows per expert for threaded GEMMs, so one expert per thread.
+  const int nt = pairs_n <= 64 ? kernel_threads(n_active, 1) : 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+  for (int64_t j = 0; j < n_active; ++j) {
+    const int64_t ex = active[j];
+    run_expert(a, ex, order.data() + start[ex], start[ex + 1] - start[ex], slot_out.data());
+  }
+  for (int64_t r = 0; r < a.t; ++r) {
+    float* y = a.y + r * a.h;
+    std::fill_n(y, a.h, 0.0f);
+    for (int64_t s = 0; s < a.k; ++s) {
+      const int64_t p = r * a.k + s;
+      if (a.ids[p] < 0 || a.ids[p] >= a.e) continue;
+      const float w = a.weights[p];
+      const float* o = slot_out.data() + p * a.h;
+      for (int64_t c = 0; c < a.h; ++c) y[c] += w * o[c];
+    }
+  }
+}
+
+}  // namespace fuselm::kernels
