@@ -238,12 +238,19 @@ void check_experts(const ExpertsCase& c, const std::string& what) {
 }
 
 void experts_case() {
-  check_experts({}, "silu, concatenated, one expert per thread (decode-sized)");
+  check_experts({}, "silu, concatenated, decode-sized");
   ExpertsCase big;
   big.t = 70;
   big.k = 3;
   big.e = 9;
-  check_experts(big, "silu, 210 pairs: experts one after the other, threaded GEMMs");
+  check_experts(big, "silu, 210 pairs over 9 experts (one thread per expert)");
+  ExpertsCase few;
+  few.t = 200;
+  few.k = 1;
+  few.e = 3;
+  few.h = 40;
+  few.i = 24;
+  check_experts(few, "~67 rows per expert over 3 experts (threaded GEMMs with 2 or more threads)");
   ExpertsCase gpt;
   gpt.act = "clamped_swiglu";
   gpt.concatenated = false;

@@ -19,8 +19,8 @@
 //
 // The batch is grouped by expert: every active expert runs its two GEMMs once over all of its
 // tokens (kernels::linear, fp32 accumulation), so each expert's weights are read once per call.
-// Small batches (decode) run experts in parallel, one thread each; larger ones run experts one
-// after the other with threaded GEMMs. Each (token, slot) result has its own row, summed per token
+// Threads take whole experts (largest first), except when few experts hold many rows each (> 32
+// on average, fewer than 2 experts per thread): then experts run in turn with threaded GEMMs. Each (token, slot) result has its own row, summed per token
 // in slot order at the end, so the result does not depend on the thread count.
 #include <cstdint>
 
