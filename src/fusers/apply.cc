@@ -317,6 +317,9 @@ Plan apply(const ir::Graph& g, const Options& options) {
   out.op_args = g.op_args;
   out.op_args["fuselm.rms_norm.default"] = {"input", "weight", "eps", "weight_offset"};
   out.op_args["fuselm.act_and_mul.default"] = {"input", "activation"};
+  out.op_args["fuselm.moe_route.default"] = {"input", "gate_weight", "correction_bias", "scoring", "groups",
+                                             "topk_group", "group_score", "top_k", "renorm", "renorm_eps",
+                                             "scaling"};
   out.parameters = g.parameters;
   out.constants = g.constants;
   out.model = g.model;

@@ -4,6 +4,7 @@
 
 namespace fuselm::fusers {
 
+const Fuser& moe_fuser();
 const Fuser& qkv_fuser();
 const Fuser& glu_fuser();
 const Fuser& rms_norm_fuser();
@@ -11,6 +12,7 @@ const Fuser& attention_fuser();
 
 std::span<const Fuser* const> registry() {
   static const Fuser* const kFusers[] = {
+      &moe_fuser(),        // an MoE block: its router, before glu could claim the block's own multiply
       &qkv_fuser(),        // an attention module: three projections feeding q, k, v
       &glu_fuser(),        // an MLP block: gate/up projections under one module
       &rms_norm_fuser(),   // a norm module (leaf): never overlaps a GLU's nodes

@@ -38,6 +38,7 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_fused_ops(reg);
     ops::register_router_ops(reg);
     ops::register_experts_ops(reg);
+    ops::register_moe_route_ops(reg);
     return reg;
   }();
   return r;

@@ -82,6 +82,7 @@ void register_attention_ops(OpRegistry& r);
 void register_fused_ops(OpRegistry& r);  // ops the fusers insert (fused_ops.cc)
 void register_router_ops(OpRegistry& r);   // top-k, gather/scatter, in-place arithmetic (router_ops.cc)
 void register_experts_ops(OpRegistry& r);  // fuselm.experts (experts_op.cc)
+void register_moe_route_ops(OpRegistry& r);  // fuselm.moe_route, inserted by the moe fuser
 }  // namespace ops
 
 }  // namespace fuselm::runtime

@@ -274,6 +274,121 @@ void experts_case() {
   check_experts(gelu, "gelu over interleaved halves");
 }
 
+// ---- fuselm.moe_route ------------------------------------------------------------------------
+
+struct RouteCase {
+  std::string scoring = "softmax", group_score = "none";
+  int64_t groups = 1, topk_group = 1, k = 2;
+  bool correction = false, renorm = false;
+  double eps = 0.0, scaling = 1.0;
+};
+
+void check_route(const RouteCase& c, const std::string& what) {
+  const int64_t t = 5, h = 6, e = 8;
+  Host x = rand_host(DType::f32, {1, t, h}, 71);
+  Host w = rand_host(DType::f32, {e, h}, 72, -1.5, 1.5);
+  Host bias = rand_host(DType::f32, {e}, 73, -0.3, 0.3);
+  Host want_w{DType::f32, {t, c.k}, std::vector<double>(t * c.k)}, want_i{DType::i64, {t, c.k}, want_w.v};
+  for (int64_t r = 0; r < t; ++r) {
+    std::vector<double> lg(e), sc(e), ch(e);
+    for (int64_t j = 0; j < e; ++j) {
+      lg[j] = 0;
+      for (int64_t p = 0; p < h; ++p) lg[j] += at(x, {0, r, p}) * at(w, {j, p});
+    }
+    double mx = *std::max_element(lg.begin(), lg.end()), sum = 0;
+    for (int64_t j = 0; j < e; ++j) sum += std::exp(lg[j] - mx);
+    for (int64_t j = 0; j < e; ++j)
+      sc[j] = c.scoring == "softmax" ? std::exp(lg[j] - mx) / sum : c.scoring == "sigmoid" ? 1 / (1 + std::exp(-lg[j])) : lg[j];
+    for (int64_t j = 0; j < e; ++j) ch[j] = sc[j] + (c.correction ? bias.v[j] : 0.0);
+    auto order_of = [](const std::vector<double>& v) {
+      std::vector<int64_t> o(v.size());
+      std::iota(o.begin(), o.end(), 0);
+      std::stable_sort(o.begin(), o.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+      return o;
+    };
+    if (c.groups > 1) {
+      const int64_t per = e / c.groups;
+      std::vector<double> gs(c.groups);
+      for (int64_t gi = 0; gi < c.groups; ++gi) {
+        std::vector<double> part(ch.begin() + gi * per, ch.begin() + (gi + 1) * per);
+        auto o = order_of(part);
+        gs[gi] = c.group_score == "max" ? part[o[0]] : part[o[0]] + part[o[1]];
+      }
+      auto go = order_of(gs);
+      for (int64_t j = 0; j < e; ++j)
+        if (std::find(go.begin(), go.begin() + c.topk_group, j / per) == go.begin() + c.topk_group) ch[j] = -INFINITY;
+    }
+    auto o = order_of(ch);
+    std::vector<double> wk(c.k);
+    for (int64_t j = 0; j < c.k; ++j) wk[j] = sc[o[j]];
+    if (c.scoring == "softmax_of_topk") {
+      double m = *std::max_element(wk.begin(), wk.end()), s2 = 0;
+      for (auto& v : wk) s2 += (v = std::exp(v - m));
+      for (auto& v : wk) v /= s2;
+    }
+    double tot = c.eps;
+    for (double v : wk) tot += v;
+    for (int64_t j = 0; j < c.k; ++j) {
+      want_w.v[r * c.k + j] = static_cast<float>((c.renorm ? wk[j] / tot : wk[j]) * c.scaling);
+      want_i.v[r * c.k + j] = static_cast<double>(o[j]);
+    }
+  }
+  for (int which : {0, 1}) {
+    OpGraph g;
+    int xn = g.input(x), wn = g.param(w);
+    Arg b = c.correction ? R(g.param(bias)) : None();
+    int route = g.op_list("fuselm.moe_route.default",
+                          {R(xn), R(wn), b, S(c.scoring), I(c.groups), I(c.topk_group), S(c.group_score), I(c.k),
+                           B(c.renorm), F(c.eps), F(c.scaling)},
+                          DType::f32, 2);
+    g.node(route).outs[1].dtype = DType::i64;
+    const Host& want = which ? want_i : want_w;
+    g.output(g.op("getitem", {R(route), I(which)}, want.dtype, want.shape));
+    expect_close(g.run(), want, 1e-5, 1e-6, what + (which ? " (ids)" : " (weights)"));
+  }
+}
+
+void moe_route_case() {
+  check_route({}, "softmax top-2");
+  RouteCase renorm;
+  renorm.renorm = true;
+  renorm.k = 3;
+  check_route(renorm, "softmax top-3 renormalized");
+  RouteCase ds;
+  ds.scoring = "sigmoid";
+  ds.correction = true;
+  ds.groups = 4;
+  ds.topk_group = 2;
+  ds.group_score = "top2_sum";
+  ds.renorm = true;
+  ds.eps = 1e-20;
+  ds.scaling = 2.5;
+  ds.k = 3;
+  check_route(ds, "sigmoid, correction bias, 2 of 4 groups by top-2 sum, renorm, scaled");
+  RouteCase v2;
+  v2.groups = 4;
+  v2.topk_group = 1;
+  v2.group_score = "max";
+  v2.scaling = 1.5;
+  check_route(v2, "softmax, 1 of 4 groups by max, scaled");
+  RouteCase oss;
+  oss.scoring = "softmax_of_topk";
+  oss.k = 4;
+  check_route(oss, "softmax over the top-4 logits");
+  OpGraph bad;
+  int xn = bad.input(rand_host(DType::f32, {2, 6}, 74)), wn = bad.param(rand_host(DType::f32, {8, 6}, 75));
+  int route = bad.op_list("fuselm.moe_route.default",
+                          {R(xn), R(wn), None(), S("softmax"), I(3), I(1), S("max"), I(2), B(false), F(0.0), F(1.0)},
+                          DType::f32, 2);
+  bad.output(bad.op("getitem", {R(route), I(0)}, DType::f32, {2, 2}));
+  try {
+    bad.run();
+    ADD_FAILURE() << "3 groups of 8 experts did not fail";
+  } catch (const std::exception& err) {
+    EXPECT_CONTAINS(err.what(), "8 experts cannot keep 1 of 3 groups");
+  }
+}
+
 }  // namespace
 
 Host nonzero_host(std::vector<int64_t> shape, uint32_t seed) {
@@ -293,6 +408,7 @@ void add_router_cases(std::map<std::string, std::function<void()>>& m) {
   m["aten.mul_.Tensor"] = [] { arith_in_place_case("mul", [](double a, double b) { return a * b; }); };
   m["aten.div_.Tensor"] = [] { arith_in_place_case("div", [](double a, double b) { return a / b; }); };
   m["fuselm.experts.default"] = experts_case;
+  m["fuselm.moe_route.default"] = moe_route_case;
 }
 
 }  // namespace fuselm::runtime::testing
