@@ -2,7 +2,7 @@
 //   anchor:     a fuselm.experts op whose top-k index comes from a top-k inside the module, with
 //               the module the deepest one holding both (the MoE block, not its decoder layer)
 //   top-k:      the index is getitem(topk(choice, k, -1, largest), 1): the last top-k in the graph
-//   choice:     [masked_fill(·, ¬mask, -inf) of grouped top-k]  ←  [scores + correction bias
+//   choice:     [masked_fill(·, ¬mask, -inf | 0 for positive scores) of grouped top-k]  ←  [scores + correction bias
 //               (a [E] parameter: selection only)]  ←  softmax | sigmoid (logits)  ←  logits
 //   logits:     aten.linear(x, W) with W a parameter (casts around either allowed; an upcast of x
 //               to fp32 is reported); a gate with a bias is not modelled
@@ -190,9 +190,11 @@ std::optional<Router> read_router(const ir::Graph& g, const Subgraph& sg, int ex
     return why.reject("the top-k is not over the largest values of the last dimension");
   r.top_k = static_cast<int64_t>(number_arg(t, 1).value_or(0));
   int choice = strip_casts(g, choice_in);
+  double masked_with = -std::numeric_limits<double>::infinity();
   if (const ir::Node* mf = node_of(g, choice); mf && mf->op == "aten.masked_fill.Scalar") {
     const auto fill = number_arg(*mf, 2);
-    if (!fill || !std::isinf(*fill) || *fill > 0) return why.reject("the top-k choice is masked with other than -inf");
+    if (!fill || *fill > 0) return why.reject("the top-k choice is masked with other than -inf or 0");
+    masked_with = *fill;
     choice = strip_casts(g, ref_arg(*mf, 0));
     if (!read_groups(g, sg, ref_arg(*mf, 1), choice, r, why)) return std::nullopt;
   }
@@ -215,6 +217,10 @@ std::optional<Router> read_router(const ir::Graph& g, const Subgraph& sg, int ex
     r.scoring = sn.op == "aten.sigmoid.default" ? "sigmoid" : "softmax";
     logits = strip_casts(g, ref_arg(sn, 0));
   }
+  // Masking with 0 instead of -inf excludes the same experts only when every score is positive.
+  if (!std::isinf(masked_with) && (r.correction >= 0 || (r.scoring != "softmax" && r.scoring != "sigmoid")))
+    return why.reject("the top-k choice is masked with {}, which excludes experts only for positive scores",
+                      masked_with);
   const ir::Node* lin = node_of(g, logits);
   if (!lin || lin->op != "aten.linear.default")
     return why.reject("the router scores do not come from a linear gate (dataflow does not reach one)");

@@ -117,3 +117,64 @@ def test_bf16_experts_top1_agreement(fuselm_bin, model_cache, tmp_path):
     agree = float(np.mean(ours.argmax(-1) == ref.argmax(-1)))
     print(f"\nqwen3_moe bf16 top-1 agreement with transformers (bf16): {agree:.1%} over {len(ref)} positions")
     assert agree >= 0.9
+
+
+# ---------------------------------------------------------------- the MoE fuser on real families
+
+# family -> what inspect must say of every MoE block (from the config: the oracle of the router)
+ROUTER_DETAIL = {
+    "qwen3_moe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
+    "mixtral": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
+    "qwen2_moe": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated",
+    "deepseek_v3": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
+                   "fp32_upcast shared=ungated",
+    "deepseek_v2": "router=softmax top_k=3 groups=2/4 by max correction_bias=no renorm=no scaling=1.5 "
+                   "fp32_upcast shared=ungated",
+    "glm4_moe": "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=1.8 fp32_upcast shared=ungated",
+    "glm4_moe_grouped": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
+                        "fp32_upcast shared=ungated",
+}
+
+
+def moe_layers(family: str) -> int:
+    cfg = moe_models.make_config(family)
+    n = cfg.num_hidden_layers
+    if hasattr(cfg, "decoder_sparse_step"):
+        return sum(1 for i in range(n) if (i + 1) % cfg.decoder_sparse_step == 0)
+    return n - int(getattr(cfg, "first_k_dense_replace", 0) or 0)
+
+
+def inspect_json(fuselm_bin, model_dir, *extra) -> dict:
+    import subprocess
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--json", *extra], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def moe_entries(report: dict) -> list[dict]:
+    return [e for e in report["modules"] if e["fuser"] == "moe"]
+
+
+@pytest.mark.parametrize("family", list(moe_models.MOE_FAMILIES))
+def test_inspect_reports_each_router(family, fuselm_bin, model_cache):
+    report = inspect_json(fuselm_bin, model_dir_of(family, model_cache))
+    entries = moe_entries(report)
+    assert len(entries) == moe_layers(family), entries
+    if family == "gpt_oss":  # its gate linear has a bias: declined, the router runs as generic ops
+        assert all(e["status"] == "rejected" and "gate linear has a bias" in e["detail"] for e in entries)
+        return
+    assert all(e["status"] == "fused" for e in entries), entries
+    assert {e["detail"] for e in entries} == {ROUTER_DETAIL[family]}
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "glm4_moe_grouped"])
+def test_routing_kernel_matches_generic_router(family, fuselm_bin, model_cache, tmp_path):
+    """The fused router (one routing op) against the same router run as the captured ATen ops."""
+    model_dir = model_dir_of(family, model_cache)
+    prompt = prompt_of(40, 512, seed=5)
+    res_f, fused = fuselm_runner.generate(fuselm_bin, model_dir, prompt, 8, tmp_path)
+    res_g, generic = fuselm_runner.generate(fuselm_bin, model_dir, prompt, 8, tmp_path, extra=["--disable-fuser", "moe"])
+    assert res_f["token_ids"] == res_g["token_ids"]
+    assert float(np.abs(fused - generic).max()) <= 1e-5 * float(np.abs(generic).max())
+    assert moe_entries(inspect_json(fuselm_bin, model_dir, "--disable-fuser", "moe")) == []
