@@ -376,12 +376,18 @@ Plan apply(const ir::Graph& g, const Options& options) {
   }
   for (int o : g.outputs) out.outputs.push_back(map[o]);
 
-  // Dead nodes: keep graph outputs, inputs and ops with effects (attention writes the KV cache).
+  // Dead nodes: keep graph outputs, inputs and ops with effects (attention writes the KV cache;
+  // in-place ATen ops such as copy_ or scatter_ write into a tensor that later nodes read under
+  // its original name, so their own unused result says nothing).
+  auto in_place = [](const std::string& op) {
+    const auto dot = op.rfind('.');
+    return op.rfind("aten.", 0) == 0 && dot != std::string::npos && dot > 5 && op[dot - 1] == '_' && op[5] != '_';
+  };
   std::vector<char> live(out.nodes.size(), 0);
   for (int o : out.outputs) live[o] = 1;
   for (auto& node : out.nodes)
     if ((node.op == "placeholder" && node.placeholder_kind == "input") || node.op.rfind("fuselm.attention", 0) == 0 ||
-        node.op.rfind("fuselm.experts", 0) == 0)
+        node.op.rfind("fuselm.experts", 0) == 0 || in_place(node.op))
       live[node.index] = 1;
   for (int i = static_cast<int>(out.nodes.size()) - 1; i >= 0; --i)
     if (live[i])

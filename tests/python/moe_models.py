@@ -14,7 +14,8 @@ import torch
 COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
 
-MLA = dict(kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=24,
+# MLA expands K/V to every query head: no GQA (transformers repeats kv heads otherwise).
+MLA = dict(num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=24,
            rope_scaling=None)
 
 # name -> (config class name, overrides). Every entry is built through AutoModelForCausalLM.

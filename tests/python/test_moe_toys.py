@@ -205,3 +205,41 @@ def test_toy_router(kind, shared, status, detail, fuselm_bin, tmp_path):
     for extra in ([], ["--disable-fuser", "moe"]):
         _, ours = fuselm_runner.generate(fuselm_bin, model_dir, prompt, 1, tmp_path, extra=extra)
         assert float(np.abs(ours - ref).max()) <= tol, extra
+
+
+class InPlaceBlock(nn.Module):
+    """Writes through a view with an in-place op whose own result nobody reads (as routers do
+    with scatter_ into a group mask, and MLA with copy_ into its key)."""
+
+    def forward(self, x):
+        y = x.clone()
+        y[..., : H // 2].mul_(3.0)
+        return y
+
+
+def test_in_place_writes_survive_the_rewrite(fuselm_bin, tmp_path):
+    from safetensors.torch import save_file
+    from fuselm_capture.capture import capture_module
+    torch.manual_seed(0)
+    model = ToyLM("softmax_renorm").eval()
+    model.block = InPlaceBlock()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    t = torch.export.Dim("num_tokens", min=2, max=2048)
+    kwargs = {"input_ids": torch.zeros(1, 8, dtype=torch.long), "position_ids": torch.arange(8).unsqueeze(0)}
+    out_dir = tmp_path / "inplace"
+    capture_module(model, kwargs, {"input_ids": {1: t}, "position_ids": {1: t}}, out_dir / "fuselm-ir")
+    ir = json.loads((out_dir / "fuselm-ir" / "ir.json").read_text())
+    assert any(n["op"] == "aten.mul_.Tensor" for n in ir["nodes"])
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"))
+    config = json.dumps({"vocab_size": V, "max_position_embeddings": 2048})
+    (out_dir / "config.json").write_text(config)
+    ir["model"].update(config_json=config, vocab_size=V, max_position_embeddings=2048)
+    (out_dir / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    with torch.no_grad():
+        ref = model(torch.tensor([prompt]), torch.arange(len(prompt)).unsqueeze(0))[0].numpy()
+    for extra in ([], ["--no-fuse"]):  # with fusers on, the driver's dead-node pass runs
+        _, ours = fuselm_runner.generate(fuselm_bin, out_dir, prompt, 1, tmp_path, extra=extra)
+        assert float(np.abs(ours - ref).max()) <= 1e-5 * float(np.abs(ref).max()), extra
