@@ -133,7 +133,7 @@ class ToyLM(nn.Module):
         return self.head(x + self.block(x))
 
 
-def build(kind, shared, out_dir: Path):
+def build(kind, shared, out_dir: Path, transform=None):
     from safetensors.torch import save_file
     from fuselm_capture.capture import capture_module
     torch.manual_seed(0)
@@ -141,6 +141,8 @@ def build(kind, shared, out_dir: Path):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3 if p.dim() >= 2 else 0.2)
+    if transform is not None:
+        model = transform(model)
     t = torch.export.Dim("num_tokens", min=2, max=2048)
     kwargs = {"input_ids": torch.zeros(1, 8, dtype=torch.long), "position_ids": torch.arange(8).unsqueeze(0)}
     ir_dir = out_dir / "fuselm-ir"
@@ -243,3 +245,42 @@ def test_in_place_writes_survive_the_rewrite(fuselm_bin, tmp_path):
     for extra in ([], ["--no-fuse"]):  # with fusers on, the driver's dead-node pass runs
         _, ours = fuselm_runner.generate(fuselm_bin, out_dir, prompt, 1, tmp_path, extra=extra)
         assert float(np.abs(ours - ref).max()) <= 1e-5 * float(np.abs(ref).max()), extra
+
+
+def scramble(module: nn.Module, counter=None) -> nn.Module:
+    """Renames every submodule and parameter of `module` (and its class) in place: the model's
+    own code keeps working through properties, but the captured graph, module paths, classes and
+    checkpoint keys carry only the new names."""
+    counter = counter if counter is not None else [0]
+    props = {}
+    for table in ("_modules", "_parameters"):
+        old = getattr(module, table)
+        new = {}
+        for name, value in old.items():
+            counter[0] += 1
+            alias = f"z{counter[0]}"
+            new[alias] = value
+            props[name] = property(lambda self, t=table, a=alias: getattr(self, t)[a])
+        old.clear()
+        old.update(new)
+    module.__class__ = type(f"C{counter[0]}", (module.__class__,), props)
+    for child in list(module._modules.values()):
+        if child is not None:
+            scramble(child, counter)
+    return module
+
+
+def test_moe_fuser_is_name_blind(fuselm_bin, tmp_path):
+    """The same toy MoE LM with every module, parameter and class renamed: same plan, same logits."""
+    plans, logits = [], []
+    for renamed in (False, True):
+        model, model_dir = build("grouped", "gated", tmp_path / str(renamed), transform=scramble if renamed else None)
+        report = inspect(fuselm_bin, model_dir)
+        plans.append(sorted((e["fuser"], e["status"], e["detail"]) for e in report["modules"]))
+        _, out = fuselm_runner.generate(fuselm_bin, model_dir, [5, 9, 2, 33, 7, 61], 4, tmp_path)
+        logits.append(out)
+        paths = {e["module"] for e in report["modules"]}
+        assert ("block" in paths) != renamed
+    assert plans[0] == plans[1]
+    assert ("moe", "fused", CASES[4][3].replace("shared=ungated", "shared=gated")) in plans[1]
+    np.testing.assert_array_equal(logits[0], logits[1])
