@@ -100,18 +100,32 @@ void experts(const ExpertsArgs& a) {
     throw std::invalid_argument("experts: sizes must be positive");
   const int64_t pairs_n = a.t * a.k;
   // Counting sort of the (token, slot) pairs by expert, stable in pair order.
-  std::vector<int64_t> start(static_cast<size_t>(a.e + 1), 0), order(static_cast<size_t>(pairs_n));
+  // The calling thread's buffers, kept between calls so that decode steps do not allocate.
+  // (Named through references: inside the parallel region a thread_local name would be each
+  // worker's own, empty, copy.)
+  struct Buffers {
+    std::vector<int64_t> start, order, fill, active;
+    std::vector<float> slot_out;
+  };
+  thread_local Buffers caller;
+  auto& start = caller.start;
+  auto& order = caller.order;
+  auto& fill = caller.fill;
+  auto& active = caller.active;
+  auto& slot_out = caller.slot_out;
+  start.assign(static_cast<size_t>(a.e + 1), 0);
+  order.resize(static_cast<size_t>(pairs_n));
   for (int64_t p = 0; p < pairs_n; ++p)
     if (a.ids[p] >= 0 && a.ids[p] < a.e) ++start[a.ids[p] + 1];
   for (int64_t ex = 0; ex < a.e; ++ex) start[ex + 1] += start[ex];
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  fill.assign(start.begin(), start.end() - 1);
   for (int64_t p = 0; p < pairs_n; ++p)
     if (a.ids[p] >= 0 && a.ids[p] < a.e) order[fill[a.ids[p]]++] = p;
-  std::vector<int64_t> active;
+  active.clear();
   for (int64_t ex = 0; ex < a.e; ++ex)
     if (start[ex + 1] > start[ex]) active.push_back(ex);
 
-  std::vector<float> slot_out(static_cast<size_t>(pairs_n * a.h), 0.0f);
+  slot_out.resize(static_cast<size_t>(pairs_n * a.h));  // every row an active pair reads is written
   const auto n_active = static_cast<int64_t>(active.size());
   // Threads take whole experts (one single-threaded GEMM pair each) unless a few experts hold many
   // rows: threaded GEMMs over a handful of rows lose to their own fork/join and packing (4x
