@@ -15,16 +15,29 @@
 //               scaling) -> (weights [T, k] f32, ids [T, k] i64), replacing the two values the
 //               experts op reads; the router ops die. Anything else is declined with its reason
 //               and the router runs as generic ops (the experts op is unchanged either way).
-//   report:     router kind, groups, renorm, scaling, correction bias, fp32 upcast and the shared
-//               expert found beside the routed experts: gated (sigmoid of a one-output linear) or
-//               ungated; shared experts keep running as their own (GLU) modules.
+//   shared:     the expert added beside the routed ones (moe_shared.h), summed in: the experts op
+//               becomes fuselm.experts_shared and replaces the add; reported but left alone when
+//               its values are read elsewhere or the block adds anything else
+//   report:     router kind, groups, renorm, scaling, correction bias, fp32 upcast, shared expert
 #include <algorithm>
+#include <climits>
 
 #include "fusers/moe_router.h"
+#include "fusers/moe_shared.h"
 #include "fusers/pattern.h"
 
 namespace fuselm::fusers {
 namespace {
+
+bool is_view_node(const ir::Node& n) {
+  return is_float_cast(n) || n.op == "aten.view.default" || n.op == "aten.reshape.default" ||
+         n.op == "aten._unsafe_view.default";
+}
+
+int shared_root(const ir::Graph& g, int i) {
+  while (i >= 0 && is_view_node(g.nodes[i])) i = ref_arg(g.nodes[i], 0);
+  return i;
+}
 
 class MoeFuser final : public Fuser {
  public:
@@ -57,13 +70,43 @@ class MoeFuser final : public Fuser {
     const ir::Node& wts = g.nodes[r->weights];
     if (ids.out_kind != ir::Node::Out::tensor || wts.out_kind != ir::Node::Out::tensor)
       return why.reject("the router's outputs are not tensors");
+    const SharedExpert sh = read_shared(g, sg, experts, r->x);
+    std::string declined = sh.declined;
+    const int hidden_in = ref_arg(g.nodes[experts], 0);
+    if (sh.kind != "none" && declined.empty() &&
+        (hidden_in < 0 || g.nodes[hidden_in].out.shape.size() != 2 || shared_root(g, hidden_in) != shared_root(g, r->x)))
+      declined = "the experts do not read the gate's input as [T, H]";
+    const bool sum_shared = sh.kind != "none" && declined.empty();
+
     Fusion f;
+    f.replaces = {{r->weights, -1}, {r->ids, -1}};
+    if (sum_shared) {
+      f.replaces.push_back({sh.add, -1});
+      if (sh.glu_mul >= 0) f.replaces.push_back({sh.glu_mul, -1});
+    }
+    // New nodes go before the earliest node replaced (a shared expert may run before the router),
+    // so the input they read must come before it too: walk back through views, view it again.
+    int first = INT32_MAX;
+    for (const auto& [old, unused] : f.replaces) first = std::min(first, old);
+    int x = r->x;
+    while (x >= first && is_view_node(g.nodes[x])) x = ref_arg(g.nodes[x], 0);
+    if (x >= first) return why.reject("the gate's input is computed after the values it replaces");
+    ir::Arg x_arg = ref(x);
+    if (x != r->x) {
+      NewNode v;
+      v.op = "aten.view.default";
+      v.args = {ref(x), shape_arg(g.nodes[r->x].out)};
+      v.out = g.nodes[r->x].out;
+      f.nodes.push_back(v);
+      x_arg = ref(new_ref(0));
+    }
+    const int base = static_cast<int>(f.nodes.size());
     NewNode route;
     route.op = "fuselm.moe_route.default";
     ir::Arg renorm;
     renorm.kind = ir::Arg::Kind::boolean;
     renorm.b = r->renorm;
-    route.args = {ref(r->x), ref(r->weight), r->correction >= 0 ? ref(r->correction) : none(), string(r->scoring),
+    route.args = {x_arg, ref(r->weight), r->correction >= 0 ? ref(r->correction) : none(), string(r->scoring),
                   integer(r->groups), integer(r->topk_group), string(r->group_score), integer(r->top_k),
                   renorm, real(r->renorm_eps), real(r->scaling)};
     route.out_kind = ir::Node::Out::tuple;
@@ -72,16 +115,45 @@ class MoeFuser final : public Fuser {
     for (int k = 0; k < 2; ++k) {
       NewNode gi;
       gi.op = "getitem";
-      gi.args = {ref(new_ref(0)), integer(k)};
+      gi.args = {ref(new_ref(base)), integer(k)};
       gi.out = route.outs[k];
       f.nodes.push_back(gi);
     }
-    f.replaces = {{r->weights, new_ref(1)}, {r->ids, new_ref(2)}};
+    f.replaces[0].second = new_ref(base + 1);
+    f.replaces[1].second = new_ref(base + 2);
+    if (sum_shared) {
+      const ir::Node& old = g.nodes[experts];
+      NewNode ex;
+      ex.op = "fuselm.experts_shared.default";
+      ex.args = old.args;
+      ex.args[0] = x_arg;
+      ex.args[1] = ref(new_ref(base + 2));
+      ex.args[2] = ref(new_ref(base + 1));
+      ex.args.resize(13);
+      ex.args.push_back(sh.gate >= 0 ? ref(sh.gate) : none());
+      ex.args.push_back(ref(sh.up));
+      ex.args.push_back(ref(sh.down));
+      ex.args.push_back(sh.scale >= 0 ? ref(sh.scale) : none());
+      ex.args.push_back(string(sh.act));
+      ex.out = old.out;
+      f.nodes.push_back(ex);
+      NewNode v;
+      v.op = "aten.view.default";
+      v.args = {ref(new_ref(base + 3)), shape_arg(g.nodes[sh.add].out)};
+      v.out = g.nodes[sh.add].out;
+      f.nodes.push_back(v);
+      f.replaces[2].second = new_ref(base + 4);
+      // The shared GLU's multiply is claimed so that the glu fuser does not also stack its
+      // weights; its readers are dead once the add is replaced.
+      if (sh.glu_mul >= 0) f.replaces[3].second = new_ref(base + 3);
+    }
     f.detail = fmt::format("router={} top_k={} groups={}", r->scoring, r->top_k,
                            r->groups > 1 ? fmt::format("{}/{} by {}", r->topk_group, r->groups, r->group_score) : "1");
     f.detail += fmt::format(" correction_bias={} renorm={} scaling={:g}{} shared={}", r->correction >= 0 ? "yes" : "no",
-                            r->renorm ? "yes" : "no", r->scaling, r->upcast ? " fp32_upcast" : "",
-                            shared_expert(g, sg, experts));
+                            r->renorm ? "yes" : "no", r->scaling, r->upcast ? " fp32_upcast" : "", sh.kind);
+    if (sh.kind != "none")
+      f.detail += sum_shared ? fmt::format("({} {})", sh.gate >= 0 ? "glu" : "mlp", sh.act)
+                             : " (not summed in: " + declined + ")";
     return f;
   }
 };

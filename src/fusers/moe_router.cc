@@ -211,32 +211,4 @@ std::optional<Router> read_router(const ir::Graph& g, const Subgraph& sg, int ex
   return r;
 }
 
-// The shared expert beside the routed ones: an add (in the block's own nodes) of the experts'
-// output and another branch, gated when that branch is sigmoid(one-output linear) · y.
-std::string shared_expert(const ir::Graph& g, const Subgraph& sg, int experts) {
-  std::vector<int> frontier{experts};
-  for (size_t k = 0; k < frontier.size() && k < 16; ++k)
-    for (int u : sg.users_of(frontier[k])) {
-      if (!sg.contains(u)) continue;
-      const ir::Node& n = g.nodes[u];
-      if (is_passthrough(n)) {
-        frontier.push_back(u);
-        continue;
-      }
-      if (n.op != "aten.add.Tensor") continue;
-      const int other = strip(g, ref_arg(n, ref_arg(n, 0) == frontier[k] ? 1 : 0));
-      const ir::Node* o = node_of(g, other);
-      if (o && o->op == "aten.mul.Tensor")
-        for (int side = 0; side < 2; ++side) {
-          const ir::Node* sig = node_of(g, ref_arg(*o, side));
-          const ir::Node* gl = sig && sig->op == "aten.sigmoid.default" ? node_of(g, ref_arg(*sig, 0)) : nullptr;
-          if (gl && gl->op == "aten.linear.default" && is_parameter(g, ref_arg(*gl, 1)) &&
-              static_dim(g.nodes[ref_arg(*gl, 1)].out, 0) == 1)
-            return "gated";
-        }
-      return "ungated";
-    }
-  return "none";
-}
-
 }  // namespace fuselm::fusers

@@ -26,10 +26,6 @@ struct Router {
 /// Walks back from the experts op's top-k index and weights to the gate; nullopt with the reason.
 std::optional<Router> read_router(const ir::Graph& g, const Subgraph& sg, int experts, Why& why);
 
-/// "gated" (sigmoid of a one-output linear times the branch), "ungated" or "none": the shared
-/// expert added to the experts op's output in the block's own nodes.
-std::string shared_expert(const ir::Graph& g, const Subgraph& sg, int experts);
-
 /// node i as getitem(·, k).
 bool is_getitem(const ir::Node& n, int64_t k);
 const ir::Node* node_of(const ir::Graph& g, int i);

@@ -171,6 +171,10 @@ struct ExpertsCase {
   DType wd = DType::f32;
   int64_t t = 3, k = 2, h = 8, i = 6, e = 5;
   double alpha = 0, limit = 0;
+  // shared expert (fuselm.experts_shared): "" none, else its activation
+  std::string shared_act;
+  bool shared_glu = true, shared_scaled = true;
+  int64_t shared_i = 5;
 };
 
 double act_ref(const std::string& a, double v) {
@@ -222,6 +226,29 @@ void check_experts(const ExpertsCase& c, const std::string& what) {
         want.v[r * c.h + q] += at(wts, {r, s}) * v;
       }
     }
+  const bool shared = !c.shared_act.empty();
+  Host sgw = rand_host(c.wd, {c.shared_i, c.h}, 68, -0.5, 0.5), suw = rand_host(c.wd, {c.shared_i, c.h}, 69, -0.5, 0.5);
+  Host sdw = rand_host(c.wd, {c.h, c.shared_i}, 70, -0.5, 0.5), ssw = rand_host(c.wd, {1, c.h}, 71, -0.5, 0.5);
+  if (shared)
+    for (int64_t r = 0; r < c.t; ++r) {
+      std::vector<double> a(c.shared_i);
+      for (int64_t j = 0; j < c.shared_i; ++j) {
+        double gv = 0, uv = 0;
+        for (int64_t p = 0; p < c.h; ++p) {
+          gv += at(sgw, {j, p}) * at(x, {r, p});
+          uv += at(suw, {j, p}) * at(x, {r, p});
+        }
+        a[j] = c.shared_glu ? act_ref(c.shared_act, gv) * uv : act_ref(c.shared_act, uv);
+      }
+      double sv = 0;
+      for (int64_t p = 0; p < c.h; ++p) sv += at(ssw, {0, p}) * at(x, {r, p});
+      const double scale = c.shared_scaled ? 1 / (1 + std::exp(-sv)) : 1.0;
+      for (int64_t q = 0; q < c.h; ++q) {
+        double v = 0;
+        for (int64_t j = 0; j < c.shared_i; ++j) v += at(sdw, {q, j}) * a[j];
+        want.v[r * c.h + q] += scale * v;
+      }
+    }
   OpGraph g;
   int xn = g.input(x), in = g.input(ids), wn = g.input(wts);
   int p1 = g.param(stored(w1)), p2 = g.param(stored(w2));
@@ -230,11 +257,33 @@ void check_experts(const ExpertsCase& c, const std::string& what) {
     bias1 = R(g.param(b1));
     bias2 = R(g.param(b2));
   }
-  g.output(g.op("fuselm.experts.default",
-                {R(xn), R(in), R(wn), R(p1), R(p2), bias1, bias2, S(c.act), B(c.concatenated), B(c.transposed),
-                 B(c.has_gate), F(c.alpha), F(c.limit)},
-                DType::f32, {c.t, c.h}));
+  std::vector<Arg> args{R(xn), R(in), R(wn), R(p1), R(p2), bias1, bias2, S(c.act), B(c.concatenated), B(c.transposed),
+                        B(c.has_gate), F(c.alpha), F(c.limit)};
+  if (shared) {
+    args.push_back(c.shared_glu ? R(g.param(sgw)) : None());
+    args.push_back(R(g.param(suw)));
+    args.push_back(R(g.param(sdw)));
+    args.push_back(c.shared_scaled ? R(g.param(ssw)) : None());
+    args.push_back(S(c.shared_act));
+  }
+  g.output(g.op(shared ? "fuselm.experts_shared.default" : "fuselm.experts.default", args, DType::f32, {c.t, c.h}));
   expect_close(g.run(), want, 2e-5, 2e-5, what);
+}
+
+void experts_shared_case() {
+  ExpertsCase gated;
+  gated.shared_act = "silu";
+  check_experts(gated, "gated GLU shared expert (silu)");
+  ExpertsCase ungated;
+  ungated.shared_act = "gelu_tanh";
+  ungated.shared_scaled = false;
+  ungated.t = 70;
+  ungated.wd = DType::bf16;
+  check_experts(ungated, "ungated GLU shared expert (gelu_tanh), bf16, 70 tokens");
+  ExpertsCase mlp;
+  mlp.shared_act = "relu";
+  mlp.shared_glu = false;
+  check_experts(mlp, "gated plain-MLP shared expert (relu)");
 }
 
 void experts_case() {
@@ -409,6 +458,7 @@ void add_router_cases(std::map<std::string, std::function<void()>>& m) {
   m["aten.div_.Tensor"] = [] { arith_in_place_case("div", [](double a, double b) { return a / b; }); };
   m["fuselm.experts.default"] = experts_case;
   m["fuselm.moe_route.default"] = moe_route_case;
+  m["fuselm.experts_shared.default"] = experts_shared_case;
 }
 
 }  // namespace fuselm::runtime::testing

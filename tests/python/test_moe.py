@@ -126,14 +126,15 @@ def test_bf16_experts_top1_agreement(fuselm_bin, model_cache, tmp_path):
 ROUTER_DETAIL = {
     "qwen3_moe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
     "mixtral": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
-    "qwen2_moe": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated",
+    "qwen2_moe": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated(glu silu)",
     "deepseek_v3": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
-                   "fp32_upcast shared=ungated",
+                   "fp32_upcast shared=ungated(glu silu)",
     "deepseek_v2": "router=softmax top_k=3 groups=2/4 by max correction_bias=no renorm=no scaling=1.5 "
-                   "fp32_upcast shared=ungated",
-    "glm4_moe": "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=1.8 fp32_upcast shared=ungated",
+                   "fp32_upcast shared=ungated(glu silu)",
+    "glm4_moe": "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=1.8 fp32_upcast "
+                "shared=ungated(glu silu)",
     "glm4_moe_grouped": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
-                        "fp32_upcast shared=ungated",
+                        "fp32_upcast shared=ungated(glu silu)",
 }
 
 

@@ -108,6 +108,7 @@ class Block(nn.Module):
         self.shared_kind = shared
         self.shared = GluMlp(glu=shared != "plain_mlp") if shared != "none" else None
         self.shared_gate = nn.Linear(H, 1, bias=False) if shared == "gated" else None
+        self.extra = nn.Linear(H, H, bias=False) if shared == "extra_module" else None
 
     def forward(self, x):
         flat = x.reshape(-1, H)
@@ -118,6 +119,10 @@ class Block(nn.Module):
             if self.shared_gate is not None:
                 s = torch.sigmoid(self.shared_gate(flat)) * s
             out = out + s
+            if self.extra is not None:  # a module the fuser has no role for
+                out = out + self.extra(flat)
+            if self.shared_kind == "shared_read_twice":  # the shared output also feeds something else
+                out = out * (1.0 + 0.1 * torch.tanh(s))
         return out.view(x.shape)
 
 
@@ -174,15 +179,22 @@ CASES = [  # (router kind, shared expert, expected status, expected detail or re
     ("correction", "none", "fused",
      "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=1 shared=none"),
     ("grouped", "ungated", "fused",
-     "router=sigmoid top_k=2 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=1.5 shared=ungated"),
+     "router=sigmoid top_k=2 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=1.5 "
+     "shared=ungated(glu silu)"),
     ("grouped_max", "none", "fused",
      "router=softmax top_k=2 groups=1/4 by max correction_bias=no renorm=no scaling=1 shared=none"),
     ("topk_softmax", "none", "fused",
      "router=softmax_of_topk top_k=2 groups=1 correction_bias=no renorm=no scaling=1 shared=none"),
     ("softmax_renorm", "gated", "fused",
-     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=gated"),
+     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=gated(glu silu)"),
     ("softmax_renorm", "plain_mlp", "fused",
-     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=ungated"),
+     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=ungated(mlp relu)"),
+    ("softmax_renorm", "extra_module", "fused",
+     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=ungated (not summed in: "
+     "the block combines the experts with more than its shared expert)"),
+    ("softmax_renorm", "shared_read_twice", "fused",
+     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=ungated (not summed in: "
+     "a value of the shared expert is read outside it)"),
     ("biased_gate", "none", "rejected", "the gate linear has a bias"),
     ("disconnected", "none", "rejected", "do not come from a linear gate"),
 ]
@@ -276,11 +288,13 @@ def test_moe_fuser_is_name_blind(fuselm_bin, tmp_path):
     for renamed in (False, True):
         model, model_dir = build("grouped", "gated", tmp_path / str(renamed), transform=scramble if renamed else None)
         report = inspect(fuselm_bin, model_dir)
-        plans.append(sorted((e["fuser"], e["status"], e["detail"]) for e in report["modules"]))
+        # A rejection that names the module it overlaps carries that module's (renamed) path.
+        plans.append(sorted((e["fuser"], e["status"], e["detail"].split(" of ")[0]) for e in report["modules"]))
         _, out = fuselm_runner.generate(fuselm_bin, model_dir, [5, 9, 2, 33, 7, 61], 4, tmp_path)
         logits.append(out)
         paths = {e["module"] for e in report["modules"]}
         assert ("block" in paths) != renamed
     assert plans[0] == plans[1]
     assert ("moe", "fused", CASES[4][3].replace("shared=ungated", "shared=gated")) in plans[1]
+    assert ("glu", "rejected", "overlaps the moe fusion") in plans[1]  # the shared GLU is summed in
     np.testing.assert_array_equal(logits[0], logits[1])

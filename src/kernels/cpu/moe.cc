@@ -91,6 +91,52 @@ void run_expert(const ExpertsArgs& a, int64_t ex, const int64_t* pairs, int64_t 
   for (int64_t r = 0; r < rows; ++r) std::copy_n(xs + r * a.h, a.h, slot_out + pairs[r] * a.h);
 }
 
+void plain_linear(const void* w, DType d, const float* x, float* y, int64_t m, int64_t n, int64_t k, int64_t ldy) {
+  LinearArgs l;
+  l.x = x;
+  l.w = w;
+  l.w_dtype = d;
+  l.y = y;
+  l.ldy = ldy;
+  l.m = m;
+  l.n = n;
+  l.k = k;
+  linear(l);
+}
+
+// y[r] += s_r · shared(x[r]) over the whole batch (threaded GEMMs).
+void add_shared(const ExpertsArgs& a, std::vector<float>& gu, std::vector<float>& act, std::vector<float>& scale) {
+  const int64_t si = a.shared_i;
+  const bool glu = a.shared_gate != nullptr;
+  gu.resize(static_cast<size_t>(a.t * 2 * si));
+  act.resize(static_cast<size_t>(a.t * std::max(si, a.h)));
+  // gu rows are [gate | up] (up alone without a gate), as act_and_mul reads them.
+  if (glu) plain_linear(a.shared_gate, a.shared_dtype, a.x, gu.data(), a.t, si, a.h, 2 * si);
+  plain_linear(a.shared_up, a.shared_dtype, a.x, gu.data() + (glu ? si : 0), a.t, si, a.h, 2 * si);
+  ExpertsArgs g = a;
+  g.i = si;
+  g.act = a.shared_act;
+  g.interleaved = false;
+  if (glu) {
+    g.gate = ExpertsGate::act_mul;
+    apply_gate(g, gu.data(), act.data(), a.t);
+  } else {
+    g.gate = ExpertsGate::act_only;
+    for (int64_t r = 0; r < a.t; ++r)
+      for (int64_t j = 0; j < si; ++j) act[r * si + j] = act_of(a.shared_act, gu[r * 2 * si + j]);
+  }
+  // The down projection reuses gu for its output.
+  gu.resize(static_cast<size_t>(a.t * std::max(2 * si, a.h)));
+  plain_linear(a.shared_down, a.shared_dtype, act.data(), gu.data(), a.t, a.h, si, a.h);
+  scale.assign(static_cast<size_t>(a.t), 1.0f);
+  if (a.shared_scale) {
+    plain_linear(a.shared_scale, a.shared_dtype, a.x, scale.data(), a.t, 1, a.h, 1);
+    for (auto& v : scale) v = 1.0f / (1.0f + std::exp(-v));
+  }
+  for (int64_t r = 0; r < a.t; ++r)
+    for (int64_t c = 0; c < a.h; ++c) a.y[r * a.h + c] += scale[r] * gu[r * a.h + c];
+}
+
 }  // namespace
 
 void experts(const ExpertsArgs& a) {
@@ -105,7 +151,7 @@ void experts(const ExpertsArgs& a) {
   // worker's own, empty, copy.)
   struct Buffers {
     std::vector<int64_t> start, order, fill, active;
-    std::vector<float> slot_out;
+    std::vector<float> slot_out, shared_gu, shared_a, shared_scale;
   };
   thread_local Buffers caller;
   auto& start = caller.start;
@@ -153,6 +199,7 @@ void experts(const ExpertsArgs& a) {
       for (int64_t c = 0; c < a.h; ++c) y[c] += w * o[c];
     }
   }
+  if (a.shared_up) add_shared(a, caller.shared_gu, caller.shared_a, caller.shared_scale);
 }
 
 }  // namespace fuselm::kernels

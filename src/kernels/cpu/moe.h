@@ -11,6 +11,8 @@
 //   gate_up_bias fp32 [e, n_up] or null; down_bias fp32 [e, h] or null
 //   y          fp32 [t, h]: y[r] = Σ_slot weights[r, slot] · MLP_{ids[r, slot]}(x[r])
 //
+// (+ an optional shared expert on every token, see ExpertsArgs::shared_up.)
+//
 // MLP_e(v) = down_e · gate(gate_up_e · v + b) + b_down, where gate() is
 //   act(g) · u                     (has_gate, halves concatenated [g | u] or interleaved g0 u0 g1 u1 …)
 //   act(u)                         (no gate)
@@ -47,6 +49,16 @@ struct ExpertsArgs {
   ExpertsAct act = ExpertsAct::silu;
   bool interleaved = false;  // gate and up halves alternate (g0 u0 g1 u1 …) instead of [g | u]
   float alpha = 0.0f, limit = 0.0f;
+  // Optional shared expert, run on every token and added to y with weight sigmoid(x · scale)
+  // (1 without a scale): down_s · (act(gate_s · x) ⊙ (up_s · x)), or down_s · act(up_s · x)
+  // without gate_s. Weights [si, h], [si, h], [h, si], [1, h] (nk), of dtype shared_dtype.
+  const void* shared_gate = nullptr;
+  const void* shared_up = nullptr;  // null: no shared expert
+  const void* shared_down = nullptr;
+  const void* shared_scale = nullptr;
+  DType shared_dtype = DType::f32;
+  int64_t shared_i = 0;
+  ExpertsAct shared_act = ExpertsAct::silu;
   float* y = nullptr;
 };
 

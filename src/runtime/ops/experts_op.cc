@@ -4,6 +4,10 @@
 //                  alpha, limit) -> [T,H]
 //   gate_up [E, n_up, H] and down [E, H, I], or [E, H, n_up] and [E, I, H] when is_transposed;
 //   n_up = 2·I with a gate. activation: silu | gelu | gelu_tanh | relu | clamped_swiglu.
+// fuselm.experts_shared(the same 13 arguments, shared_gate [Is, H]?, shared_up [Is, H],
+//                       shared_down [H, Is], shared_scale [1, H]?, shared_activation) -> [T, H]:
+//   the same plus the block's shared expert on every token, scaled by sigmoid(x · shared_scale)
+//   when given (inserted by the moe fuser, src/fusers/moe.cc).
 #include <string>
 
 #include "kernels/cpu/moe.h"
@@ -11,6 +15,14 @@
 
 namespace fuselm::runtime::ops {
 namespace {
+
+kernels::ExpertsAct act_named(OpCall& c, const std::string& a) {
+  if (a == "silu") return kernels::ExpertsAct::silu;
+  if (a == "gelu") return kernels::ExpertsAct::gelu;
+  if (a == "gelu_tanh") return kernels::ExpertsAct::gelu_tanh;
+  if (a == "relu") return kernels::ExpertsAct::relu;
+  c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu");
+}
 
 kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
   if (w.dtype != other.dtype)
@@ -87,6 +99,32 @@ void experts(OpCall& c) {
     if (b.numel() != k.e * k.h) c.fail("down bias " + b.describe() + " is not [E, H]");
     k.down_bias = b.ptr<float>();
   }
+  if (c.args.size() > 13) {  // the shared expert of fuselm.experts_shared
+    const Tensor& up = c.tensor(14);
+    const Tensor& dn = c.tensor(15);
+    const Value& sa = c.arg(17);
+    if (sa.kind != Value::Kind::string || !sa.s) c.fail("shared activation is not a string");
+    k.shared_act = act_named(c, sa.s);
+    k.shared_i = up.ndim == 2 ? up.shape[0] : -1;
+    auto check = [&](const Tensor& w, int64_t rows, int64_t cols, const char* what) {
+      if (w.ndim != 2 || w.shape[0] != rows || w.shape[1] != cols || !w.is_contiguous() || w.dtype != up.dtype)
+        c.fail(std::string("shared ") + what + " weight " + w.describe() + " is not a contiguous [" +
+               std::to_string(rows) + ", " + std::to_string(cols) + "] of the up weight's dtype");
+    };
+    check(up, k.shared_i, k.h, "up");
+    check(dn, k.h, k.shared_i, "down");
+    if (c.has(13)) {
+      check(c.tensor(13), k.shared_i, k.h, "gate");
+      k.shared_gate = c.tensor(13).data;
+    }
+    if (c.has(16)) {
+      check(c.tensor(16), 1, k.h, "scale");
+      k.shared_scale = c.tensor(16).data;
+    }
+    k.shared_dtype = weight_kind(c, up, dn);
+    k.shared_up = up.data;
+    k.shared_down = dn.data;
+  }
   k.x = xc.ptr<float>();
   k.ids = ic.ptr<int64_t>();
   k.weights = wc.ptr<float>();
@@ -104,6 +142,9 @@ void experts(OpCall& c) {
 
 }  // namespace
 
-void register_experts_ops(OpRegistry& r) { r.add("fuselm.experts.default", experts); }
+void register_experts_ops(OpRegistry& r) {
+  r.add("fuselm.experts.default", experts);
+  r.add("fuselm.experts_shared.default", experts);
+}
 
 }  // namespace fuselm::runtime::ops
