@@ -165,8 +165,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
 def experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """ExpertsInterface entry: one fuselm::experts op over the module's stacked weights."""
     gate = getattr(self, "_fuselm_gate", None)
-    if gate is None:
-        gate = _identify_gate(self)
+    if gate is None:  # probing needs real tensors, and inside torch.export every tensor is fake
+        raise ExpertsCaptureError(f"experts module {type(self).__name__} was not identified before export "
+                                  "(capture calls ops.identify_experts on the model first)")
     activation, concatenated, alpha, limit = gate
     has_gate = bool(getattr(self, "has_gate", True))
     has_bias = bool(getattr(self, "has_bias", False))
