@@ -117,6 +117,7 @@ def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes
     example_kwargs: forward keyword arguments; dynamic_shapes: as torch.export takes them.
     The checkpoint to run it with is the module's state_dict saved as safetensors.
     """
+    ops.identify_experts(module)
     constants = _non_persistent_buffers(module)
     ep = export_module(module.eval(), example_kwargs, dynamic_shapes)
     params = _parameter_table(ep, lambda key: {"keys": [key], "converter": None})
@@ -161,6 +162,10 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
         raise CaptureError(f"{config_path}: transformers cannot build a causal LM for {type(config).__name__} "
                            f"({config.model_type}): {_first_line(e)}") from e
     model.eval()
+    try:
+        ops.identify_experts(model)
+    except ops.ExpertsCaptureError as e:
+        raise CaptureError(f"{config_path}: {e}") from e
     constants = _non_persistent_buffers(model)
     model.to("meta")
 

@@ -43,12 +43,16 @@ def checkpoint_tensors(model_dir: Path) -> dict[str, dict]:
 
 def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, dict]:
     """model key -> {"keys": [checkpoint keys], "converter": str|None} for every key found."""
+    stack_of: dict[str, tuple] = {}  # matched source pattern -> (part index, parts, operations)
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
         transforms = get_model_conversion_mapping(model)
         renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
         converters = [t for t in transforms if isinstance(t, WeightConverter)]
+        for conv in converters:
+            for i, pattern in enumerate(conv.source_patterns):
+                stack_of[pattern] = (i, len(conv.source_patterns), list(getattr(conv, "operations", [])))
     except Exception:  # a plain nn.Module or an older transformers: names are the checkpoint keys
         renamings, converters, rename_source_key = [], [], None
     wanted = set(model_keys)
@@ -68,4 +72,43 @@ def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, di
         entry["keys"].append(key)
         if converter is not None:
             entry["converter"] = str(converter)
+            entry.setdefault("_parts", []).append((key, converter))
+    for entry in found.values():
+        parts = entry.pop("_parts", None)
+        if parts:
+            stack = _expert_stack(parts, stack_of)
+            if stack is not None:
+                entry["keys"], entry["stack"] = stack
     return found
+
+
+def _expert_stack(parts: list[tuple[str, str]], stack_of: dict[str, tuple]):
+    """(keys ordered expert-major, {"experts", "parts", "concat_dim"}) for a per-expert merge.
+
+    Supported: transformers' MergeModulelist(dim=0) optionally followed by Concatenate(dim=d), the
+    conversion that stacks per-expert checkpoint tensors (experts.N.gate_proj / up_proj) into one
+    [E, ...] parameter. Anything else returns None, and the engine rejects the converter by name.
+    """
+    import re
+    ops = None
+    slots: dict[tuple[int, int], str] = {}
+    for key, pattern in parts:
+        if pattern not in stack_of or "*" not in pattern:
+            return None
+        part, n_parts, ops = stack_of[pattern]
+        m = re.search(pattern.replace("*", r"(\d+)"), key)
+        if m is None:
+            return None
+        slots[(int(m.group(1)), part)] = key
+    names = [type(o).__name__ for o in ops]
+    if names == ["MergeModulelist"] and getattr(ops[0], "dim", 0) == 0:
+        concat_dim = None
+    elif names == ["MergeModulelist", "Concatenate"] and getattr(ops[0], "dim", 0) == 0:
+        concat_dim = int(getattr(ops[1], "dim"))
+    else:
+        return None
+    experts = 1 + max(e for e, _ in slots)
+    if len(slots) != experts * n_parts or (concat_dim is None and n_parts != 1):
+        return None
+    keys = [slots[(e, p)] for e in range(experts) for p in range(n_parts)]
+    return keys, {"experts": experts, "parts": n_parts, "concat_dim": concat_dim}

@@ -47,14 +47,97 @@ def experts(
     is_concatenated: bool,
     is_transposed: bool,
     has_gate: bool,
+    alpha: float,
+    limit: float,
 ) -> torch.Tensor:
-    """hidden [T,H], top_k_index/weights [T,k], gate_up [E,2I,H] (or transposed) -> [T,H]."""
+    """hidden [T,H], top_k_index/weights [T,k], gate_up [E,2I,H] (or transposed) -> [T,H].
+
+    activation: silu | gelu | gelu_tanh | relu (act(gate) * up, or act(up) without a gate), or
+    clamped_swiglu: (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max=limit).
+    """
     raise RuntimeError("fuselm::experts runs only in the fuselm engine")
 
 
 @experts.register_fake
 def _experts_fake(hidden, *args):
     return torch.empty_like(hidden)
+
+
+class ExpertsCaptureError(RuntimeError):
+    """An experts module whose activation or gating function fuselm does not recognize."""
+
+
+_ACTIVATIONS = {
+    "silu": torch.nn.functional.silu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "relu": torch.relu,
+}
+
+
+def _identify_activation(fn) -> str:
+    """The name of the elementwise function `fn` computes, found by evaluating it on a probe."""
+    x = torch.linspace(-8.0, 8.0, 257, dtype=torch.float64)
+    y = fn(x)
+    for name, ref in _ACTIVATIONS.items():
+        if torch.allclose(y, ref(x), rtol=1e-9, atol=1e-9):
+            return name
+    raise ExpertsCaptureError(f"activation {type(fn).__name__} is none of {', '.join(_ACTIVATIONS)}")
+
+
+def _clamped_swiglu(gate_up, alpha, limit, concatenated):
+    n = gate_up.shape[-1] // 2
+    gate, up = (gate_up[..., :n], gate_up[..., n:]) if concatenated else (gate_up[..., ::2], gate_up[..., 1::2])
+    g = gate.clamp(max=limit)
+    return (up.clamp(-limit, limit) + 1) * g * torch.sigmoid(alpha * g)
+
+
+def _identify_gate(module) -> tuple[str, bool, float, float]:
+    """(activation, is_concatenated, alpha, limit) of an experts module's gating function.
+
+    transformers' default gate is act(gate) * up over the two concatenated halves (whatever the
+    module's is_concatenated flag says). A module's own gate must compute the clamped SwiGLU form
+    (gpt-oss) over concatenated or interleaved halves; its alpha and limit are read back from
+    probes of the function and the whole form is then checked on random inputs, so any other
+    function is an error.
+    """
+    from transformers.integrations import moe
+    if not bool(getattr(module, "has_gate", True)):
+        return _identify_activation(module.act_fn), True, 0.0, 0.0
+    if getattr(type(module), "_apply_gate", moe._default_apply_gate) is moe._default_apply_gate:
+        return _identify_activation(module.act_fn), True, 0.0, 0.0
+    f64 = torch.float64
+    probe = torch.randn(3, 64, dtype=f64, generator=torch.Generator().manual_seed(0)) * 4
+    with torch.no_grad():
+        for concatenated in (True, False):
+            def gate_of(g, u):  # one row holding gate values g and up values u in this layout
+                row = torch.cat([g, u]) if concatenated else torch.stack([g, u], dim=-1).reshape(-1)
+                return module._apply_gate(row.unsqueeze(0))[0]
+            zero = torch.zeros(4, dtype=f64)
+            s = float(gate_of(torch.ones(4, dtype=f64), zero)[0])  # sigmoid(alpha) when limit > 1
+            big = float(gate_of(torch.full((4,), 1e6, dtype=f64), zero)[0])  # limit * sigmoid(alpha * limit)
+            if not (0.0 < s < 1.0 and big > 0):
+                continue
+            alpha = float(torch.logit(torch.tensor(s, dtype=f64)))
+            limit = big
+            for _ in range(100):
+                limit = big / float(torch.sigmoid(torch.tensor(alpha * limit, dtype=f64)))
+            if torch.allclose(module._apply_gate(probe), _clamped_swiglu(probe, alpha, limit, concatenated),
+                              rtol=1e-6, atol=1e-6):
+                return "clamped_swiglu", concatenated, alpha, limit
+    raise ExpertsCaptureError(f"the gating function of experts module {type(module).__name__} is neither "
+                              "act(gate) * up nor the clamped SwiGLU form")
+
+
+def identify_experts(model: torch.nn.Module) -> None:
+    """Records each experts module's gating function (_fuselm_gate) before export.
+
+    Experts modules are the ones transformers' use_experts_implementation prepared (they carry its
+    has_gate flag); probing runs here because inside torch.export every new tensor is fake.
+    """
+    for module in model.modules():
+        if hasattr(module, "has_gate") and hasattr(module, "is_concatenated"):
+            module._fuselm_gate = _identify_gate(module)
 
 
 def _none_or(value, default):
@@ -81,16 +164,20 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
 
 def experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """ExpertsInterface entry: one fuselm::experts op over the module's stacked weights."""
-    act = getattr(self, "act_fn", None)
-    act_name = type(act).__name__ if act is not None else "none"
-    gate_up = getattr(self, "gate_up_proj", None)
-    if gate_up is None:
-        gate_up = getattr(self, "up_proj")
+    gate = getattr(self, "_fuselm_gate", None)
+    if gate is None:  # probing needs real tensors, and inside torch.export every tensor is fake
+        raise ExpertsCaptureError(f"experts module {type(self).__name__} was not identified before export "
+                                  "(capture calls ops.identify_experts on the model first)")
+    activation, concatenated, alpha, limit = gate
+    has_gate = bool(getattr(self, "has_gate", True))
+    has_bias = bool(getattr(self, "has_bias", False))
+    gate_up = self.gate_up_proj if has_gate else self.up_proj
+    gate_up_bias = (self.gate_up_proj_bias if has_gate else self.up_proj_bias) if has_bias else None
     return torch.ops.fuselm.experts(
-        hidden_states, top_k_index, top_k_weights, gate_up, self.down_proj,
-        getattr(self, "gate_up_proj_bias", None), getattr(self, "down_proj_bias", None), act_name,
-        bool(getattr(self, "is_concatenated", True)), bool(getattr(self, "is_transposed", False)),
-        bool(getattr(self, "has_gate", True)))
+        hidden_states, top_k_index, top_k_weights, gate_up, self.down_proj, gate_up_bias,
+        self.down_proj_bias if has_bias else None, activation,
+        concatenated, bool(getattr(self, "is_transposed", False)), has_gate,
+        float(alpha), float(limit))
 
 
 _registered = False

@@ -339,6 +339,9 @@ Plan apply(const ir::Graph& g, const Options& options) {
   out.op_args["fuselm.rms_norm.default"] = {"input", "weight", "eps", "weight_offset"};
   out.op_args["fuselm.act_and_mul.default"] = {"input", "activation"};
   out.op_args["fuselm.mla_attention.default"] = {"q", "latent", "k_rot", "w_up", "scaling", "layer_idx", "nope_dim", "v_dim"};
+  out.op_args["fuselm.moe_route.default"] = {"input", "gate_weight", "correction_bias", "scoring", "groups",
+                                             "topk_group", "group_score", "top_k", "renorm", "renorm_eps",
+                                             "scaling"};
   out.parameters = g.parameters;
   out.constants = g.constants;
   out.model = g.model;
@@ -397,15 +400,20 @@ Plan apply(const ir::Graph& g, const Options& options) {
   for (int o : g.outputs) out.outputs.push_back(map[o]);
 
   // Dead nodes: keep graph outputs, inputs and ops with effects (attention writes the KV cache;
-  // copy_ writes into a view whose base a later node reads: MLA's key assembly).
+  // in-place ATen ops such as copy_ or scatter_ write into a tensor that later nodes read under
+  // its original name (MLA's key assembly, routers), so their own unused result says nothing).
+  auto in_place = [](const std::string& op) {
+    const auto dot = op.rfind('.');
+    return op.rfind("aten.", 0) == 0 && dot != std::string::npos && dot > 5 && op[dot - 1] == '_' && op[5] != '_';
+  };
   std::vector<char> live(out.nodes.size(), 0);
   for (int o : out.outputs) live[o] = 1;
   for (auto& node : out.nodes)
     if ((node.op == "placeholder" && node.placeholder_kind == "input") || node.op.rfind("fuselm.attention", 0) == 0 ||
         node.op.rfind("fuselm.mla_attention", 0) == 0 || node.op.rfind("fuselm.experts", 0) == 0)
       live[node.index] = 1;
-  // copy_ writes into a view of a base that a later node reads (MLA's key assembly): it lives
-  // exactly when that base does. Its readers come after it, so in this backward sweep the base's
+  // An in-place op writes into a view of a base that a later node reads: it lives exactly when
+  // that base does. Its readers come after it, so in this backward sweep the base's
   // liveness is settled when the copy is reached; an expansion the mla fuser bypassed dies whole.
   auto view_base = [&](int r) {
     static const std::set<std::string> kViews = {"aten.slice.Tensor", "aten.view.default", "aten.transpose.int",
@@ -419,7 +427,7 @@ Plan apply(const ir::Graph& g, const Options& options) {
   };
   for (int i = static_cast<int>(out.nodes.size()) - 1; i >= 0; --i) {
     const auto& node = out.nodes[i];
-    if (!live[i] && node.op == "aten.copy_.default" && !node.args.empty() && node.args[0].kind == ir::Arg::Kind::ref &&
+    if (!live[i] && in_place(node.op) && !node.args.empty() && node.args[0].kind == ir::Arg::Kind::ref &&
         live[view_base(node.args[0].ref)])
       live[i] = 1;
     if (live[i])  // a read through a view (transpose(key) built before the copies) keeps its base too

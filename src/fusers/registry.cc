@@ -4,6 +4,7 @@
 
 namespace fuselm::fusers {
 
+const Fuser& moe_fuser();
 const Fuser& mla_fuser();
 const Fuser& packed_qkv_fuser();
 const Fuser& qkv_fuser();
@@ -14,7 +15,8 @@ const Fuser& attention_fuser();
 
 std::span<const Fuser* const> registry() {
   static const Fuser* const kFusers[] = {
-      &mla_fuser(),         // first: an MLA module's attention also reads projections
+      &moe_fuser(),         // an MoE block: its router, before glu could claim the block's own multiply
+      &mla_fuser(),         // before packed_qkv/qkv: an MLA module's attention also reads projections
       &packed_qkv_fuser(),  // before qkv: one projection cut into (q, k, v) pieces
       &qkv_fuser(),         // an attention module: three projections feeding q, k, v
       &glu_fuser(),         // an MLP block: gate/up projections under one module

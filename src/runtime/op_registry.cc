@@ -39,6 +39,9 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_mutation_ops(reg);
     ops::register_mla_ops(reg);
     ops::register_complex_ops(reg);  // after the elementwise ops: wraps aten.mul.Tensor
+    ops::register_router_ops(reg);
+    ops::register_experts_ops(reg);
+    ops::register_moe_route_ops(reg);
     return reg;
   }();
   return r;

@@ -83,6 +83,9 @@ void register_fused_ops(OpRegistry& r);  // ops the fusers insert (fused_ops.cc)
 void register_mutation_ops(OpRegistry& r);  // copy_ into views, new_empty (mutation_ops.cc)
 void register_mla_ops(OpRegistry& r);  // latent attention the mla fuser inserts (mla_op.cc)
 void register_complex_ops(OpRegistry& r);  // c64 for complex rope; wraps mul (complex_ops.cc)
+void register_router_ops(OpRegistry& r);   // top-k, gather/scatter, in-place arithmetic (router_ops.cc)
+void register_experts_ops(OpRegistry& r);  // fuselm.experts (experts_op.cc)
+void register_moe_route_ops(OpRegistry& r);  // fuselm.moe_route, inserted by the moe fuser
 }  // namespace ops
 
 }  // namespace fuselm::runtime

@@ -41,6 +41,11 @@ struct ParamEntry {
   std::optional<std::string> recorded_dtype;  // checkpoint dtype at capture ("BF16")
   std::string recorded_file;                  // may be empty
   std::string tied_to;                        // may be empty
+  // Per-expert checkpoint tensors stacked into one [E, ...] parameter (capture's "stack"): `keys`
+  // holds experts × parts keys, expert-major; part p of expert e is concatenated along
+  // `concat_dim` of the stacked tensor (-1: one part per expert).
+  std::vector<std::string> keys;
+  int64_t experts = 0, parts = 0, concat_dim = -1;
 };
 
 ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
@@ -59,6 +64,31 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
   auto ck = p.find("checkpoint");
   if (ck == p.end() || !ck->is_object()) bad("has no \"checkpoint\" object");
   auto conv = ck->find("converter");
+  auto stack = ck->find("stack");
+  if (stack != ck->end() && !stack->is_null()) {
+    auto keys = ck->find("keys");
+    auto int_of = [&](const char* name) -> int64_t {
+      auto it = stack->find(name);
+      if (it == stack->end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return -1;
+      return it->get<int64_t>();
+    };
+    if (!stack->is_object() || keys == ck->end() || !keys->is_array()) bad("has a malformed checkpoint \"stack\"");
+    e.experts = int_of("experts");
+    e.parts = int_of("parts");
+    auto cd = stack->find("concat_dim");
+    e.concat_dim = cd == stack->end() || cd->is_null() ? -1 : cd->is_number_integer() ? cd->get<int64_t>() : -2;
+    if (e.experts <= 0 || e.parts <= 0 || e.concat_dim == -2 || e.concat_dim == 0 ||
+        static_cast<int64_t>(keys->size()) != e.experts * e.parts || (e.concat_dim < 0 && e.parts != 1) ||
+        e.shape.empty() || e.shape[0] != e.experts || e.concat_dim >= static_cast<int64_t>(e.shape.size()))
+      bad(fmt::format("has checkpoint stack {} that does not fit {} keys and shape {}", stack->dump(), keys->size(),
+                      format_shape(e.shape)));
+    for (const auto& k : *keys) {
+      if (!k.is_string()) bad("has a checkpoint key that is not a string");
+      e.keys.push_back(k.get<std::string>());
+    }
+    e.key = e.keys.front();
+    return e;
+  }
   if (conv != ck->end() && !conv->is_null())
     throw WeightsError(fmt::format("parameter {} needs checkpoint conversion '{}', which this engine does not support yet",
                                    target, conv->is_string() ? conv->get<std::string>() : conv->dump()));
@@ -77,6 +107,68 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
   e.recorded_file = str_field("file").value_or("");
   e.tied_to = str_field("tied_to").value_or("");
   return e;
+}
+
+/// Copies each expert's parts into one owned [E, ...] buffer in the target dtype. Every part must
+/// exist, share one dtype, and have the per-expert shape with its concat dimension split evenly.
+WeightView load_stacked(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
+                        const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
+  std::vector<int64_t> part_shape(e.shape.begin() + 1, e.shape.end());
+  const int64_t cd = e.concat_dim - 1;  // concat dim within one expert
+  if (cd >= 0) {
+    if (part_shape[cd] % e.parts != 0)
+      throw WeightsError(fmt::format("parameter '{}' of shape {} cannot be split into {} parts along dim {}", target,
+                                     format_shape(e.shape), e.parts, e.concat_dim));
+    part_shape[cd] /= e.parts;
+  }
+  std::optional<FileDType> file_dtype;
+  WeightView v;
+  v.shape = e.shape;
+  v.checkpoint_key = e.keys.front();
+  v.owned = true;
+  int64_t part_n = 1;
+  for (int64_t d : part_shape) part_n *= d;
+  // A part is `outer` blocks of `inner` elements; its blocks interleave with the other parts'.
+  int64_t outer = 1, inner = part_n;
+  if (cd >= 0) {
+    for (int64_t d = 0; d < cd; ++d) outer *= part_shape[d];
+    inner = part_n / outer;
+  }
+  AlignedBuffer* buf = nullptr;
+  size_t out_es = 0;
+  for (size_t j = 0; j < e.keys.size(); ++j) {
+    const std::string& key = e.keys[j];
+    const std::optional<TensorView> t = checkpoint.find(key);
+    if (!t)
+      throw WeightsError(fmt::format("{}: parameter '{}' needs checkpoint key '{}', which the checkpoint does not have {}",
+                                     checkpoint.path().string(), target, key, kRecapture));
+    const std::string file = t->file->path().string();
+    if (file_dtype && *file_dtype != t->dtype)
+      throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}, other experts of parameter '{}' have {}", key, file,
+                                     file_dtype_name(t->dtype), target, file_dtype_name(*file_dtype)));
+    const std::optional<kernels::DType> from = storage_of(t->dtype);
+    if (!from)
+      throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", key, file,
+                                     file_dtype_name(t->dtype), target));
+    if (!std::equal(part_shape.begin(), part_shape.end(), t->shape.begin(), t->shape.end()))
+      throw WeightsError(fmt::format("tensor '{}' in {} has shape {} but parameter '{}' stacks parts of shape {} {}", key,
+                                     file, format_shape(t->shape), target, format_shape(part_shape), kRecapture));
+    if (!buf) {
+      file_dtype = t->dtype;
+      v.dtype = target_dtype(*from, options);
+      out_es = static_cast<size_t>(kernels::dtype_size(v.dtype));
+      buf = &buffers.emplace_back(static_cast<size_t>(v.numel()) * out_es);
+      v.data = buf->data();
+    }
+    const int64_t ex = static_cast<int64_t>(j) / e.parts, part = static_cast<int64_t>(j) % e.parts;
+    const size_t in_es = static_cast<size_t>(kernels::dtype_size(*from));
+    for (int64_t o = 0; o < outer; ++o) {
+      const int64_t dst = ex * part_n * e.parts + o * inner * e.parts + part * inner;
+      convert_elements(static_cast<const char*>(t->data) + static_cast<size_t>(o * inner) * in_es, *from,
+                       static_cast<char*>(buf->data()) + static_cast<size_t>(dst) * out_es, v.dtype, inner);
+    }
+  }
+  return v;
 }
 
 }  // namespace
@@ -145,6 +237,11 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
       continue;
     }
 
+    if (!e.keys.empty()) {
+      WeightView v = load_stacked(target, e, checkpoint, options, out.buffers_);
+      out.views_.emplace(target, std::move(v));
+      continue;
+    }
     const std::optional<TensorView> t = checkpoint.find(e.key);
     if (!t) {
       std::string recorded = e.recorded_file.empty() ? "" : fmt::format(" (capture found it in {})", e.recorded_file);

@@ -1670,6 +1670,7 @@ const Cases& op_cases() {
     add_mutation_cases(m);
     add_mla_cases(m);
     add_complex_cases(m);
+    add_router_cases(m);
     return m;
   }();
   return cases;

@@ -465,4 +465,10 @@ class OpGraph {
   bool contiguous_ = false;
 };
 
+/// Floats with |x| in [0.5, 2], alternating sign (divisors).
+Host nonzero_host(std::vector<int64_t> shape, uint32_t seed);
+
+/// Adds the cases of the router and experts ops (runtime_router_ops_test.cc) to the op table.
+void add_router_cases(std::map<std::string, std::function<void()>>& m);
+
 }  // namespace fuselm::runtime::testing

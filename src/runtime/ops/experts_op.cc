@@ -1,0 +1,150 @@
+// fuselm.experts: one call of a mixture-of-experts experts module (docs/moe.md).
+//   fuselm.experts(hidden [T,H], top_k_index [T,k] int, top_k_weights [T,k], gate_up, down,
+//                  gate_up_bias?, down_bias?, activation, is_concatenated, is_transposed, has_gate,
+//                  alpha, limit) -> [T,H]
+//   gate_up [E, n_up, H] and down [E, H, I], or [E, H, n_up] and [E, I, H] when is_transposed;
+//   n_up = 2·I with a gate. activation: silu | gelu | gelu_tanh | relu | clamped_swiglu.
+// fuselm.experts_shared(the same 13 arguments, shared_gate [Is, H]?, shared_up [Is, H],
+//                       shared_down [H, Is], shared_scale [1, H]?, shared_activation) -> [T, H]:
+//   the same plus the block's shared expert on every token, scaled by sigmoid(x · shared_scale)
+//   when given (inserted by the moe fuser, src/fusers/moe.cc).
+#include <string>
+
+#include "kernels/cpu/moe.h"
+#include "runtime/ops/common.h"
+
+namespace fuselm::runtime::ops {
+namespace {
+
+kernels::ExpertsAct act_named(OpCall& c, const std::string& a) {
+  if (a == "silu") return kernels::ExpertsAct::silu;
+  if (a == "gelu") return kernels::ExpertsAct::gelu;
+  if (a == "gelu_tanh") return kernels::ExpertsAct::gelu_tanh;
+  if (a == "relu") return kernels::ExpertsAct::relu;
+  c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu");
+}
+
+kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
+  if (w.dtype != other.dtype)
+    c.fail("gate_up " + w.describe() + " and down " + other.describe() + " have different dtypes");
+  switch (w.dtype) {
+    case DType::f32: return kernels::DType::f32;
+    case DType::bf16: return kernels::DType::bf16;
+    case DType::f16: return kernels::DType::f16;
+    default: c.fail("expert weight dtype " + std::string(ir::dtype_name(w.dtype)) + " is not supported");
+  }
+}
+
+void experts(OpCall& c) {
+  const Tensor& x = c.tensor(0);
+  const Tensor& ids = c.tensor(1);
+  const Tensor& wts = c.tensor(2);
+  const Tensor& gate_up = c.tensor(3);
+  const Tensor& down = c.tensor(4);
+  const bool concatenated = c.boolean(8), transposed = c.boolean(9), has_gate = c.boolean(10);
+  const Value& act = c.arg(7);
+  if (act.kind != Value::Kind::string || !act.s) c.fail("activation is not a string");
+  const std::string a = act.s;
+
+  kernels::ExpertsArgs k;
+  if (a == "silu") k.act = kernels::ExpertsAct::silu;
+  else if (a == "gelu") k.act = kernels::ExpertsAct::gelu;
+  else if (a == "gelu_tanh") k.act = kernels::ExpertsAct::gelu_tanh;
+  else if (a == "relu") k.act = kernels::ExpertsAct::relu;
+  else if (a == "clamped_swiglu") k.gate = kernels::ExpertsGate::clamped_swiglu;
+  else c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu, clamped_swiglu");
+  if (!has_gate) {
+    if (k.gate == kernels::ExpertsGate::clamped_swiglu) c.fail("clamped_swiglu needs a gate");
+    k.gate = kernels::ExpertsGate::act_only;
+  }
+  k.interleaved = !concatenated;
+  k.alpha = static_cast<float>(c.real(11));
+  k.limit = static_cast<float>(c.real(12));
+
+  if (x.ndim != 2) c.fail("hidden states must be [T, H], got " + x.describe());
+  if (ids.ndim != 2 || ids.shape[0] != x.shape[0] || wts.ndim != 2 || wts.shape[0] != x.shape[0] ||
+      wts.shape[1] != ids.shape[1])
+    c.fail("top-k index " + ids.describe() + " and weights " + wts.describe() + " do not match hidden " +
+           x.describe());
+  if (gate_up.ndim != 3 || down.ndim != 3 || gate_up.shape[0] != down.shape[0])
+    c.fail("expert weights gate_up " + gate_up.describe() + " and down " + down.describe() + " are not [E, ., .]");
+  if (!gate_up.is_contiguous() || !down.is_contiguous()) c.fail("expert weights must be contiguous");
+  k.t = x.shape[0];
+  k.k = ids.shape[1];
+  k.h = x.shape[1];
+  k.e = gate_up.shape[0];
+  const int64_t n_up = transposed ? gate_up.shape[2] : gate_up.shape[1];
+  k.i = transposed ? down.shape[1] : down.shape[2];
+  const int64_t h_up = transposed ? gate_up.shape[1] : gate_up.shape[2];
+  const int64_t h_down = transposed ? down.shape[2] : down.shape[1];
+  if (h_up != k.h || h_down != k.h || n_up != (has_gate ? 2 * k.i : k.i))
+    c.fail("expert weights gate_up " + gate_up.describe() + " and down " + down.describe() +
+           " do not fit hidden " + x.describe() + (transposed ? " (transposed layout)" : ""));
+  k.w_dtype = weight_kind(c, gate_up, down);
+  k.layout = transposed ? kernels::WeightLayout::kn : kernels::WeightLayout::nk;
+  k.gate_up = gate_up.data;
+  k.down = down.data;
+
+  Scratch sx(c.ex), si(c.ex), sw(c.ex), sb1(c.ex), sb2(c.ex);
+  Tensor xc = contiguous_as(x, DType::f32, sx);
+  Tensor ic = contiguous_as(ids, DType::i64, si);
+  Tensor wc = contiguous_as(wts, DType::f32, sw);
+  if (c.has(5)) {
+    Tensor b = contiguous_as(c.tensor(5), DType::f32, sb1);
+    if (b.numel() != k.e * n_up) c.fail("gate_up bias " + b.describe() + " is not [E, n_up]");
+    k.gate_up_bias = b.ptr<float>();
+  }
+  if (c.has(6)) {
+    Tensor b = contiguous_as(c.tensor(6), DType::f32, sb2);
+    if (b.numel() != k.e * k.h) c.fail("down bias " + b.describe() + " is not [E, H]");
+    k.down_bias = b.ptr<float>();
+  }
+  if (c.args.size() > 13) {  // the shared expert of fuselm.experts_shared
+    const Tensor& up = c.tensor(14);
+    const Tensor& dn = c.tensor(15);
+    const Value& sa = c.arg(17);
+    if (sa.kind != Value::Kind::string || !sa.s) c.fail("shared activation is not a string");
+    k.shared_act = act_named(c, sa.s);
+    k.shared_i = up.ndim == 2 ? up.shape[0] : -1;
+    auto check = [&](const Tensor& w, int64_t rows, int64_t cols, const char* what) {
+      if (w.ndim != 2 || w.shape[0] != rows || w.shape[1] != cols || !w.is_contiguous() || w.dtype != up.dtype)
+        c.fail(std::string("shared ") + what + " weight " + w.describe() + " is not a contiguous [" +
+               std::to_string(rows) + ", " + std::to_string(cols) + "] of the up weight's dtype");
+    };
+    check(up, k.shared_i, k.h, "up");
+    check(dn, k.h, k.shared_i, "down");
+    if (c.has(13)) {
+      check(c.tensor(13), k.shared_i, k.h, "gate");
+      k.shared_gate = c.tensor(13).data;
+    }
+    if (c.has(16)) {
+      check(c.tensor(16), 1, k.h, "scale");
+      k.shared_scale = c.tensor(16).data;
+    }
+    k.shared_dtype = weight_kind(c, up, dn);
+    k.shared_up = up.data;
+    k.shared_down = dn.data;
+  }
+  k.x = xc.ptr<float>();
+  k.ids = ic.ptr<int64_t>();
+  k.weights = wc.ptr<float>();
+  Tensor y = c.alloc(DType::f32, x.sizes());
+  k.y = y.ptr<float>();
+  kernels::experts(k);
+  if (c.out_dtype() != DType::f32) {
+    Tensor o = c.alloc(c.out_dtype(), x.sizes());
+    copy_into(y, o);
+    c.ex.pool().release(y.buffer);
+    y = o;
+  }
+  set_out(c, y);
+}
+
+}  // namespace
+
+void register_experts_ops(OpRegistry& r) {
+  r.add("fuselm.experts.default", experts);
+  r.add("fuselm.experts_shared.default", experts);
+}
+
+}  // namespace fuselm::runtime::ops

@@ -1,0 +1,115 @@
+// load_parameters with a checkpoint "stack": per-expert tensors assembled into one [E, ...]
+// parameter (transformers' MergeModulelist(dim=0) [+ Concatenate(dim=d)]), checked element by
+// element against the layout transformers' conversion produces.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "weights/error.h"
+#include "weights/load_parameters.h"
+#include "weights_test_util.h"
+
+namespace fuselm::weights {
+namespace {
+
+using namespace test_util;
+namespace fs = std::filesystem;
+using kernels::DType;
+
+float value(const WeightView& v, int64_t i) { return kernels::load_as_f32(v.data, v.dtype, i); }
+
+// part p of expert e, element (r, c) = 1000e + 100p + 10r + c (exact in bf16 for small values)
+float elem(int e, int p, int r, int c) { return static_cast<float>(1000 * e + 100 * p + 10 * r + c); }
+
+std::vector<StTensor> experts_parts(int experts, int parts, int rows, int cols, bool bf16) {
+  const char* names[] = {"gate_proj", "up_proj"};
+  std::vector<StTensor> out;
+  for (int e = 0; e < experts; ++e)
+    for (int p = 0; p < parts; ++p) {
+      std::vector<float> v;
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) v.push_back(bf16 ? static_cast<float>(10 * p + r + c) : elem(e, p, r, c));
+      const std::string key = "experts." + std::to_string(e) + "." + names[p] + ".weight";
+      out.push_back(bf16 ? bf16_tensor(key, {rows, cols}, v) : f32_tensor(key, {rows, cols}, v));
+    }
+  return out;
+}
+
+nlohmann::json stacked(std::vector<int64_t> shape, int experts, int parts, nlohmann::json concat_dim) {
+  const char* names[] = {"gate_proj", "up_proj"};
+  nlohmann::json keys = nlohmann::json::array();
+  for (int e = 0; e < experts; ++e)
+    for (int p = 0; p < parts; ++p) keys.push_back("experts." + std::to_string(e) + "." + names[p] + ".weight");
+  return {{"shape", shape},
+          {"dtype", "f32"},
+          {"checkpoint",
+           {{"keys", keys},
+            {"converter", "mlp.experts.*.up_proj.weight"},
+            {"stack", {{"experts", experts}, {"parts", parts}, {"concat_dim", concat_dim}}}}}};
+}
+
+struct Fixture {
+  TempDir dir;
+  explicit Fixture(const std::vector<StTensor>& t) { write_safetensors(dir / "model.safetensors", t); }
+  Checkpoint open() const { return Checkpoint::open(dir.path()); }
+};
+
+TEST(WeightsStack, GateAndUpConcatenatedAlongRowsPerExpert) {
+  // 12 experts, so text order (experts.10 < experts.2) differs from expert order.
+  Fixture fx(experts_parts(12, 2, 3, 4, false));
+  Checkpoint c = fx.open();
+  nlohmann::json params = {{"gate_up", stacked({12, 6, 4}, 12, 2, 1)}};
+  LoadedParameters p = load_parameters(params, c);
+  const WeightView& w = p.at("gate_up");
+  EXPECT_TRUE(w.owned);
+  EXPECT_EQ(w.dtype, DType::f32);
+  int bad = 0;
+  for (int e = 0; e < 12; ++e)
+    for (int r = 0; r < 6; ++r)
+      for (int col = 0; col < 4; ++col)
+        bad += value(w, (e * 6 + r) * 4 + col) != elem(e, r / 3, r % 3, col);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(WeightsStack, ConcatenatedAlongColumns) {
+  Fixture fx(experts_parts(3, 2, 2, 3, false));
+  Checkpoint c = fx.open();
+  LoadedParameters p = load_parameters({{"w", stacked({3, 2, 6}, 3, 2, 2)}}, c);
+  const WeightView& w = p.at("w");
+  int bad = 0;
+  for (int e = 0; e < 3; ++e)
+    for (int r = 0; r < 2; ++r)
+      for (int col = 0; col < 6; ++col) bad += value(w, (e * 2 + r) * 6 + col) != elem(e, col / 3, r, col % 3);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(WeightsStack, MergeOnlyAndDtypeConversion) {
+  Fixture fx(experts_parts(4, 1, 2, 2, true));
+  Checkpoint c = fx.open();
+  LoadedParameters keep = load_parameters({{"down", stacked({4, 2, 2}, 4, 1, nullptr)}}, c);
+  EXPECT_EQ(keep.at("down").dtype, DType::bf16);
+  LoadOptions f32;
+  f32.dtype = DTypePolicy::f32;
+  LoadedParameters wide = load_parameters({{"down", stacked({4, 2, 2}, 4, 1, nullptr)}}, c, f32);
+  EXPECT_EQ(wide.at("down").dtype, DType::f32);
+  for (int e = 0; e < 4; ++e) EXPECT_EQ(value(wide.at("down"), e * 4 + 3), 2.f);  // r = 1, c = 1
+}
+
+TEST(WeightsStack, ErrorsNameTheTensor) {
+  Fixture fx(experts_parts(2, 2, 3, 4, false));
+  Checkpoint c = fx.open();
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", stacked({3, 6, 4}, 3, 2, 1)}}, c); }),
+                  "parameter 'w' needs checkpoint key 'experts.2.gate_proj.weight', which the checkpoint does not have");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", stacked({2, 8, 4}, 2, 2, 1)}}, c); }),
+                  "tensor 'experts.0.gate_proj.weight' in ");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", stacked({2, 8, 4}, 2, 2, 1)}}, c); }),
+                  "has shape [3, 4] but parameter 'w' stacks parts of shape [4, 4]");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", stacked({2, 6, 4}, 2, 2, nullptr)}}, c); }),
+                  "IR parameter 'w': has checkpoint stack");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", stacked({2, 6, 4}, 3, 2, 1)}}, c); }),
+                  "does not fit 6 keys and shape [2, 6, 4]");
+}
+
+}  // namespace
+}  // namespace fuselm::weights

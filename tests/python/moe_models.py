@@ -1,0 +1,80 @@
+"""Tiny random-weight mixture-of-experts models of every MoE family in the parity list.
+
+Built like tiny_models (larger init std so logits are peaked), plus: router weights drawn wider so
+the top-k choice is clear of near-ties, and correction biases (e_score_correction_bias) given
+random nonzero values so that selection by corrected scores and weighting by uncorrected scores
+really differ.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+
+# MLA expands K/V to every query head: no GQA (transformers repeats kv heads otherwise).
+MLA = dict(num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=24,
+           rope_scaling=None)
+
+# name -> (config class name, overrides). Every entry is built through AutoModelForCausalLM.
+MOE_FAMILIES: dict[str, tuple[str, dict]] = {
+    "qwen3_moe": ("Qwen3MoeConfig", dict(head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                         moe_intermediate_size=32, norm_topk_prob=True)),
+    "mixtral": ("MixtralConfig", dict(num_local_experts=6, num_experts_per_tok=2, sliding_window=None)),
+    "qwen2_moe": ("Qwen2MoeConfig", dict(num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=48, decoder_sparse_step=2,
+                                         norm_topk_prob=False, sliding_window=None)),
+    "deepseek_v3": ("DeepseekV3Config", dict(MLA, n_routed_experts=16, num_experts_per_tok=3,
+                                             moe_intermediate_size=32, n_shared_experts=1, n_group=4,
+                                             topk_group=2, routed_scaling_factor=2.5,
+                                             first_k_dense_replace=1, norm_topk_prob=True)),
+    "deepseek_v2": ("DeepseekV2Config", dict(MLA, n_routed_experts=12, num_experts_per_tok=3,
+                                             moe_intermediate_size=32, n_shared_experts=2, n_group=4,
+                                             topk_group=2, topk_method="group_limited_greedy",
+                                             routed_scaling_factor=1.5, first_k_dense_replace=1)),
+    "glm4_moe": ("Glm4MoeConfig", dict(head_dim=16, n_routed_experts=8, num_experts_per_tok=2,
+                                       moe_intermediate_size=32, n_shared_experts=1, n_group=1, topk_group=1,
+                                       routed_scaling_factor=1.8, first_k_dense_replace=1,
+                                       partial_rotary_factor=0.5)),
+    # DeepSeek-V3's router (sigmoid, correction bias, grouped top-k, scaling) on GQA attention, so
+    # the router is tested apart from MLA.
+    "glm4_moe_grouped": ("Glm4MoeConfig", dict(head_dim=16, n_routed_experts=16, num_experts_per_tok=3,
+                                               moe_intermediate_size=32, n_shared_experts=1, n_group=4,
+                                               topk_group=2, routed_scaling_factor=2.5, first_k_dense_replace=1,
+                                               norm_topk_prob=True)),
+    "gpt_oss": ("GptOssConfig", dict(head_dim=16, num_local_experts=8, num_experts_per_tok=2,
+                                     intermediate_size=32, sliding_window=16,
+                                     layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+}
+
+
+def make_config(family: str):
+    import transformers
+    cls_name, overrides = MOE_FAMILIES[family]
+    kw = dict(COMMON)
+    kw.update(overrides)
+    return getattr(transformers, cls_name)(**kw)
+
+
+def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0, dtype=torch.float32) -> Path:
+    """Saves a tiny random MoE model of the family to out_dir (config.json + model.safetensors)."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    cfg = make_config(family)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, std)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.02)
+            else:  # norm weights and sinks: around their neutral value
+                p.add_(torch.randn_like(p) * 0.05)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn_like(b) * 0.1)
+    model = model.to(dtype)
+    model.save_pretrained(out_dir)
+    return Path(out_dir)

@@ -1,0 +1,182 @@
+"""Mixture-of-experts parity with transformers (the oracle) on tiny random-weight models.
+
+Each family in moe_models.MOE_FAMILIES runs with fp32 weights for prompts of 1, 7 and 300 tokens:
+fuselm's greedy 32 tokens equal transformers' greedy decoding and every logits row is within
+1e-3 x max|logit| (parity.check_parity; true ties are counted and printed). The experts run in
+the engine's fuselm.experts op, the routers as the captured ATen ops. Also: per-expert checkpoint
+tensors stacked at load, bf16 expert weights, and experts-module capture checks.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import fuselm_runner
+import moe_models
+from parity import TIES, check_parity, hf_logits, hf_model
+
+PROMPT_LENGTHS = [1, 7, 300]
+
+# Families whose attention needs ops the MoE work does not add (DeepSeek's MLA builds its key with
+# new_empty + copy_, DeepSeek-V2's rope is complex-valued); they run once those ops exist (with the
+# MLA branch's copy_/new_empty borrowed, deepseek_v3 passed here at 1.8e-06).
+NEEDS_OTHER_OPS = {"deepseek_v3": "MLA key assembly (aten.copy_)", "deepseek_v2": "complex rope (aten.polar)"}
+
+
+def prompt_of(length: int, vocab: int, seed: int) -> list[int]:
+    g = np.random.default_rng(seed)
+    return [int(x) for x in g.integers(0, vocab, size=length)]
+
+
+def model_dir_of(family: str, model_cache, dtype=torch.float32):
+    d = model_cache / (family if dtype == torch.float32 else f"{family}_{dtype}".replace("torch.", ""))
+    if not (d / "config.json").exists():
+        moe_models.build(family, d, dtype=dtype)
+    return d
+
+
+def missing_op(fuselm_bin, model_dir, tmp_path) -> str | None:
+    """The op the engine lacks for this model, if that is why it cannot run."""
+    import subprocess
+    proc = subprocess.run([str(fuselm_bin), "generate", str(model_dir), "--prompt-ids", "1", "--max-tokens", "1",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and "is not implemented by the engine" in proc.stderr:
+        return proc.stderr.strip().splitlines()[-1]
+    return None
+
+
+@pytest.mark.parametrize("family", list(moe_models.MOE_FAMILIES))
+def test_moe_family_parity(family, fuselm_bin, model_cache, tmp_path):
+    model_dir = model_dir_of(family, model_cache)
+    if family in NEEDS_OTHER_OPS:
+        lacking = missing_op(fuselm_bin, model_dir, tmp_path)
+        if lacking:
+            pytest.skip(f"{family} needs {NEEDS_OTHER_OPS[family]}: {lacking}")
+    vocab = moe_models.make_config(family).vocab_size
+    model = hf_model(model_dir)
+    worst = 0.0
+    for length in PROMPT_LENGTHS:
+        worst = max(worst, check_parity(f"{family}/{length}", fuselm_bin, model_dir,
+                                        prompt_of(length, vocab, seed=length), tmp_path, model=model))
+    print(f"\n{family}: max relative logit difference {worst:.2e}; ties accepted: "
+          f"{sum(v for k, v in TIES.items() if k.startswith(family + '/'))}")
+
+
+def test_per_expert_checkpoint_is_stacked(model_cache):
+    """save_pretrained writes one tensor per expert; capture records how they stack."""
+    model_dir = model_dir_of("qwen3_moe", model_cache)
+    from fuselm_capture.capture import capture_model_dir
+    ir = json.loads(capture_model_dir(model_dir).read_text())
+    cfg = moe_models.make_config("qwen3_moe")
+    entry = ir["parameters"]["model.layers.0.mlp.experts.gate_up_proj"]["checkpoint"]
+    assert entry["stack"] == {"experts": cfg.num_experts, "parts": 2, "concat_dim": 1}
+    assert entry["keys"][:3] == ["model.layers.0.mlp.experts.0.gate_proj.weight",
+                                 "model.layers.0.mlp.experts.0.up_proj.weight",
+                                 "model.layers.0.mlp.experts.1.gate_proj.weight"]
+    # experts.10 sorts before experts.2 as text; the stack must be in expert order
+    assert entry["keys"][-1] == f"model.layers.0.mlp.experts.{cfg.num_experts - 1}.up_proj.weight"
+    down = ir["parameters"]["model.layers.0.mlp.experts.down_proj"]["checkpoint"]
+    assert down["stack"] == {"experts": cfg.num_experts, "parts": 1, "concat_dim": None}
+
+
+def test_experts_op_arguments(model_cache):
+    """The experts op carries the gating function read from the module: silu for Qwen3-MoE, the
+    clamped SwiGLU over interleaved halves with gpt-oss's alpha and limit, biases and transposed."""
+    from fuselm_capture.capture import capture_model_dir
+    args = {}
+    for family in ("qwen3_moe", "gpt_oss"):
+        ir = json.loads(capture_model_dir(model_dir_of(family, model_cache)).read_text())
+        node = next(n for n in ir["nodes"] if n["op"] == "fuselm.experts.default")
+        args[family] = node["args"][7:]
+        has_bias = node["args"][5] is not None and node["args"][6] is not None
+        assert has_bias == (family == "gpt_oss")
+    assert args["qwen3_moe"] == ["silu", True, False, True, 0.0, 0.0]
+    act, concatenated, transposed, has_gate, alpha, limit = args["gpt_oss"]
+    assert (act, concatenated, transposed, has_gate) == ("clamped_swiglu", False, True, True)
+    assert alpha == pytest.approx(1.702, rel=1e-9) and limit == pytest.approx(7.0, rel=1e-9)
+
+
+def test_unknown_gating_function_is_a_capture_error():
+    from fuselm_capture import ops
+    import transformers
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    m = GptOssExperts(transformers.GptOssConfig(hidden_size=8, intermediate_size=4, num_local_experts=2))
+    m._apply_gate = lambda gu: torch.tanh(gu[..., ::2]) * gu[..., 1::2]
+    with pytest.raises(ops.ExpertsCaptureError, match="neither act\\(gate\\) \\* up nor the clamped SwiGLU"):
+        ops._identify_gate(m)
+
+
+def test_bf16_experts_top1_agreement(fuselm_bin, model_cache, tmp_path):
+    """bf16 checkpoint: per-expert bf16 tensors stack into bf16 experts (fp32 activations)."""
+    model_dir = model_dir_of("qwen3_moe", model_cache, dtype=torch.bfloat16)
+    prompt = prompt_of(64, 512, seed=3)
+    result, ours = fuselm_runner.generate(fuselm_bin, model_dir, prompt, 16, tmp_path)
+    ref = hf_logits(hf_model(model_dir, dtype=torch.bfloat16), prompt + result["token_ids"][:-1])
+    agree = float(np.mean(ours.argmax(-1) == ref.argmax(-1)))
+    print(f"\nqwen3_moe bf16 top-1 agreement with transformers (bf16): {agree:.1%} over {len(ref)} positions")
+    assert agree >= 0.9
+
+
+# ---------------------------------------------------------------- the MoE fuser on real families
+
+# family -> what inspect must say of every MoE block (from the config: the oracle of the router)
+ROUTER_DETAIL = {
+    "qwen3_moe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
+    "mixtral": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
+    "qwen2_moe": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated(glu silu)",
+    "deepseek_v3": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
+                   "fp32_upcast shared=ungated(glu silu)",
+    "deepseek_v2": "router=softmax top_k=3 groups=2/4 by max correction_bias=no renorm=no scaling=1.5 "
+                   "fp32_upcast shared=ungated(glu silu)",
+    "glm4_moe": "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=1.8 fp32_upcast "
+                "shared=ungated(glu silu)",
+    "glm4_moe_grouped": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
+                        "fp32_upcast shared=ungated(glu silu)",
+}
+
+
+def moe_layers(family: str) -> int:
+    cfg = moe_models.make_config(family)
+    n = cfg.num_hidden_layers
+    if hasattr(cfg, "decoder_sparse_step"):
+        return sum(1 for i in range(n) if (i + 1) % cfg.decoder_sparse_step == 0)
+    return n - int(getattr(cfg, "first_k_dense_replace", 0) or 0)
+
+
+def inspect_json(fuselm_bin, model_dir, *extra) -> dict:
+    import subprocess
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--json", *extra], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def moe_entries(report: dict) -> list[dict]:
+    return [e for e in report["modules"] if e["fuser"] == "moe"]
+
+
+@pytest.mark.parametrize("family", list(moe_models.MOE_FAMILIES))
+def test_inspect_reports_each_router(family, fuselm_bin, model_cache):
+    report = inspect_json(fuselm_bin, model_dir_of(family, model_cache))
+    entries = moe_entries(report)
+    assert len(entries) == moe_layers(family), entries
+    if family == "gpt_oss":  # its gate linear has a bias: declined, the router runs as generic ops
+        assert all(e["status"] == "rejected" and "gate linear has a bias" in e["detail"] for e in entries)
+        return
+    assert all(e["status"] == "fused" for e in entries), entries
+    assert {e["detail"] for e in entries} == {ROUTER_DETAIL[family]}
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "glm4_moe_grouped"])
+def test_routing_kernel_matches_generic_router(family, fuselm_bin, model_cache, tmp_path):
+    """The fused router (one routing op) against the same router run as the captured ATen ops."""
+    model_dir = model_dir_of(family, model_cache)
+    prompt = prompt_of(40, 512, seed=5)
+    res_f, fused = fuselm_runner.generate(fuselm_bin, model_dir, prompt, 8, tmp_path)
+    res_g, generic = fuselm_runner.generate(fuselm_bin, model_dir, prompt, 8, tmp_path, extra=["--disable-fuser", "moe"])
+    assert res_f["token_ids"] == res_g["token_ids"]
+    assert float(np.abs(fused - generic).max()) <= 1e-5 * float(np.abs(generic).max())
+    assert moe_entries(inspect_json(fuselm_bin, model_dir, "--disable-fuser", "moe")) == []
