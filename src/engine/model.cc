@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 namespace fuselm::engine {
@@ -189,12 +190,18 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   }
   for (const auto& w : fused_weights) params[w.target] = stack_weights(w, *m->params_, m->fused_buffers_);
   // Bytes read per token: every parameter the (rewritten) graph still reads, once.
+  std::set<std::string, std::less<>> read;
   for (const auto& n : m->graph_.nodes) {
     if (n.op != "placeholder" || n.placeholder_kind != "parameter") continue;
+    read.insert(n.target);
     auto it = params.find(n.target);
     if (it == params.end()) continue;
     seen[it->second.data] = it->second.numel() * ir::dtype_size(it->second.dtype);
   }
+  // The sources of stacked weights are read no more: drop their converted copies (bf16 SmolLM2
+  // would otherwise hold its q/k/v and gate/up weights twice).
+  std::erase_if(params, [&](const auto& entry) { return !read.contains(entry.first); });
+  m->params_->retain_only(read);
   for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
   if (!m->graph_.constants.empty()) {
     m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));

@@ -214,6 +214,19 @@ size_t LoadedParameters::owned_bytes() const {
   return n;
 }
 
+size_t LoadedParameters::retain_only(const std::set<std::string, std::less<>>& keep) {
+  std::erase_if(views_, [&](const auto& entry) { return !keep.contains(entry.first); });
+  std::set<const void*> read;
+  for (const auto& [target, v] : views_) read.insert(v.data);
+  size_t freed = 0;
+  std::erase_if(buffers_, [&](const AlignedBuffer& b) {
+    if (read.contains(b.data())) return false;
+    freed += b.size();
+    return true;
+  });
+  return freed;
+}
+
 LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpoint& checkpoint,
                                  const LoadOptions& options) {
   if (!parameters.is_object())

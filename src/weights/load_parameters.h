@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,10 @@ class LoadedParameters {
   size_t size() const { return views_.size(); }
   /// Bytes held in owned (converted or realigned) buffers.
   size_t owned_bytes() const;
+  /// Forgets every parameter not in `keep` and frees the owned buffers that no kept parameter
+  /// reads: after fusion a stacked copy replaces its sources, which need not stay converted in
+  /// memory. Views of forgotten parameters dangle afterwards. Returns the bytes freed.
+  size_t retain_only(const std::set<std::string, std::less<>>& keep);
 
  private:
   friend LoadedParameters load_parameters(const nlohmann::json&, const Checkpoint&, const LoadOptions&);

@@ -153,6 +153,25 @@ TEST(WeightsLoad, TiedParametersShareMemory) {
   }
 }
 
+TEST(WeightsLoad, RetainOnlyFreesBuffersNoKeptParameterReads) {
+  Fixture fx({f32_tensor("q", {2, 2}, {1, 2, 3, 4}), f32_tensor("k", {1, 2}, {5, 6}),
+              f32_tensor("e", {3, 2}, {1, 2, 3, 4, 5, 6})});
+  Checkpoint c = fx.open();
+  nlohmann::json params = {{"q.weight", ir_param("q", {2, 2}, "F32")}, {"k.weight", ir_param("k", {1, 2}, "F32")},
+                           {"embed.weight", ir_param("e", {3, 2}, "F32")}, {"head.weight", ir_param("e", {3, 2}, "F32")}};
+  LoadedParameters p = load_parameters(params, c, {.dtype = DTypePolicy::bf16});
+  EXPECT_EQ(p.owned_bytes(), (4u + 2u + 6u) * 2);
+  // q and k were stacked elsewhere; the tied head keeps the embedding's buffer alive.
+  EXPECT_EQ(p.retain_only({"head.weight"}), (4u + 2u) * 2);
+  EXPECT_EQ(p.size(), 1u);
+  EXPECT_EQ(p.owned_bytes(), 6u * 2);
+  EXPECT_EQ(p.find("q.weight"), nullptr);
+  EXPECT_EQ(p.find("embed.weight"), nullptr);
+  EXPECT_EQ(value(p.at("head.weight"), 5), 6.f);
+  EXPECT_EQ(p.retain_only({}), 6u * 2);
+  EXPECT_EQ(p.owned_bytes(), 0u);
+}
+
 TEST(WeightsLoad, TiedToADifferentKeyIsAnError) {
   Fixture fx({f32_tensor("a", {1}, {1}), f32_tensor("b", {1}, {2})});
   Checkpoint c = fx.open();
