@@ -133,6 +133,7 @@ TEST(MoeFuser, RoutersAreReadWithTheirParameters) {
       {"sigmoid_scaled-none", {"sigmoid", 1, 1, "none", false, 0.0, 2.0, false, false}},
       {"fp32_upcast-none", {"softmax", 1, 1, "none", true, 0.0, 1.0, false, true}},
       {"correction-none", {"sigmoid", 1, 1, "none", true, 1e-20, 1.0, true, false}},
+      {"viewed_correction-none", {"softmax", 1, 1, "none", false, 0.0, 2.0, true, false}},
       {"grouped_max-none", {"softmax", 4, 1, "max", false, 0.0, 1.0, false, false}},
       {"topk_softmax-none", {"softmax_of_topk", 1, 1, "none", false, 0.0, 1.0, false, false}},
   };
