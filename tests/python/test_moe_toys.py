@@ -301,6 +301,7 @@ def test_moe_fuser_is_name_blind(fuselm_bin, tmp_path):
         paths = {e["module"] for e in report["modules"]}
         assert ("block" in paths) != renamed
     assert plans[0] == plans[1]
-    assert ("moe", "fused", CASES[4][3].replace("shared=ungated", "shared=gated")) in plans[1]
+    grouped = next(c[3] for c in CASES if c[:2] == ("grouped", "ungated"))
+    assert ("moe", "fused", grouped.replace("shared=ungated", "shared=gated")) in plans[1]
     assert ("glu", "rejected", "overlaps the moe fusion") in plans[1]  # the shared GLU is summed in
     np.testing.assert_array_equal(logits[0], logits[1])
