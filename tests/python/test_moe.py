@@ -244,6 +244,15 @@ def test_structural_rule_proves_the_gating_function_by_behaviour(tmp_path):
     ir = json.loads(capture_module(StepBlock(None).eval(), {"x": torch.randn(1, 5, 8)}, {"x": {1: t}},
                                    tmp_path / "plain").read_text())
     assert [n["args"][7] for n in ir["nodes"] if n["op"] == "fuselm.experts.default"] == ["silu"]
+    # Name blind: with every module, parameter and class renamed, the same graph.
+    from test_moe_toys import scramble
+    torch.manual_seed(0)
+    renamed = json.loads(capture_module(scramble(StepBlock(None)).eval(), {"x": torch.randn(1, 5, 8)}, {"x": {1: t}},
+                                        tmp_path / "renamed").read_text())
+    assert [n["op"] for n in renamed["nodes"]] == [n["op"] for n in ir["nodes"]]
+    assert ([n["args"][5:] for n in renamed["nodes"] if n["op"] == "fuselm.experts.default"] ==
+            [n["args"][5:] for n in ir["nodes"] if n["op"] == "fuselm.experts.default"])
+    assert not any("gate_up_proj" in k for k in renamed["parameters"])
     with pytest.raises(CaptureError, match=r"experts \(Step3p7Experts\).*not captured as an experts op: "
                                            r"Step3p7Experts is not routed through ExpertsInterface and it does not "
                                            r"compute sum_k w_k"):
