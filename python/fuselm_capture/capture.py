@@ -35,14 +35,14 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
-def _innermost_module(exc: BaseException, names: dict[int, str]) -> str | None:
+def _innermost_module(exc: BaseException, names: dict[int, str]) -> torch.nn.Module | None:
     """The deepest nn.Module whose forward was on the stack when export failed."""
     found = None
     tb = exc.__traceback__
     while tb is not None:
         obj = tb.tb_frame.f_locals.get("self")
         if isinstance(obj, torch.nn.Module) and id(obj) in names:
-            found = f"{names[id(obj)] or '<root>'} ({type(obj).__name__})"
+            found = obj
         tb = tb.tb_next
     return found
 
@@ -54,10 +54,16 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -
         with torch.no_grad():
             return torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
-        where = _innermost_module(e, names) or "<unknown module>"
+        inner = _innermost_module(e, names)
+        where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # An experts-shaped module that transformers does not route through ExpertsInterface and
+        # the structural rule (ops.identify_experts) did not take: say why it did not.
+        not_experts = getattr(inner, "_fuselm_not_experts", None)
+        hint = (f" (not captured as an experts op: {type(inner).__name__} is not routed through ExpertsInterface "
+                f"and {not_experts})") if not_experts else ""
         raise CaptureError(
-            f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}"
+            f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
         ) from e
 
 

@@ -8,6 +8,9 @@ Neither op is ever executed in Python; capture only needs their fake (shape) fun
 """
 from __future__ import annotations
 
+import inspect
+import types
+
 import torch
 
 ATTENTION_NAME = "fuselm"
@@ -129,15 +132,107 @@ def _identify_gate(module) -> tuple[str, bool, float, float]:
                               "act(gate) * up nor the clamped SwiGLU form")
 
 
+def _takes_routing(module) -> bool:
+    """Whether module.forward takes exactly three required positional arguments (hidden states,
+    top-k index, top-k weights: an experts call's signature, checked by behaviour afterwards)."""
+    try:
+        sig = inspect.signature(type(module).forward)
+    except (TypeError, ValueError):
+        return False
+    params = list(sig.parameters.values())[1:]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.default is inspect.Parameter.empty and p.kind not in
+                (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    return len(required) == 3 and all(p.kind in positional for p in required)
+
+
+def _stacked_pair(module) -> tuple[str, str] | str:
+    """(gate_up, down) parameter names when all of the module's parameters are its own two 3-D
+    tensors shaped [E, 2I, H] and [E, H, I]; else why not."""
+    params = dict(module.named_parameters())
+    shapes = ", ".join(f"{tuple(p.shape)}" for p in params.values()) or "none"
+    if len(params) != 2 or any("." in n for n in params):
+        return f"its parameters ({shapes}) are not two stacked tensors of its own"
+    (na, a), (nb, b) = params.items()
+    for (gn, g), (dn, d) in (((na, a), (nb, b)), ((nb, b), (na, a))):
+        if (g.dim() == 3 and d.dim() == 3 and g.shape[0] == d.shape[0] and g.shape[1] == 2 * d.shape[2]
+                and g.shape[2] == d.shape[1]):
+            return gn, dn
+    return f"its parameters ({shapes}) are not a stacked pair [E, 2I, H] and [E, H, I]"
+
+
+def _prove_stacked_experts(module, gate_up: str, down: str) -> str:
+    """The activation of an experts module that transformers does not route through
+    ExpertsInterface, proven by running the module's own forward on a probe: a copy holding small
+    random stacked weights, random tokens and routing, whose output must equal
+    sum_j w_j · down_e(act(gate_e x) ⊙ up_e x) (concatenated [gate; up] halves) for one act.
+    Raises ExpertsCaptureError saying why not."""
+    import copy
+    f64, gen = torch.float64, torch.Generator().manual_seed(0)
+    e = min(int(getattr(module, gate_up).shape[0]), 4)
+    t, k, i, h = 6, min(e, 2), 4, 8
+    probe = copy.copy(module)
+    gu = torch.randn(e, 2 * i, h, dtype=f64, generator=gen)
+    dn = torch.randn(e, h, i, dtype=f64, generator=gen)
+    probe._parameters = {gate_up: torch.nn.Parameter(gu), down: torch.nn.Parameter(dn)}
+    x = torch.randn(t, h, dtype=f64, generator=gen)
+    ids = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(t)])
+    w = torch.rand(t, k, dtype=f64, generator=gen) + 0.5
+    try:
+        with torch.no_grad():
+            got = type(module).forward(probe, x, ids, w)
+    except Exception as err:  # noqa: BLE001 - any failure means the rule does not cover it
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ExpertsCaptureError(f"its forward fails on a probe of {e} stacked experts: {first}") from err
+    for name, act in _ACTIVATIONS.items():
+        want = torch.zeros_like(x)
+        for r in range(t):
+            for j in range(k):
+                y = gu[ids[r, j]] @ x[r]
+                want[r] += w[r, j] * (dn[ids[r, j]] @ (act(y[:i]) * y[i:]))
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, rtol=1e-9, atol=1e-9):
+            return name
+    raise ExpertsCaptureError(f"it does not compute sum_k w_k * down(act(gate x) * up x) over its stacked weights "
+                              f"for act in {', '.join(_ACTIVATIONS)}")
+
+
+def _stacked_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """The forward capture gives an experts module proven by _prove_stacked_experts."""
+    gate_up, down, activation = self._fuselm_stacked
+    return torch.ops.fuselm.experts(hidden_states, top_k_index, top_k_weights, getattr(self, gate_up),
+                                    getattr(self, down), None, None, activation, True, False, True, 0.0, 0.0)
+
+
 def identify_experts(model: torch.nn.Module) -> None:
     """Records each experts module's gating function (_fuselm_gate) before export.
 
     Experts modules are the ones transformers' use_experts_implementation prepared (they carry its
     has_gate flag); probing runs here because inside torch.export every new tensor is fake.
+    A module that transformers does not route through ExpertsInterface is an experts module by a
+    structural rule: its forward takes three required arguments and its parameters are its own
+    two 3-D tensors [E, 2I, H] and [E, H, I]. Its own forward is then checked on a probe
+    (_prove_stacked_experts) and replaced by one fuselm::experts op. A candidate that fails the
+    check, or has that signature and other 3-D parameters, is left as it is: it may be no experts
+    module at all (and export as it is), and if it is one, its data-dependent loop stops export,
+    whose error then carries the reason kept here (_fuselm_not_experts).
     """
     for module in model.modules():
         if hasattr(module, "has_gate") and hasattr(module, "is_concatenated"):
             module._fuselm_gate = _identify_gate(module)
+            continue
+        if not _takes_routing(module) or not any(p.dim() == 3 for p in module.parameters()):
+            continue
+        pair = _stacked_pair(module)
+        if isinstance(pair, str):
+            module._fuselm_not_experts = pair
+            continue
+        try:
+            activation = _prove_stacked_experts(module, *pair)
+        except ExpertsCaptureError as err:
+            module._fuselm_not_experts = str(err)
+            continue
+        module._fuselm_stacked = (pair[0], pair[1], activation)
+        module.forward = types.MethodType(_stacked_experts_forward, module)
 
 
 def _none_or(value, default):

@@ -402,6 +402,8 @@ Plan apply(const ir::Graph& g, const Options& options) {
   // Dead nodes: keep graph outputs, inputs and ops with effects (attention writes the KV cache;
   // in-place ATen ops such as copy_ or scatter_ write into a tensor that later nodes read under
   // its original name (MLA's key assembly, routers), so their own unused result says nothing).
+  // The experts ops are pure: an experts op a fused fuselm.experts_shared replaced must die, or
+  // the routed experts would run twice.
   auto in_place = [](const std::string& op) {
     const auto dot = op.rfind('.');
     return op.rfind("aten.", 0) == 0 && dot != std::string::npos && dot > 5 && op[dot - 1] == '_' && op[5] != '_';
@@ -410,7 +412,7 @@ Plan apply(const ir::Graph& g, const Options& options) {
   for (int o : out.outputs) live[o] = 1;
   for (auto& node : out.nodes)
     if ((node.op == "placeholder" && node.placeholder_kind == "input") || node.op.rfind("fuselm.attention", 0) == 0 ||
-        node.op.rfind("fuselm.mla_attention", 0) == 0 || node.op.rfind("fuselm.experts", 0) == 0)
+        node.op.rfind("fuselm.mla_attention", 0) == 0)
       live[node.index] = 1;
   // An in-place op writes into a view of a base that a later node reads: it lives exactly when
   // that base does. Its readers come after it, so in this backward sweep the base's

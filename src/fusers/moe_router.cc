@@ -28,6 +28,22 @@ int strip(const ir::Graph& g, int i) {
   return i;
 }
 
+// Follows casts and views that keep the last dimension's width (leading dims regrouped, a [E]
+// bias unsqueezed to [1, E]): each row of experts keeps its values.
+int strip_row_views(const ir::Graph& g, int i) {
+  for (i = strip_casts(g, i); i >= 0; i = strip_casts(g, ref_arg(g.nodes[i], 0))) {
+    const ir::Node& n = g.nodes[i];
+    if (n.op != "aten.view.default" && n.op != "aten.reshape.default" && n.op != "aten._unsafe_view.default" &&
+        n.op != "aten.unsqueeze.default")
+      break;
+    const int src = ref_arg(n, 0);
+    if (src < 0 || n.out.shape.empty() || g.nodes[src].out.shape.empty()) break;
+    const auto a = static_dim(n.out, -1), b = static_dim(g.nodes[src].out, -1);
+    if (!a || a != b) break;
+  }
+  return i;
+}
+
 bool last_dim(const ir::Node& n, size_t i, size_t rank) {
   auto d = number_arg(n, i);
   return d && (*d == -1 || *d == static_cast<double>(rank) - 1);
@@ -175,10 +191,10 @@ std::optional<Router> read_router(const ir::Graph& g, const Subgraph& sg, int ex
   int scores = choice;
   if (const ir::Node* add = node_of(g, choice); add && add->op == "aten.add.Tensor") {
     for (int side = 0; side < 2; ++side) {
-      const int p = ref_arg(*add, side);
+      const int p = strip_row_views(g, ref_arg(*add, side));
       if (is_parameter(g, p) && g.nodes[p].out.shape.size() == 1) {
         r.correction = p;
-        scores = strip_casts(g, ref_arg(*add, 1 - side));
+        scores = strip_row_views(g, ref_arg(*add, 1 - side));
       }
     }
     if (r.correction < 0) return why.reject("the top-k chooses from scores plus something other than a [E] bias");

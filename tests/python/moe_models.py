@@ -47,6 +47,11 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
     "gpt_oss": ("GptOssConfig", dict(head_dim=16, num_local_experts=8, num_experts_per_tok=2,
                                      intermediate_size=32, sliding_window=16,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+    # Its experts module is not routed through ExpertsInterface: captured by the structural rule
+    # (ops.identify_experts). No zero-compute (identity) experts: those are not supported.
+    "longcat_flash": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,
+                                                 expert_ffn_hidden_size=32, n_routed_experts=8, zero_expert_num=0,
+                                                 moe_topk=2, routed_scaling_factor=2.0)),
 }
 
 

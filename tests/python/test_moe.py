@@ -135,12 +135,14 @@ ROUTER_DETAIL = {
                 "shared=ungated(glu silu)",
     "glm4_moe_grouped": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
                         "fp32_upcast shared=ungated(glu silu)",
+    # the correction bias is added as unsqueeze(bias, 0) to scores viewed as [-1, E]
+    "longcat_flash": "router=softmax top_k=2 groups=1 correction_bias=yes renorm=no scaling=2 fp32_upcast shared=none",
 }
 
 
 def moe_layers(family: str) -> int:
     cfg = moe_models.make_config(family)
-    n = cfg.num_hidden_layers
+    n = getattr(cfg, "num_layers", cfg.num_hidden_layers)  # LongCat counts two attention sublayers per layer
     if hasattr(cfg, "decoder_sparse_step"):
         return sum(1 for i in range(n) if (i + 1) % cfg.decoder_sparse_step == 0)
     return n - int(getattr(cfg, "first_k_dense_replace", 0) or 0)
@@ -180,3 +182,92 @@ def test_routing_kernel_matches_generic_router(family, fuselm_bin, model_cache, 
     assert res_f["token_ids"] == res_g["token_ids"]
     assert float(np.abs(fused - generic).max()) <= 1e-5 * float(np.abs(generic).max())
     assert moe_entries(inspect_json(fuselm_bin, model_dir, "--disable-fuser", "moe")) == []
+
+
+# ------------------------------------------ experts modules not routed through ExpertsInterface
+
+def test_structural_experts_become_the_experts_op(model_cache):
+    """LongCat-Flash's experts module is not routed through ExpertsInterface: the structural rule
+    (forward(hidden, top_k_index, top_k_weights), its own [E, 2I, H] and [E, H, I] parameters,
+    its forward checked on a probe) makes each call one fuselm.experts op over those parameters."""
+    from transformers.models.longcat_flash.modeling_longcat_flash import LongcatFlashExperts
+    assert not hasattr(LongcatFlashExperts, "_apply_gate")  # not prepared by use_experts_implementation
+    from fuselm_capture.capture import capture_model_dir
+    ir = json.loads(capture_model_dir(model_dir_of("longcat_flash", model_cache)).read_text())
+    cfg = moe_models.make_config("longcat_flash")
+    nodes = [n for n in ir["nodes"] if n["op"] == "fuselm.experts.default"]
+    assert len(nodes) == cfg.num_layers
+    names = {n["name"]: n for n in ir["nodes"]}
+    for node in nodes:
+        assert node["args"][5:] == [None, None, "silu", True, False, True, 0.0, 0.0]
+        gate_up, down = (ir["parameters"][names[a["ref"]]["target"]]["shape"] for a in node["args"][3:5])
+        assert gate_up == [cfg.n_routed_experts, 2 * cfg.expert_ffn_hidden_size, cfg.hidden_size]
+        assert down == [cfg.n_routed_experts, cfg.hidden_size, cfg.expert_ffn_hidden_size]
+
+
+def step3p7_experts(limit):
+    import transformers
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts
+    cfg = transformers.Step3p7TextConfig(hidden_size=8, moe_intermediate_size=4, num_local_experts=3, hidden_act="silu")
+    torch.manual_seed(0)
+    m = Step3p7Experts(cfg, swiglu_limit=limit)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_()
+    return m
+
+
+class StepBlock(torch.nn.Module):
+    """A router (top-2 of a softmax) in front of Step3p7Experts, as its MoE block calls it."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 3, bias=False)
+        self.experts = step3p7_experts(limit)
+
+    def forward(self, x):
+        w, i = torch.topk(torch.softmax(self.gate(x[0]), dim=-1), 2, dim=-1)
+        return self.experts(x[0], i, w).unsqueeze(0)
+
+
+def test_structural_rule_proves_the_gating_function_by_behaviour(tmp_path):
+    """Step3p7Experts (not routed through ExpertsInterface): without a clamp it computes
+    silu(gate) * up and is taken, its forward becoming the experts op; with its clamp after the
+    activation (a form the kernel does not have) the probe disagrees, the module is left alone and
+    export, stopped by its data-dependent loop, says why."""
+    from fuselm_capture import ops
+    from fuselm_capture.capture import CaptureError, capture_module
+    plain = step3p7_experts(None)
+    ops.identify_experts(plain)
+    assert plain._fuselm_stacked == ("gate_up_proj", "down_proj", "silu")
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    ir = json.loads(capture_module(StepBlock(None).eval(), {"x": torch.randn(1, 5, 8)}, {"x": {1: t}},
+                                   tmp_path / "plain").read_text())
+    assert [n["args"][7] for n in ir["nodes"] if n["op"] == "fuselm.experts.default"] == ["silu"]
+    # Name blind: with every module, parameter and class renamed, the same graph.
+    from test_moe_toys import scramble
+    torch.manual_seed(0)
+    renamed = json.loads(capture_module(scramble(StepBlock(None)).eval(), {"x": torch.randn(1, 5, 8)}, {"x": {1: t}},
+                                        tmp_path / "renamed").read_text())
+    assert [n["op"] for n in renamed["nodes"]] == [n["op"] for n in ir["nodes"]]
+    assert ([n["args"][5:] for n in renamed["nodes"] if n["op"] == "fuselm.experts.default"] ==
+            [n["args"][5:] for n in ir["nodes"] if n["op"] == "fuselm.experts.default"])
+    assert not any("gate_up_proj" in k for k in renamed["parameters"])
+    with pytest.raises(CaptureError, match=r"experts \(Step3p7Experts\).*not captured as an experts op: "
+                                           r"Step3p7Experts is not routed through ExpertsInterface and it does not "
+                                           r"compute sum_k w_k"):
+        capture_module(StepBlock(0.5).eval(), {"x": torch.randn(1, 5, 8)}, {"x": {1: t}}, tmp_path / "clamped")
+
+
+def test_identity_experts_are_a_clear_capture_error(tmp_path):
+    """LongCat-Flash's zero-compute experts make gate_up [E+Z, 2I, H] and down [E, H, I]: not a
+    stacked pair, so the rule does not take the module and the export error says why."""
+    from transformers import AutoModelForCausalLM
+    from fuselm_capture.capture import CaptureError, capture_model_dir
+    cfg = moe_models.make_config("longcat_flash")
+    cfg.zero_expert_num = 2
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "m")
+    with pytest.raises(CaptureError, match=r"LongcatFlashExperts\).*not captured as an experts op: LongcatFlashExperts "
+                                           r"is not routed through ExpertsInterface and its parameters \(\(10, 64, 64\), "
+                                           r"\(8, 64, 32\)\) are not a stacked pair"):
+        capture_model_dir(tmp_path / "m")

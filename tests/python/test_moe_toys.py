@@ -52,7 +52,7 @@ class Router(nn.Module):
         self.kind = kind
         self.weight = nn.Parameter(torch.empty(E, H))
         self.bias = nn.Parameter(torch.empty(E)) if kind == "biased_gate" else None
-        self.correction = nn.Parameter(torch.empty(E)) if kind in ("grouped", "correction") else None
+        self.correction = nn.Parameter(torch.empty(E)) if kind in ("grouped", "correction", "viewed_correction") else None
 
     def forward(self, x):
         k = self.kind
@@ -74,6 +74,10 @@ class Router(nn.Module):
             i = torch.topk(s + self.correction, K, dim=-1, sorted=False)[1]
             w = s.gather(1, i)
             return w / (w.sum(dim=-1, keepdim=True) + 1e-20), i
+        if k == "viewed_correction":  # LongCat-Flash's: the bias as [1, E], the scores viewed as [-1, E]
+            s = logits.softmax(dim=-1)
+            i = torch.topk(s.view(-1, E) + self.correction.unsqueeze(0), K, dim=-1, sorted=False)[1]
+            return s.gather(1, i) * 2.0, i
         if k == "grouped":  # DeepSeek-V3's router: 2 of 4 groups by the sum of each group's top 2
             s = logits.sigmoid()
             c = s + self.correction
@@ -178,6 +182,8 @@ CASES = [  # (router kind, shared expert, expected status, expected detail or re
      "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 fp32_upcast shared=none"),
     ("correction", "none", "fused",
      "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=1 shared=none"),
+    ("viewed_correction", "none", "fused",
+     "router=softmax top_k=2 groups=1 correction_bias=yes renorm=no scaling=2 shared=none"),
     ("grouped", "ungated", "fused",
      "router=sigmoid top_k=2 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=1.5 "
      "shared=ungated(glu silu)"),
@@ -295,6 +301,7 @@ def test_moe_fuser_is_name_blind(fuselm_bin, tmp_path):
         paths = {e["module"] for e in report["modules"]}
         assert ("block" in paths) != renamed
     assert plans[0] == plans[1]
-    assert ("moe", "fused", CASES[4][3].replace("shared=ungated", "shared=gated")) in plans[1]
+    grouped = next(c[3] for c in CASES if c[:2] == ("grouped", "ungated"))
+    assert ("moe", "fused", grouped.replace("shared=ungated", "shared=gated")) in plans[1]
     assert ("glu", "rejected", "overlaps the moe fusion") in plans[1]  # the shared GLU is summed in
     np.testing.assert_array_equal(logits[0], logits[1])
