@@ -173,7 +173,14 @@ TEST(GluFuser, VariantsStackGateAndUp) {
                         GluCase{"glu_gelu", "act=gelu down=yes rows=2x64", "gelu", true, false},
                         GluCase{"glu_gelu_tanh_bias", "act=gelu_tanh down=yes rows=2x64", "gelu_tanh", true, true}}) {
     SCOPED_TRACE(c.fixture);
-    const Plan p = apply(fixture(c.fixture));
+    const ir::Graph g = fixture(c.fixture);
+    // The capture kept the toy's operand order: the activated gate is the multiply's second
+    // operand exactly in the reversed toy, so that case tests what it names.
+    const ir::Node& mul = only(g, "aten.mul.Tensor");
+    const bool act_second = g.nodes.at(mul.args[1].ref).op.find("gelu") != std::string::npos ||
+                            g.nodes.at(mul.args[1].ref).op == "aten.silu.default";
+    EXPECT_EQ(act_second, std::string(c.fixture) == "glu_reversed");
+    const Plan p = apply(g);
     EXPECT_TRUE(p.report.errors.empty());
     EXPECT_EQ(expect_entry(p, "block", "glu", Status::fused).detail, c.detail);
     ASSERT_EQ(p.weights.size(), c.bias ? 2u : 1u);
@@ -289,7 +296,12 @@ void expect_qkv(const Plan& p, const std::vector<std::string>& sources, const st
 TEST(QkvFuser, RolesComeFromDataflowNotOrderAndExtraProjectionsStay) {
   // Computed in v, k, q order, GQA widths (4 q heads, 2 kv heads), beside a projection of width 1
   // that gates the output.
-  const Plan p = apply(fixture("qkv_vkq_extra"));
+  const ir::Graph g = fixture("qkv_vkq_extra");
+  std::vector<std::string> order;  // the captured projections, in graph order
+  for (const auto* n : all(g, "aten.linear.default")) order.push_back(param_of(g, n->args[1]));
+  EXPECT_EQ(order, (std::vector<std::string>{"block.v_proj.weight", "block.k_proj.weight", "block.q_proj.weight",
+                                             "block.o_proj.weight", "block.extra.weight"}));
+  const Plan p = apply(g);
   EXPECT_TRUE(p.report.errors.empty());
   EXPECT_EQ(expect_entry(p, "block", "qkv", Status::fused).detail,
             "rows=32+16+16 per-rank=[4/tp*8,max(1,2/tp)*8,max(1,2/tp)*8] out=row");

@@ -619,10 +619,13 @@ class NormedAttn(ToyAttn):
         return torch.ops.fuselm.attention(q, k, v, None, 0.3, -1, 0.0, 0).reshape(1, t, NH * HD)
 
 
-def test_qkv_with_per_head_norms_fuses(fuselm_bin, tmp_path):
-    r = inspect(fuselm_bin, capture_toy(Wrap(NormedAttn()), tmp_path / "normed"))
+@pytest.mark.parametrize("per_head,width", [(True, HD), (False, NH * HD)])
+def test_qkv_with_qk_norms_fuses(per_head, width, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(NormedAttn(per_head)), tmp_path / "normed"))
     assert entry(r, "block", "qkv")["status"] == "fused"
-    assert entry(r, "block.q_norm", "rms_norm")["status"] == "fused"
+    for m in ("block.q_norm", "block.k_norm"):
+        e = entry(r, m, "rms_norm")
+        assert e["status"] == "fused" and f"width={width}" in e["detail"], e
 
 
 def test_packed_qkv_is_not_qkv(fuselm_bin, tmp_path):
