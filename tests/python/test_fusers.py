@@ -149,16 +149,17 @@ def test_rms_norm_variants_fuse(cls, weight, fuselm_bin, tmp_path):
     assert weight in e["detail"] and f"width={H}" in e["detail"]
 
 
+class TwoRms(nn.Module):  # one class and structure, two eps: eps is read per instance
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = RmsLlama(1e-6), RmsLlama(1e-3)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
 def test_rms_norm_eps_is_per_instance(fuselm_bin, tmp_path):
-    class Two(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = RmsLlama(1e-6), RmsLlama(1e-3)
-
-        def forward(self, x):
-            return self.b(self.a(x))
-
-    r = inspect(fuselm_bin, capture_toy(Two(), tmp_path / "two"))
+    r = inspect(fuselm_bin, capture_toy(TwoRms(), tmp_path / "two"))
     assert "eps=1e-06" in entry(r, "a", "rms_norm")["detail"]
     assert "eps=0.001" in entry(r, "b", "rms_norm")["detail"]
 
@@ -593,25 +594,38 @@ class PackedAttn(nn.Module):
         return torch.ops.fuselm.attention(q, k, v, None, HD ** -0.5, -1, 0.0, 0).reshape(1, t, NH * HD)
 
 
-def test_qkv_with_per_head_norms_fuses(fuselm_bin, tmp_path):
-    class Normed(ToyAttn):
-        def __init__(self):
-            super().__init__(0)
-            self.q_norm, self.k_norm = RmsLlama(), RmsLlama()
-            self.q_norm.weight = nn.Parameter(torch.ones(HD))
-            self.k_norm.weight = nn.Parameter(torch.ones(HD))
+class NormedAttn(ToyAttn):
+    """q/k norms between the projections and the op: per head (Qwen3, Gemma 3: over the head size
+    after the view) or over the whole projection width before the view (OLMo 2)."""
 
-        def forward(self, x):
-            from fuselm_capture import ops  # noqa: F401
-            t = x.shape[1]
+    def __init__(self, per_head=True):
+        super().__init__(0)
+        self.per_head = per_head
+        width = HD if per_head else NH * HD
+        self.q_norm, self.k_norm = RmsLlama(), RmsLlama()
+        self.q_norm.weight = nn.Parameter(torch.ones(width))
+        self.k_norm.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        from fuselm_capture import ops  # noqa: F401
+        t = x.shape[1]
+        if self.per_head:
             q = self.q_norm(self.qkv[0](x).view(1, t, NH, HD)).transpose(1, 2)
             k = self.k_norm(self.qkv[1](x).view(1, t, NH, HD)).transpose(1, 2)
-            v = self.qkv[2](x).view(1, t, NH, HD).transpose(1, 2)
-            return torch.ops.fuselm.attention(q, k, v, None, 0.3, -1, 0.0, 0).reshape(1, t, NH * HD)
+        else:
+            q = self.q_norm(self.qkv[0](x)).view(1, t, NH, HD).transpose(1, 2)
+            k = self.k_norm(self.qkv[1](x)).view(1, t, NH, HD).transpose(1, 2)
+        v = self.qkv[2](x).view(1, t, NH, HD).transpose(1, 2)
+        return torch.ops.fuselm.attention(q, k, v, None, 0.3, -1, 0.0, 0).reshape(1, t, NH * HD)
 
-    r = inspect(fuselm_bin, capture_toy(Wrap(Normed()), tmp_path / "normed"))
+
+@pytest.mark.parametrize("per_head,width", [(True, HD), (False, NH * HD)])
+def test_qkv_with_qk_norms_fuses(per_head, width, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(NormedAttn(per_head)), tmp_path / "normed"))
     assert entry(r, "block", "qkv")["status"] == "fused"
-    assert entry(r, "block.q_norm", "rms_norm")["status"] == "fused"
+    for m in ("block.q_norm", "block.k_norm"):
+        e = entry(r, m, "rms_norm")
+        assert e["status"] == "fused" and f"width={width}" in e["detail"], e
 
 
 def test_packed_qkv_is_not_qkv(fuselm_bin, tmp_path):
