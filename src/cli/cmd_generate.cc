@@ -99,6 +99,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
       });
   if (logits_file) std::fclose(logits_file);
   if (stream) std::fputs((stream->flush() + "\n").c_str(), stdout);
+  std::fflush(stdout);  // the stats line on stderr comes after the text, also when both are piped
 
   const size_t n = res.token_ids.size();
   if (a.json) {

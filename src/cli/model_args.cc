@@ -67,7 +67,9 @@ LoadedModel load_model(const ModelArgs& a) {
   } else {
     std::string line;
     for (const auto& [name, t] : out.model->fusion_report().totals)
-      line += fmt::format("{}{} {}/{}", line.empty() ? "" : ", ", name, t.first, t.second);
+      if (t.second > 0)  // fusers with no candidate module in this model say nothing
+        line += fmt::format("{}{} {}/{}", line.empty() ? "" : ", ", name, t.first, t.second);
+    if (line.empty()) line = "nothing";
     std::fprintf(stderr, "fuselm: fused %s (fuselm inspect shows each module)\n", line.c_str());
   }
   return out;
