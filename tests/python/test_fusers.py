@@ -18,6 +18,7 @@ from torch import nn
 import torch.nn.functional as F
 
 import fuselm_runner
+import toy_lm
 import tiny_models
 
 H, I = 32, 64
@@ -425,26 +426,13 @@ class NamedLM(nn.Module):
 
 
 def build_named_lm(names: dict, out_dir: Path) -> Path:
-    from safetensors.torch import save_file
-    from fuselm_capture import ops  # noqa: F401  (registers torch.ops.fuselm.attention)
-    from fuselm_capture.capture import capture_module
     torch.manual_seed(0)
     model = NamedLM(names).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.3)
-    t = torch.export.Dim("num_tokens", min=2, max=2048)
-    kwargs = {"input_ids": torch.zeros(1, 8, dtype=torch.long), "position_ids": torch.arange(8).unsqueeze(0)}
-    ir_dir = out_dir / "fuselm-ir"
-    capture_module(model, kwargs, {"input_ids": {1: t}, "position_ids": {1: t}}, ir_dir)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"))
-    # A model directory the engine can load: a config.json the IR was "captured from".
-    config = json.dumps({"vocab_size": V, "max_position_embeddings": 2048})
-    (out_dir / "config.json").write_text(config)
-    ir = json.loads((ir_dir / "ir.json").read_text())
-    ir["model"].update(config_json=config, vocab_size=V, max_position_embeddings=2048)
-    (ir_dir / "ir.json").write_text(json.dumps(ir))
+    toy_lm.save_toy_lm(model, out_dir, V)
     return out_dir
 
 

@@ -17,6 +17,7 @@ from torch import nn
 import torch.nn.functional as F
 
 import fuselm_runner
+import toy_lm
 
 V, H, I, E, K = 64, 32, 16, 8, 2
 
@@ -143,8 +144,6 @@ class ToyLM(nn.Module):
 
 
 def build(kind, shared, out_dir: Path, transform=None):
-    from safetensors.torch import save_file
-    from fuselm_capture.capture import capture_module
     torch.manual_seed(0)
     model = ToyLM(kind, shared).eval()
     with torch.no_grad():
@@ -152,16 +151,7 @@ def build(kind, shared, out_dir: Path, transform=None):
             p.normal_(0.0, 0.3 if p.dim() >= 2 else 0.2)
     if transform is not None:
         model = transform(model)
-    t = torch.export.Dim("num_tokens", min=2, max=2048)
-    kwargs = {"input_ids": torch.zeros(1, 8, dtype=torch.long), "position_ids": torch.arange(8).unsqueeze(0)}
-    ir_dir = out_dir / "fuselm-ir"
-    capture_module(model, kwargs, {"input_ids": {1: t}, "position_ids": {1: t}}, ir_dir)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"))
-    config = json.dumps({"vocab_size": V, "max_position_embeddings": 2048})
-    (out_dir / "config.json").write_text(config)
-    ir = json.loads((ir_dir / "ir.json").read_text())
-    ir["model"].update(config_json=config, vocab_size=V, max_position_embeddings=2048)
-    (ir_dir / "ir.json").write_text(json.dumps(ir))
+    toy_lm.save_toy_lm(model, out_dir, V)
     return model, out_dir
 
 
