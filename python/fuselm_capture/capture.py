@@ -178,8 +178,9 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
     n = 8
     ids = torch.zeros(1, n, dtype=torch.long, device="meta")
     pos = torch.arange(n, device="meta").unsqueeze(0)
-    max_pos = int(getattr(config, "max_position_embeddings", 0) or 1 << 20)
-    tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos, 16))
+    # No default context length: the engine refuses a record without one (it sizes the KV cache).
+    max_pos = int(getattr(config, "max_position_embeddings", 0) or 0) or None
+    tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16))
     _progress(f"exporting {type(model).__name__} with torch.export")
     ep = export_module(model, {"input_ids": ids, "position_ids": pos, "use_cache": False},
                        {"input_ids": {1: tokens}, "position_ids": {1: tokens}, "use_cache": None})
@@ -216,7 +217,7 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
             "transformers_version": transformers.__version__,
             "config_json": config_path.read_text(),
             "max_position_embeddings": max_pos,
-            "vocab_size": int(getattr(config, "vocab_size", 0) or 0),
+            "vocab_size": int(getattr(config, "vocab_size", 0) or 0) or None,
         }
     }
     path = _write(ep, model, out_dir, params, constants, input_names, extra)

@@ -12,7 +12,7 @@
 #include "cli/model_args.h"
 #include "engine/capture_runner.h"
 #include "engine/model.h"
-#include "fusers/fuser.h"
+#include "fusers/plan.h"
 #include "ir/load.h"
 
 namespace fuselm::cli {

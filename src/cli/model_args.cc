@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "engine/capture_runner.h"
-#include "fusers/fuser.h"
+#include "fusers/plan.h"
 
 namespace fuselm::cli {
 namespace fs = std::filesystem;

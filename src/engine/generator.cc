@@ -18,7 +18,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
                                          model.max_context()));
   const int64_t vocab = model.vocab_size();
   for (int64_t id : req.prompt_ids)
-    if (id < 0 || (vocab > 0 && id >= vocab))
+    if (id < 0 || id >= vocab)
       throw std::runtime_error(fmt::format("prompt token id {} is outside the vocabulary (0..{})", id, vocab - 1));
   const int64_t limit = std::min(n_prompt + req.max_tokens, model.max_context());
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "fusers/fuser.h"
+#include "fusers/plan.h"
 #include "ir/graph.h"
 #include "ir/load.h"
 #include "kv/paged_kv_cache.h"
@@ -68,8 +68,9 @@ class Model {
   std::optional<int64_t> bos_id_;
 };
 
-/// KV layout of every attention layer in the graph, indexed by the op's layer index. Throws when a
-/// layer index is negative, claimed by two modules, or missing between 0 and the highest index.
+/// KV layout of every attention layer in the graph, indexed by the op's layer index
+/// (fusers::kv_layers, the fusion plan's KV layers). Throws when a layer index is negative,
+/// claimed by two modules, or missing between 0 and the highest index.
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g);
 
 }  // namespace fuselm::engine

@@ -1,13 +1,15 @@
 // attention (additive)   the fuselm.attention op a module dispatches  →  an engine attention site
 //   anchor:   the module's own fuselm.attention op (one per module)
 //   layer:    the module's own layer_idx attribute, cross-checked with the op's layer_idx argument;
-//             a module without one (attribute and argument both absent) is an error
+//             a module without one (attribute and argument both absent) is an error; the
+//             resolved layer is written into the op (the KV layers are read from the ops)
 //   scale:    the op's scaling argument as passed at the call (OPT passes 1.0, Gemma2
 //             query_pre_attn_scalar**-0.5); anything but a number is an error, never a default
 //   heads:    from the operands' own shapes: q [1, Hq, T, D], k [1, Hkv, T, D], v [1, Hkv, T, Dv]
 //   Two modules with one layer index, or an index no module serves, are errors naming both
-//   (checked over all sites by the driver).
+//   (checked over the rewritten graph's KV layers by the driver, kv_layers.cc).
 #include "fusers/pattern.h"
+#include "ir/op_defs.h"
 
 namespace fuselm::fusers {
 namespace {
@@ -23,33 +25,33 @@ class AttentionFuser final : public Fuser {
     if (ops.empty()) return why.not_applicable();
     if (ops.size() != 1) return why.reject("{} attention ops in one module; expected one", ops.size());
     const ir::Node& n = g.nodes[ops[0]];
-    if (n.args.size() < 8) return why.reject("attention op with {} arguments, expected 8", n.args.size());
-    const auto scale = number_arg(n, 4);
+    const auto& def = ir::op_def(n.op);
+    if (n.args.size() != def.args.size())
+      return why.reject("attention op with {} arguments, expected {}", n.args.size(), def.args.size());
+    const auto scale = number_arg(n, def.arg("scaling"));
     if (!scale)
       throw FusionError(fmt::format("attention in module {} (node '{}'): the softmax scale is not a number at "
                                     "capture (argument {}); refusing to guess a default",
-                                    sg.mod().path, n.name, n.args[4].kind == ir::Arg::Kind::none ? "None" : "symbolic"));
+                                    sg.mod().path, n.name,
+                                    n.args[def.arg("scaling")].kind == ir::Arg::Kind::none ? "None" : "symbolic"));
     AttentionSite s;
     s.scale = *scale;
-    s.sliding_window = static_cast<int64_t>(number_arg(n, 5).value_or(-1));
-    s.softcap = number_arg(n, 6).value_or(0.0);
+    s.sliding_window = static_cast<int64_t>(number_arg(n, def.arg("sliding_window")).value_or(-1));
+    s.softcap = number_arg(n, def.arg("softcap")).value_or(0.0);
     Fusion f;
     f.attention = s;
-    f.replaces.clear();
-    // The op itself stays; remember it so validate reads this instance's operands.
-    NewNode marker;
-    marker.op = "";
-    marker.args = {ref(ops[0])};
-    f.nodes.push_back(marker);
+    // The op stays; validate writes this instance's resolved layer into it (and reads its operands).
+    f.updates.push_back(ArgUpdate{ops[0], std::string(def.layer), integer(-1)});
     return f;
   }
 
   bool validate(const Subgraph& sg, Fusion& f, Why& why) const override {
     const ir::Graph& g = *sg.graph;
-    const int op = f.nodes[0].args[0].ref;
-    const ir::Node& n = g.nodes[op];
+    const ir::Node& n = g.nodes[f.updates[0].node];
+    const auto& def = ir::op_def(n.op);
     auto& s = *f.attention;
-    const int64_t arg_layer = n.args[7].kind == ir::Arg::Kind::integer ? n.args[7].i : -1;
+    const auto& la = n.args[def.arg(def.layer)];
+    const int64_t arg_layer = la.kind == ir::Arg::Kind::integer ? la.i : -1;
     const auto& attrs = sg.mod().attributes;
     const bool has_attr = attrs.is_object() && attrs.contains("layer_idx") && attrs["layer_idx"].is_number_integer();
     const int64_t attr_layer = has_attr ? attrs["layer_idx"].get<int64_t>() : -1;
@@ -61,9 +63,10 @@ class AttentionFuser final : public Fuser {
     if (s.layer < 0)
       throw FusionError(fmt::format("attention in module {} has no layer index (no layer_idx attribute or argument)",
                                     sg.mod().path));
-    const auto& q = g.nodes[ref_arg(n, 0)].out;
-    const auto& k = g.nodes[ref_arg(n, 1)].out;
-    const auto& v = g.nodes[ref_arg(n, 2)].out;
+    f.updates[0].value = integer(s.layer);
+    const auto& q = g.nodes[ref_arg(n, def.arg("q"))].out;
+    const auto& k = g.nodes[ref_arg(n, def.arg("k"))].out;
+    const auto& v = g.nodes[ref_arg(n, def.arg("v"))].out;
     auto hq = static_dim(q, 1), hk = static_dim(k, 1), d = static_dim(q, 3), dv = static_dim(v, 3);
     if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4 || !hq || !hk || !d || !dv)
       return why.reject("q/k/v are not [1, heads, tokens, head_dim] with static heads and head sizes");

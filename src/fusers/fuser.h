@@ -14,9 +14,9 @@
 //              into one fused tensor along an axis) with their tensor-parallel sharding, and
 //              additive records (attention sites). Node references are graph node indices;
 //              kNewNode + k refers to the fusion's own k-th new node.
-//   apply      matches every module with the registry, rewrites a copy of the graph (fused nodes
-//              in place of the matched roots, dead nodes removed, refs renumbered) and reports
-//              every fusion and fallback.
+//   apply      (plan.h) matches every module with the registry, rewrites a copy of the graph
+//              (fused nodes in place of the matched roots, dead nodes removed, refs renumbered)
+//              and reports every fusion and fallback.
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ir/graph.h"
@@ -56,10 +57,13 @@ struct Subgraph {
 };
 
 /// What Why::reject returns: converts to an empty optional (match) or false (validate).
+/// The bool conversion is for bool alone: an optional<int> or an aggregate must not be built from
+/// a rejection's false.
 struct Rejected {
   template <typename T>
   operator std::optional<T>() const { return std::nullopt; }
-  operator bool() const { return false; }
+  template <typename B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+  operator B() const { return false; }
 };
 
 /// Why a fuser did not match: formatted only when read. `reject` returns an empty result so a
@@ -147,6 +151,15 @@ struct NewNode {
   int place_before = -1;
 };
 
+/// An argument of a graph node that a fusion sets without replacing the node (an additive fusion
+/// writes the resolved layer index into the attention op). `arg` names the argument in the op's
+/// definition (ir/op_defs.h).
+struct ArgUpdate {
+  int node = -1;
+  std::string arg;
+  ir::Arg value;
+};
+
 /// An attention site (the additive attention fusion).
 struct AttentionSite {
   int64_t layer = -1;
@@ -163,6 +176,7 @@ struct Fusion {
   std::vector<WeightTransform> weights;
   std::optional<AttentionSite> attention;
   std::vector<ShardNote> shards;  // TP notes on parameters kept as they are
+  std::vector<ArgUpdate> updates;  // arguments set on graph nodes the fusion keeps
   std::string detail;  // one line for inspect, e.g. "act=silu rows=2x1536 down=yes"
 
   bool rewrites() const { return !replaces.empty(); }
@@ -178,11 +192,20 @@ class Fuser {
   virtual bool additive() const { return false; }
   /// Structure only (cached per module class and structure signature).
   virtual std::optional<Fusion> match(const Subgraph& sg, Why& why) const = 0;
-  /// This instance's own shapes and attributes; may fill instance data into the fusion.
+  /// What the cache key does not hold (module attributes such as layer_idx); may fill instance
+  /// data into the fusion. The key holds every shape, so sizes belong to match.
   virtual bool validate(const Subgraph& sg, Fusion& f, Why& why) const {
     (void)sg, (void)f, (void)why;
     return true;
   }
+  /// A fuser whose absence costs memory or speed the user should hear about (latent attention:
+  /// a larger KV cache) names what it provides and what runs instead; the driver warns for each
+  /// module it would fuse when it is disabled, and for each module it rejects.
+  struct Fallback {
+    std::string_view provides;  // "latent attention"
+    std::string_view instead;   // "running full attention"
+  };
+  virtual std::optional<Fallback> fallback() const { return std::nullopt; }
 };
 
 /// Thrown for a fusion that would be wrong (an unresolvable attention scale, two modules with one
@@ -193,43 +216,5 @@ struct FusionError : std::runtime_error {
 
 /// The registry: one ordered list (registry.cc), rewriting fusers first.
 std::span<const Fuser* const> registry();
-
-struct Options {
-  bool enabled = true;
-  std::vector<std::string> disabled;  // fuser names; unknown names are an error
-};
-
-struct ReportEntry {
-  std::string module, cls, fuser;
-  enum class Status { fused, rejected, error } status = Status::fused;
-  std::string detail;  // the fusion's detail or the rejection reason
-  bool cached = false;
-};
-
-struct Report {
-  std::vector<ReportEntry> entries;  // module order, then registry order
-  std::map<std::string, std::pair<int, int>> totals;  // fuser -> (applied, candidates)
-  std::vector<std::string> errors;
-  std::vector<std::string> disabled;
-  int nodes_before = 0, nodes_after = 0;
-  int cache_hits = 0, cache_misses = 0;
-};
-
-struct Plan {
-  ir::Graph graph;                        // the rewritten graph
-  std::vector<WeightTransform> weights;   // made at load, keyed by target
-  std::vector<AttentionSite> attention;   // by layer index
-  std::vector<ShardNote> shards;          // TP notes, keyed by target
-  Report report;
-};
-
-/// Runs every enabled fuser over every module of g and rewrites a copy. Never throws for a fuser
-/// that does not match; fusion errors are collected in report.errors (the engine refuses to load
-/// a graph with errors; inspect prints them).
-Plan apply(const ir::Graph& g, const Options& options = {});
-
-/// "fuser: applied of candidates modules" lines and per-module lines (inspect's text output).
-std::string format_report(const Report& r);
-nlohmann::json report_json(const Report& r);
 
 }  // namespace fuselm::fusers

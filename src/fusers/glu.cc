@@ -82,53 +82,24 @@ class GluFuser final : public Fuser {
     const auto down_proj = down_projection(sg, r.mul);
     const bool down = down_proj.has_value();
 
+    const int n_axis = r.gate.kn ? 1 : 0, k_axis = 1 - n_axis;
+    const auto& wa = g.nodes[r.gate.weight].out;
+    const auto& wb = g.nodes[r.up.weight].out;
+    const auto na = static_dim(wa, n_axis), nb = static_dim(wb, n_axis);
+    const auto ka = static_dim(wa, k_axis), kb = static_dim(wb, k_axis);
+    if (!na || !nb || !ka || !kb) return why.reject("gate or up weight shape is not static");
+    if (*na != *nb) return why.reject("gate width {} != up width {}", *na, *nb);
+    if (*ka != *kb) return why.reject("gate input width {} != up input width {}", *ka, *kb);
+
     Fusion f;
-    const ir::Node& gw = g.nodes[r.gate.weight];
-    WeightTransform w;
-    w.name = "__fused_gate_up.weight";
-    w.sources = {r.gate.weight, r.up.weight};
-    w.axis = r.gate.kn ? 1 : 0;
-    w.shard = Shard::column;
-    f.weights.push_back(w);
-    NewNode wn;
-    wn.op = "placeholder";
-    wn.weight = 0;
-    wn.out.dtype = gw.out.dtype;
-    f.nodes.push_back(wn);  // new 0: [2N, K] or [K, 2N], shape set in validate
-    int bias_ref = -1;
-    if (r.gate.bias >= 0) {
-      WeightTransform b;
-      b.name = "__fused_gate_up.bias";
-      b.sources = {r.gate.bias, r.up.bias};
-      b.axis = 0;
-      b.shard = Shard::column;
-      f.weights.push_back(b);
-      NewNode bn;
-      bn.op = "placeholder";
-      bn.weight = 1;
-      bn.out.dtype = g.nodes[r.gate.bias].out.dtype;
-      f.nodes.push_back(bn);
-      bias_ref = new_ref(1);
-    }
+    const LinearLike parts[] = {r.gate, r.up};
+    const auto gu = stacked_linear(g, f, parts, "__fused_gate_up", why);
+    if (!gu) return std::nullopt;
+    for (auto& w : f.weights) w.sections = {HeadSection{"gate", *na, 1, false}, HeadSection{"up", *na, 1, false}};
     const ir::Node& mul = g.nodes[r.mul];
-    auto bias_arg = [&] { return bias_ref >= 0 ? ref(bias_ref) : none(); };
-    if (!r.gate.kn) {
-      NewNode lin;
-      lin.op = "aten.linear.default";
-      lin.args = {ref(r.gate.x), ref(new_ref(0)), bias_arg()};
-      lin.out = g.nodes[r.gate.out].out;  // last dim doubled in validate
-      f.nodes.push_back(lin);
-    } else {
-      NewNode mm;
-      mm.op = "aten.addmm.default";
-      mm.args = {bias_arg(), ref(r.gate.x_view >= 0 ? r.gate.x_view : r.gate.x), ref(new_ref(0)), integer(1), integer(1)};
-      mm.out = g.nodes[r.gate.addmm].out;
-      f.nodes.push_back(mm);
-    }
-    const int gu = new_ref(static_cast<int>(f.nodes.size()) - 1);
     NewNode am;
     am.op = "fuselm.act_and_mul.default";
-    am.args = {ref(gu), string(act)};
+    am.args = {ref(*gu), string(act)};
     am.out = r.gate.kn ? g.nodes[r.gate.addmm].out : mul.out;
     f.nodes.push_back(am);
     if (r.gate.kn) {
@@ -140,38 +111,8 @@ class GluFuser final : public Fuser {
     }
     f.replaces.push_back({r.mul, new_ref(static_cast<int>(f.nodes.size()) - 1)});
     if (down_proj) f.shards.push_back(ShardNote{down_proj->weight, {}, Shard::row, down_proj->kn ? 0 : 1, {}});
-    f.detail = fmt::format("act={} down={}{}", act, down ? "yes" : "no", r.gate.kn ? " conv1d" : "");
+    f.detail = fmt::format("act={} down={}{} rows=2x{}", act, down ? "yes" : "no", r.gate.kn ? " conv1d" : "", *na);
     return f;
-  }
-
-  bool validate(const Subgraph& sg, Fusion& f, Why& why) const override {
-    const ir::Graph& g = *sg.graph;
-    const auto& wt = f.weights[0];
-    const auto& a = g.nodes[wt.sources[0]].out;
-    const auto& b = g.nodes[wt.sources[1]].out;
-    const int n_axis = wt.axis, k_axis = 1 - wt.axis;
-    const auto na = static_dim(a, n_axis), nb = static_dim(b, n_axis);
-    const auto ka = static_dim(a, k_axis), kb = static_dim(b, k_axis);
-    if (!na || !nb || !ka || !kb) return why.reject("gate or up weight shape is not static");
-    if (*na != *nb) return why.reject("gate width {} != up width {}", *na, *nb);
-    if (*ka != *kb) return why.reject("gate input width {} != up input width {}", *ka, *kb);
-    for (auto& w : f.weights) {
-      w.sections = {HeadSection{"gate", *na, 1, false}, HeadSection{"up", *na, 1, false}};
-      w.shape = g.nodes[w.sources[0]].out.shape.size() == 1 ? std::vector<int64_t>{2 * *na}
-                : wt.axis == 0                               ? std::vector<int64_t>{2 * *na, *ka}
-                                                             : std::vector<int64_t>{*ka, 2 * *na};
-    }
-    for (auto& nn : f.nodes) {
-      if (nn.op == "placeholder") {
-        nn.out.shape.clear();
-        for (auto d : f.weights[nn.weight].shape) nn.out.shape.push_back(ir::Dim{d, {}});
-      } else if (nn.op == "aten.linear.default" || nn.op == "aten.addmm.default") {
-        nn.out.shape.back() = ir::Dim{2 * *na, {}};
-      }
-    }
-    const auto detail = f.detail.substr(0, f.detail.find(" rows="));
-    f.detail = fmt::format("{} rows=2x{}", detail, *na);
-    return true;
   }
 
  private:

@@ -54,6 +54,86 @@ bool last_dim(const ir::Node& x, std::optional<double> dim) {
   return dim && (static_cast<int64_t>(*dim) == rank - 1 || static_cast<int64_t>(*dim) == -1);
 }
 
+// Follows the projection's output through column-keeping views to the value that is cut.
+std::optional<int> cut_input(const Subgraph& sg, const LinearLike& lin, Why& why) {
+  const ir::Graph& g = *sg.graph;
+  int x = lin.out;
+  while (true) {
+    const auto& us = sg.users_of(x);
+    for (int u : us)
+      if (!sg.contains(u)) return why.reject("the packed projection's output is read outside the module");
+    if (us.size() != 1) break;
+    const ir::Node& u = g.nodes[us[0]];
+    if (keeps_columns(u, g.nodes[x])) {
+      x = us[0];
+      continue;
+    }
+    if (is_view_like(u) && u.out.shape.size() > g.nodes[x].out.shape.size())
+      return why.reject("the projection is viewed per head ([..., {}, {}]) before it is split: interleaved per "
+                        "head, not packed QKV", dim_text(u.out.shape.end()[-2]), dim_text(u.out.shape.back()));
+    break;
+  }
+  if (!static_dim(g.nodes[x].out, -1)) return why.reject("the packed projection's width is not static");
+  return x;
+}
+
+bool is_split(const ir::Node& n) {
+  return n.op == "aten.split_with_sizes.default" || n.op == "aten.split.Tensor" || n.op == "aten.chunk.default";
+}
+
+// The pieces x is cut into along its last dim, (first column, value) in column order, tiling it.
+std::optional<std::vector<std::pair<int64_t, int>>> cut_pieces(const Subgraph& sg, int x, Why& why) {
+  const ir::Graph& g = *sg.graph;
+  const ir::Node& xn = g.nodes[x];
+  const auto width = static_dim(xn.out, -1);
+  std::vector<std::pair<int64_t, int>> pieces;
+  const auto& us = sg.users_of(x);
+  const bool all_slices =
+      std::all_of(us.begin(), us.end(), [&](int u) { return is_op(g.nodes[u], "aten.slice.Tensor"); });
+  if (all_slices) {
+    for (int u : us) {
+      const ir::Node& s = g.nodes[u];
+      const auto start = number_arg(s, 2), end = number_arg(s, 3), step = number_arg(s, 4);
+      if (!last_dim(xn, number_arg(s, 1)) || !start || !end || step.value_or(1) != 1 || *start < 0)
+        return why.reject("a slice of the packed projection is not a step-1 range of its last dim");
+      pieces.push_back({static_cast<int64_t>(*start), u});
+    }
+  } else if (us.size() == 1 && is_split(g.nodes[us[0]])) {
+    const ir::Node& s = g.nodes[us[0]];
+    if (!last_dim(xn, number_arg(s, 2)))
+      return why.reject("the packed projection is split along another dim than its last");
+    std::vector<int> item(s.outs.size(), -1);
+    for (int u : sg.users_of(us[0])) {
+      const auto k = number_arg(g.nodes[u], 1);
+      const bool once = k && *k >= 0 && *k < static_cast<double>(item.size()) && item[static_cast<size_t>(*k)] < 0;
+      if (!is_op(g.nodes[u], "getitem") || !once)
+        return why.reject("the split's pieces are not each read once through getitem");
+      item[static_cast<size_t>(*k)] = u;
+    }
+    int64_t col = 0;
+    for (size_t k = 0; k < item.size(); ++k) {
+      if (item[k] < 0) return why.reject("piece {} of the split is unused: the split does not feed q, k, v whole", k);
+      pieces.push_back({col, item[k]});
+      col += static_dim(s.outs[k], -1).value_or(0);
+    }
+  } else {
+    return why.reject("the packed projection's output reaches {} before being cut into q, k, v",
+                      us.empty() ? std::string("nothing") : g.nodes[us[0]].op);
+  }
+  std::sort(pieces.begin(), pieces.end());
+  if (pieces.size() != 3)
+    return why.reject("the packed projection is cut into {} pieces; expected 3 (q, k, v)", pieces.size());
+  int64_t col = 0;
+  for (const auto& [start, v] : pieces) {
+    if (start != col) return why.reject("the pieces do not tile the projection (a gap or overlap at column {})", col);
+    const auto w = static_dim(g.nodes[v].out, -1);
+    if (!w) return why.reject("a piece of the packed projection has a symbolic width");
+    col += *w;
+  }
+  if (col != *width) return why.reject("the pieces cover {} of the projection's {} columns", col, *width);
+  return pieces;
+}
+
 class PackedQkvFuser final : public Fuser {
  public:
   std::string_view name() const override { return "packed_qkv"; }
@@ -66,7 +146,7 @@ class PackedQkvFuser final : public Fuser {
 
     // The projections each operand comes from (walking back through the module's nodes).
     std::set<int> from[3];
-    for (int r = 0; r < 3; ++r) walk_back(sg, ref_arg(att, r), {}, from[r], nullptr);
+    for (int r = 0; r < 3; ++r) from[r] = upstream_linears(sg, ref_arg(att, r));
     int packed = -1;
     for (int r = 0; r < 3 && packed < 0; ++r)
       for (int l : from[r])
@@ -76,81 +156,19 @@ class PackedQkvFuser final : public Fuser {
     if (ops.size() != 1) return why.reject("{} attention ops in one module; expected one", ops.size());
     const LinearLike lin = *as_linear(g, packed);
 
-    // Follow the projection's output through column-keeping views to the cut.
-    int x = lin.out;
-    while (true) {
-      const auto& us = sg.users_of(x);
-      for (int u : us)
-        if (!sg.contains(u)) return why.reject("the packed projection's output is read outside the module");
-      if (us.size() != 1) break;
-      const ir::Node& u = g.nodes[us[0]];
-      if (keeps_columns(u, g.nodes[x])) {
-        x = us[0];
-        continue;
-      }
-      if (is_view_like(u) && u.out.shape.size() > g.nodes[x].out.shape.size())
-        return why.reject("the projection is viewed per head ([..., {}, {}]) before it is split: interleaved per "
-                          "head, not packed QKV", dim_text(u.out.shape.end()[-2]), dim_text(u.out.shape.back()));
-      break;
-    }
-    const ir::Node& xn = g.nodes[x];
-    const auto width = static_dim(xn.out, -1);
-    if (!width) return why.reject("the packed projection's width is not static");
-
-    // The pieces: (first column, value) along the last dim.
-    std::vector<std::pair<int64_t, int>> pieces;
-    const auto& us = sg.users_of(x);
-    const bool all_slices =
-        std::all_of(us.begin(), us.end(), [&](int u) { return is_op(g.nodes[u], "aten.slice.Tensor"); });
-    if (all_slices) {
-      for (int u : us) {
-        const ir::Node& s = g.nodes[u];
-        const auto start = number_arg(s, 2), end = number_arg(s, 3), step = number_arg(s, 4);
-        if (!last_dim(xn, number_arg(s, 1)) || !start || !end || step.value_or(1) != 1 || *start < 0)
-          return why.reject("a slice of the packed projection is not a step-1 range of its last dim");
-        pieces.push_back({static_cast<int64_t>(*start), u});
-      }
-    } else if (us.size() == 1 && is_split(g.nodes[us[0]])) {
-      const ir::Node& s = g.nodes[us[0]];
-      if (!last_dim(xn, number_arg(s, 2)))
-        return why.reject("the packed projection is split along another dim than its last");
-      std::vector<int> item(s.outs.size(), -1);
-      for (int u : sg.users_of(us[0])) {
-        const auto k = number_arg(g.nodes[u], 1);
-        const bool once = k && *k >= 0 && *k < static_cast<double>(item.size()) && item[static_cast<size_t>(*k)] < 0;
-        if (!is_op(g.nodes[u], "getitem") || !once)
-          return why.reject("the split's pieces are not each read once through getitem");
-        item[static_cast<size_t>(*k)] = u;
-      }
-      int64_t col = 0;
-      for (size_t k = 0; k < item.size(); ++k) {
-        if (item[k] < 0) return why.reject("piece {} of the split is unused: the split does not feed q, k, v whole", k);
-        pieces.push_back({col, item[k]});
-        col += static_dim(s.outs[k], -1).value_or(0);
-      }
-    } else {
-      return why.reject("the packed projection's output reaches {} before being cut into q, k, v",
-                        us.empty() ? std::string("nothing") : g.nodes[us[0]].op);
-    }
-    std::sort(pieces.begin(), pieces.end());
-    if (pieces.size() != 3)
-      return why.reject("the packed projection is cut into {} pieces; expected 3 (q, k, v)", pieces.size());
-    int64_t col = 0;
-    for (const auto& [start, v] : pieces) {
-      if (start != col) return why.reject("the pieces do not tile the projection (a gap or overlap at column {})", col);
-      const auto w = static_dim(g.nodes[v].out, -1);
-      if (!w) return why.reject("a piece of the packed projection has a symbolic width");
-      col += *w;
-    }
-    if (col != *width) return why.reject("the pieces cover {} of the projection's {} columns", col, *width);
-
+    const auto cut = cut_input(sg, lin, why);
+    if (!cut) return std::nullopt;
+    const int x = *cut;
+    const auto found = cut_pieces(sg, x, why);
+    if (!found) return std::nullopt;
+    const auto& pieces = *found;
     // Roles: each operand reaches exactly one piece, and nothing else of the projection.
     std::set<int> piece_values;
     for (const auto& p : pieces) piece_values.insert(p.second);
     int role_piece[3];
     for (int r = 0; r < 3; ++r) {
-      std::set<int> reached, linears;
-      walk_back(sg, ref_arg(att, r), piece_values, linears, &reached);
+      std::set<int> reached;
+      const auto linears = upstream_linears(sg, ref_arg(att, r), piece_values, &reached);
       if (linears.count(lin.out))
         return why.reject("the {} operand reads the packed projection around its pieces", kRole[r]);
       if (!linears.empty()) return why.reject("the {} operand also comes from another projection", kRole[r]);
@@ -246,38 +264,6 @@ class PackedQkvFuser final : public Fuser {
     const auto head = f.detail.substr(0, f.detail.rfind("out="));
     f.detail = fmt::format("{}sections={} per-rank=[{}] {}", head, secs, ranks, tail);
     return true;
-  }
-
- private:
-  static bool is_split(const ir::Node& n) {
-    return n.op == "aten.split_with_sizes.default" || n.op == "aten.split.Tensor" || n.op == "aten.chunk.default";
-  }
-
-  // Walks back from v through the module's nodes; stops at linear-likes (added to `linears`) and
-  // at values in `stop` (added to `reached`).
-  static void walk_back(const Subgraph& sg, int v0, const std::set<int>& stop, std::set<int>& linears,
-                        std::set<int>* reached) {
-    const ir::Graph& g = *sg.graph;
-    std::set<int> seen;
-    std::vector<int> stack{v0};
-    while (!stack.empty()) {
-      const int v = stack.back();
-      stack.pop_back();
-      if (v < 0 || !sg.contains(v) || !seen.insert(v).second) continue;
-      if (stop.count(v)) {
-        if (reached) reached->insert(v);
-        continue;
-      }
-      if (auto l = as_linear(g, v); l && l->out == v) {
-        linears.insert(v);
-        continue;
-      }
-      for (const auto& a : g.nodes[v].args) {
-        if (a.kind == ir::Arg::Kind::ref) stack.push_back(a.ref);
-        for (const auto& y : a.list)
-          if (y.kind == ir::Arg::Kind::ref) stack.push_back(y.ref);
-      }
-    }
   }
 };
 

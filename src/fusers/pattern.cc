@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "ir/op_defs.h"
+
 namespace fuselm::fusers {
 
 int ref_arg(const ir::Node& n, size_t i) {
@@ -126,6 +128,80 @@ bool is_elementwise_unary(const ir::Node& n) {
   return refs == 1 && ref_arg(n, 0) >= 0 && n.out_kind == ir::Node::Out::tensor;
 }
 
+std::set<int> upstream_linears(const Subgraph& sg, int v0, const std::set<int>& stop, std::set<int>* reached) {
+  const ir::Graph& g = *sg.graph;
+  std::set<int> seen, linears;
+  std::vector<int> stack{v0};
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (v < 0 || !sg.contains(v) || !seen.insert(v).second) continue;
+    if (stop.count(v)) {
+      if (reached) reached->insert(v);
+      continue;
+    }
+    if (auto l = as_linear(g, v); l && l->out == v) {
+      linears.insert(v);
+      continue;
+    }
+    for (const auto& a : g.nodes[v].args) {
+      if (a.kind == ir::Arg::Kind::ref) stack.push_back(a.ref);
+      for (const auto& y : a.list)
+        if (y.kind == ir::Arg::Kind::ref) stack.push_back(y.ref);
+    }
+  }
+  return linears;
+}
+
+std::optional<int> stacked_linear(const ir::Graph& g, Fusion& f, std::span<const LinearLike> parts,
+                                  std::string_view prefix, Why& why) {
+  const LinearLike& p0 = parts[0];
+  const int axis = p0.kn ? 1 : 0;
+  int64_t total = 0;
+  const int64_t k = linear_in_width(g, p0);
+  for (const auto& p : parts) {
+    const int64_t n = linear_out_width(g, p), kp = linear_in_width(g, p);
+    if (!n || !kp) return why.reject("projection weight shape is not static");
+    if (kp != k) return why.reject("stacked projections differ in input width: {} != {}", kp, k);
+    if (p.x != p0.x || p.kn != p0.kn || (p.bias >= 0) != (p0.bias >= 0))
+      return why.reject("stacked projections differ in input, layout or bias");
+    total += n;
+  }
+  auto add = [&](std::string_view what, std::vector<int> sources, std::vector<int64_t> shape) {
+    WeightTransform w;
+    w.name = fmt::format("{}.{}", prefix, what);
+    w.sources = std::move(sources);
+    w.axis = shape.size() == 1 ? 0 : axis;
+    w.shape = shape;
+    w.shard = Shard::column;
+    NewNode n;
+    n.op = "placeholder";
+    n.weight = static_cast<int>(f.weights.size());
+    n.out.dtype = g.nodes[w.sources[0]].out.dtype;
+    for (auto d : shape) n.out.shape.push_back(ir::Dim{d, {}});
+    f.weights.push_back(std::move(w));
+    f.nodes.push_back(std::move(n));
+    return ref(new_ref(static_cast<int>(f.nodes.size()) - 1));
+  };
+  std::vector<int> ws, bs;
+  for (const auto& p : parts) ws.push_back(p.weight), bs.push_back(p.bias);
+  const ir::Arg w = add("weight", ws, axis == 0 ? std::vector<int64_t>{total, k} : std::vector<int64_t>{k, total});
+  const ir::Arg b = p0.bias >= 0 ? add("bias", bs, {total}) : none();
+  NewNode gemm;
+  if (!p0.kn) {
+    gemm.op = "aten.linear.default";
+    gemm.args = {ref(p0.x), w, b};
+    gemm.out = g.nodes[p0.out].out;
+  } else {
+    gemm.op = "aten.addmm.default";
+    gemm.args = {b, ref(p0.x_view >= 0 ? p0.x_view : p0.x), w, integer(1), integer(1)};
+    gemm.out = g.nodes[p0.addmm].out;
+  }
+  gemm.out.shape.back() = ir::Dim{total, {}};
+  f.nodes.push_back(std::move(gemm));
+  return new_ref(static_cast<int>(f.nodes.size()) - 1);
+}
+
 std::optional<LinearLike> output_projection(const Subgraph& sg, int attention) {
   const ir::Graph& g = *sg.graph;
   // Which linear-like reads a value as its input (x); the outer form of a Conv1D (view of addmm)
@@ -149,6 +225,21 @@ std::optional<LinearLike> output_projection(const Subgraph& sg, int attention) {
   }
   if (found.size() != 1) return std::nullopt;
   return out;
+}
+
+NewNode op_node(std::string_view op, std::initializer_list<std::pair<std::string_view, ir::Arg>> args) {
+  const auto& def = ir::op_def(op);
+  NewNode n;
+  n.op = std::string(op);
+  n.args.resize(def.args.size());
+  for (const auto& [name, value] : args) n.args[def.arg(name)] = value;
+  return n;
+}
+
+ir::Arg& arg_of(NewNode& n, std::string_view name) { return n.args.at(ir::op_def(n.op).arg(name)); }
+
+std::optional<double> number_arg(const ir::Node& n, std::string_view name) {
+  return number_arg(n, ir::op_def(n.op).arg(name));
 }
 
 ir::Arg shape_arg(const ir::TensorMeta& t) {

@@ -2,6 +2,8 @@
 // Small structural helpers the fusers share: argument access, casts, parameters, linear-likes.
 // Everything here reads ops, dataflow and shapes; nothing reads a module or parameter name.
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,14 @@ struct LinearLike {
 /// node i as a linear layer whose weight is a parameter, when it is one.
 std::optional<LinearLike> as_linear(const ir::Graph& g, int i);
 
+/// Stacks linear-likes that read one x into one GEMM (qkv, glu, mla's q-LoRA): appends the weight
+/// transform `<prefix>.weight` (and `.bias` when they have biases; concatenated along the output
+/// axis: 0 for [N,K], 1 for Conv1D's [K,N]), column parallel, their placeholders, and one
+/// aten.linear (or addmm for Conv1D) over x with this instance's stacked width. Returns the new
+/// ref of the GEMM's output, or a rejection when a width is not static or the inputs differ.
+std::optional<int> stacked_linear(const ir::Graph& g, Fusion& f, std::span<const LinearLike> parts,
+                                  std::string_view prefix, Why& why);
+
 /// Output width N and input width K of a linear-like from its weight's shape (static), or 0.
 int64_t linear_out_width(const ir::Graph& g, const LinearLike& l);
 int64_t linear_in_width(const ir::Graph& g, const LinearLike& l);
@@ -53,10 +63,24 @@ std::optional<LinearLike> down_projection(const Subgraph& sg, int v);
 /// A node with exactly one tensor input (argument 0) and any literal arguments.
 bool is_elementwise_unary(const ir::Node& n);
 
+/// Walks back from v0 through sg's nodes (any op, list arguments too) and returns the outputs of
+/// the linear-likes it reaches first (it does not walk past them), and in `reached` the values of
+/// `stop` it reaches (not walked past either). The upstream projections of an operand.
+std::set<int> upstream_linears(const Subgraph& sg, int v0, const std::set<int>& stop = {},
+                               std::set<int>* reached = nullptr);
+
 /// The output projection of an attention op: the one linear-like in sg that the op's output
 /// reaches through any other ops (views, dropout, scaling, gates). nullopt when there is none in
 /// the module or several are reached (then no projection is named). Used for TP notes (row parallel).
 std::optional<LinearLike> output_projection(const Subgraph& sg, int attention);
+
+/// A new node of fuselm op `op` (ir/op_defs.h) with its arguments given by name, in any order;
+/// arguments not given are None. Throws std::logic_error for a name the op does not define.
+NewNode op_node(std::string_view op, std::initializer_list<std::pair<std::string_view, ir::Arg>> args);
+/// Argument `name` of n, a new node of a fuselm op.
+ir::Arg& arg_of(NewNode& n, std::string_view name);
+/// Argument `name` of graph node n (a fuselm op) as a number, when it is a literal one.
+std::optional<double> number_arg(const ir::Node& n, std::string_view name);
 
 /// Args for a shape list [d0, d1, ...] of a tensor meta (symbolic dims as {"sym": expr}).
 ir::Arg shape_arg(const ir::TensorMeta& t);

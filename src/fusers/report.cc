@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "fusers/fuser.h"
+#include "fusers/plan.h"
 
 namespace fuselm::fusers {
 namespace {

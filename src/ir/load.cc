@@ -1,10 +1,13 @@
 #include "ir/load.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "ir/op_defs.h"
 
 namespace fuselm::ir {
 namespace {
@@ -90,6 +93,18 @@ struct Parser {
   }
 };
 
+// A fuselm op's schema in the IR must name the arguments this engine reads by name (op_defs.cc):
+// an IR from another capture version would otherwise be read at the wrong positions.
+void check_op_schema(const std::string& op, const std::vector<std::string>& args) {
+  const OpDef* def = find_op_def(op);
+  if (!def) return;
+  bool same = def->args.size() == args.size();
+  for (size_t i = 0; same && i < args.size(); ++i) same = def->args[i] == args[i];
+  if (!same)
+    throw std::runtime_error(fmt::format("op {} has arguments [{}] but this engine defines [{}]; re-run capture", op,
+                                         fmt::join(args, ", "), fmt::join(def->args, ", ")));
+}
+
 }  // namespace
 
 int Graph::arg_index(const std::string& op, std::string_view name) const {
@@ -120,8 +135,10 @@ Graph load(const std::filesystem::path& path) {
   g.version = kIrVersion;
   try {
     g.capture_version = j.value("capture_version", "");
-    for (const auto& [op, schema] : j.at("ops").items())
+    for (const auto& [op, schema] : j.at("ops").items()) {
       g.op_args[op] = schema.at("args").get<std::vector<std::string>>();
+      check_op_schema(op, g.op_args[op]);
+    }
     for (const auto& m : j.at("modules"))
       g.modules.push_back({m.at("path").get<std::string>(), m.at("class").get<std::string>(),
                            m.value("attributes", json::object())});

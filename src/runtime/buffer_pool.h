@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/device.h"
+
 namespace fuselm::runtime {
 
 struct Buffer {
@@ -16,7 +18,7 @@ struct Buffer {
 
 class BufferPool {
  public:
-  BufferPool() = default;
+  explicit BufferPool(Device device = Device::cpu) : device_(device) {}
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
   ~BufferPool();
@@ -27,6 +29,8 @@ class BufferPool {
   void release(Buffer* b);
   /// Number of fresh allocations made so far (tests check it stays constant during decode).
   int64_t allocations() const { return allocations_; }
+  /// The device whose memory the pool hands out (the CPU: 64-byte aligned host memory).
+  Device device() const { return device_; }
 
  private:
   std::vector<std::unique_ptr<Buffer>> all_;
@@ -34,6 +38,7 @@ class BufferPool {
   // release and acquire of recycled buffers never touch the heap.
   std::vector<Buffer*> free_;
   int64_t allocations_ = 0;
+  Device device_ = Device::cpu;
 };
 
 }  // namespace fuselm::runtime

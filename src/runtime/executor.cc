@@ -55,24 +55,11 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
   }
 }
 
-std::string Executor::module_of(const ir::Node& node) const {
-  if (node.module_stack.empty()) return "<root>";
-  const auto& path = graph_.modules[node.module_stack.back()].path;
-  return path.empty() ? "<root>" : path;
-}
+std::string Executor::module_of(const ir::Node& node) const { return ctx_.module_of(node); }
 
-void Executor::fail(const ir::Node& node, const std::string& msg) const {
-  throw std::runtime_error(fmt::format("op {} in module {} (node '{}'): {}", node.op, module_of(node), node.name, msg));
-}
+void Executor::fail(const ir::Node& node, const std::string& msg) const { ctx_.fail(node, msg); }
 
-Tensor Executor::alloc(DType dtype, std::span<const int64_t> shape) {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  Buffer* b = pool_.acquire(static_cast<size_t>(n * ir::dtype_size(dtype)));
-  Tensor t = Tensor::contiguous_view(b->data, dtype, shape);
-  t.buffer = b;
-  return t;
-}
+Tensor Executor::alloc(DType dtype, std::span<const int64_t> shape) { return ctx_.alloc(dtype, shape); }
 
 void Executor::retain(const Value& v) {
   if (v.kind == Value::Kind::tensor) {
@@ -127,7 +114,7 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
     drop(*held_output_);
     held_output_ = nullptr;
   }
-  batch_ = batch;
+  ctx_.set_batch(batch);
   for (size_t in = 0; in < input_nodes_.size(); ++in) {
     const int idx = input_nodes_[in];
     const auto& node = graph_.nodes[idx];
@@ -146,7 +133,7 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
     if (!fns_[i]) continue;
     auto& args = args_[i];
     for (size_t k = 0; k < node.args.size(); ++k) resolve(node.args[k], args[k]);
-    OpCall call{*this, node, args, values_[i]};
+    OpCall call{ctx_, node, args, values_[i]};
     (*fns_[i])(call);
     retain(values_[i]);
     for (int dead : frees_at_[i]) drop(values_[dead]);

@@ -9,6 +9,7 @@
 #include "ir/graph.h"
 #include "runtime/batch.h"
 #include "runtime/buffer_pool.h"
+#include "runtime/op_context.h"
 #include "runtime/op_registry.h"
 #include "runtime/sym_expr.h"
 #include "runtime/value.h"
@@ -31,7 +32,7 @@ class Executor {
   /// [1, num_tokens, vocab]), valid until the next run.
   const Tensor& run(std::span<const Tensor> inputs, const Batch& batch);
 
-  const Batch& batch() const { return batch_; }
+  const Batch& batch() const { return ctx_.batch(); }
   const SymbolValues& symbols() const { return symbols_; }
   const ir::Graph& graph() const { return graph_; }
   BufferPool& pool() { return pool_; }
@@ -54,7 +55,7 @@ class Executor {
   std::vector<int> input_nodes_;
   BufferPool pool_;
   SymbolValues symbols_;
-  Batch batch_;
+  OpContext ctx_{pool_, graph_};  // what ops see (after pool_: it holds a reference)
   Value* held_output_ = nullptr;
 };
 

@@ -1,10 +1,8 @@
 #include "runtime/op_registry.h"
 
-#include "runtime/executor.h"
+#include "ir/op_defs.h"
 
 namespace fuselm::runtime {
-
-Tensor OpCall::alloc(DType dtype, std::span<const int64_t> shape) { return ex.alloc(dtype, shape); }
 
 const Tensor& OpCall::tensor(size_t i) const {
   if (i >= args.size() || !args[i].is_tensor()) fail(fmt::format("argument {} is not a tensor", i));
@@ -23,7 +21,15 @@ int OpCall::ints(size_t i, std::array<int64_t, kMaxDims>& out) const {
   return static_cast<int>(v.list.size());
 }
 
-void OpCall::fail(const std::string& msg) const { ex.fail(node, msg); }
+size_t OpCall::index(std::string_view name) const {
+  const ir::OpDef* def = ir::find_op_def(node.op);
+  if (def)
+    for (size_t i = 0; i < def->args.size(); ++i)
+      if (def->args[i] == name) return i;
+  fail(fmt::format("no argument named '{}' in this op's definition", name));
+}
+
+void OpCall::fail(const std::string& msg) const { ctx.fail(node, msg); }
 
 const OpRegistry& OpRegistry::builtin() {
   static const OpRegistry r = [] {

@@ -12,21 +12,21 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/op_context.h"
 #include "runtime/value.h"
 
 namespace fuselm::runtime {
 
-class Executor;
-
-/// One call of an op: resolved arguments in schema order, the output to fill.
+/// One call of an op: its context (allocator, batch, device, errors), resolved arguments in
+/// schema order, the output to fill.
 struct OpCall {
-  Executor& ex;
+  OpContext& ctx;
   const ir::Node& node;
   std::span<Value> args;
   Value& out;
 
   /// A contiguous pool-owned tensor; its memory lives while the executor holds the value.
-  Tensor alloc(DType dtype, std::span<const int64_t> shape);
+  Tensor alloc(DType dtype, std::span<const int64_t> shape) { return ctx.alloc(dtype, shape); }
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) {
     return alloc(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
   }
@@ -42,6 +42,15 @@ struct OpCall {
   bool boolean(size_t i) const { return arg(i).as_int() != 0; }
   /// An int list argument (sizes, dims); at most kMaxDims entries.
   int ints(size_t i, std::array<int64_t, kMaxDims>& out) const;
+  /// Index of argument `name` in the op's definition (ir/op_defs.h: fuselm ops are read by name);
+  /// fails naming the op when it defines no such argument.
+  size_t index(std::string_view name) const;
+  const Value& arg(std::string_view name) const { return arg(index(name)); }
+  const Tensor& tensor(std::string_view name) const { return tensor(index(name)); }
+  bool has(std::string_view name) const { return has(index(name)); }
+  double real(std::string_view name) const { return real(index(name)); }
+  int64_t integer(std::string_view name) const { return integer(index(name)); }
+  bool boolean(std::string_view name) const { return boolean(index(name)); }
   /// The node's output dtype as captured.
   DType out_dtype() const { return node.out.dtype; }
   /// Throws std::runtime_error "op X in module M (node N): msg".

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ir/dtype.h"
+#include "runtime/device.h"
 
 namespace fuselm::runtime {
 
@@ -22,6 +23,7 @@ struct Tensor {
   std::array<int64_t, kMaxDims> strides{};
   void* data = nullptr;
   Buffer* buffer = nullptr;  // null for memory the executor does not own (weights, inputs)
+  Device device = Device::cpu;  // where data lives
 
   int64_t numel() const;
   int64_t size(int d) const { return shape[d < 0 ? d + ndim : d]; }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "weights/convert.h"
+#include "weights/dtypes.h"
 #include "weights/error.h"
 
 namespace fuselm::weights {
@@ -15,15 +16,6 @@ namespace fuselm::weights {
 namespace {
 
 constexpr const char* kRecapture = "(the checkpoint changed since capture? re-run capture)";
-
-std::optional<kernels::DType> storage_of(FileDType d) {
-  switch (d) {
-    case FileDType::F32: return kernels::DType::f32;
-    case FileDType::BF16: return kernels::DType::bf16;
-    case FileDType::F16: return kernels::DType::f16;
-    default: return std::nullopt;
-  }
-}
 
 kernels::DType target_dtype(kernels::DType file, const LoadOptions& o) {
   switch (o.dtype) {
@@ -146,7 +138,7 @@ WeightView load_stacked(const std::string& target, const ParamEntry& e, const Ch
     if (file_dtype && *file_dtype != t->dtype)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}, other experts of parameter '{}' have {}", key, file,
                                      file_dtype_name(t->dtype), target, file_dtype_name(*file_dtype)));
-    const std::optional<kernels::DType> from = storage_of(t->dtype);
+    const std::optional<kernels::DType> from = storage_dtype(t->dtype);
     if (!from)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", key, file,
                                      file_dtype_name(t->dtype), target));
@@ -269,7 +261,7 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
     if (!std::equal(e.shape.begin(), e.shape.end(), t->shape.begin(), t->shape.end()))
       throw WeightsError(fmt::format("tensor '{}' in {} has shape {} but the IR expects {} for parameter '{}' {}",
                                      e.key, file, format_shape(t->shape), format_shape(e.shape), target, kRecapture));
-    const std::optional<kernels::DType> from = storage_of(t->dtype);
+    const std::optional<kernels::DType> from = storage_dtype(t->dtype);
     if (!from)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", e.key,
                                      file, actual, target));

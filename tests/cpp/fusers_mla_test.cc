@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/model.h"
-#include "fusers/fuser.h"
+#include "fusers/plan.h"
 #include "ir/load.h"
 
 namespace fuselm::fusers {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "fusers/fuser.h"
+#include "fusers/plan.h"
 #include "ir/load.h"
 
 namespace fuselm::fusers {

@@ -243,6 +243,33 @@ def test_token_outside_vocabulary(fuselm_bin, model, bad_id):
     expect_error(gen(fuselm_bin, model, ids=f"1,{bad_id},3"), bad_id, "511")
 
 
+# Fail closed: a record without a context length or with no vocabulary size is an error that says
+# what to do, never a default (2048 tokens) or an unchecked token id.
+@pytest.mark.parametrize("field, value, needles", [
+    ("max_position_embeddings", None, ["max_position_embeddings", "config.json", "re-capture"]),
+    ("vocab_size", 0, ["vocab_size", "is 0", "config.json"]),
+    ("vocab_size", None, ["vocab_size", "config.json", "re-capture"]),
+], ids=["no_context", "vocab_zero", "no_vocab"])
+def test_model_record_fails_closed(fuselm_bin, model, field, value, needles):
+    def edit(j):
+        if value is None:
+            del j["model"][field]
+        else:
+            j["model"][field] = value
+
+    edit_ir(model, edit)
+    expect_error(gen(fuselm_bin, model, "--no-capture"), "ir.json", *needles)
+
+
+def test_fuselm_op_schema_mismatch(fuselm_bin, model):
+    """An IR whose fuselm op names other arguments than the engine's op table is refused."""
+    def edit(j):
+        j["ops"]["fuselm.attention.default"]["args"][7] = "layer"
+
+    edit_ir(model, edit)
+    expect_error(gen(fuselm_bin, model, "--no-capture"), "fuselm.attention.default", "layer_idx", "re-run capture")
+
+
 # 8. malformed ir.json
 def test_truncated_ir_json(fuselm_bin, model):
     ir = model / "fuselm-ir" / "ir.json"

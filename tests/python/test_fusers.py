@@ -616,6 +616,40 @@ def test_qkv_with_qk_norms_fuses(per_head, width, fuselm_bin, tmp_path):
         assert e["status"] == "fused" and f"width={width}" in e["detail"], e
 
 
+class GqaNormedAttn(ToyAttn):
+    """q/k norms of one class after the head transpose with fewer KV heads than query heads
+    (issue 15: the match cache, keyed without shapes, gave k_norm q_norm's output shape)."""
+
+    KV = 2
+
+    def __init__(self):
+        super().__init__(0)
+        self.qkv = nn.ModuleList([nn.Linear(H, NH * HD, bias=False), nn.Linear(H, self.KV * HD, bias=False),
+                                  nn.Linear(H, self.KV * HD, bias=False)])
+        self.q_norm, self.k_norm = RmsLlama(), RmsLlama()
+        self.q_norm.weight = nn.Parameter(torch.ones(HD))
+        self.k_norm.weight = nn.Parameter(torch.ones(HD))
+
+    def forward(self, x):
+        from fuselm_capture import ops  # noqa: F401
+        t = x.shape[1]
+        q = self.q_norm(self.qkv[0](x).view(1, t, NH, HD).transpose(1, 2))
+        k = self.k_norm(self.qkv[1](x).view(1, t, self.KV, HD).transpose(1, 2))
+        v = self.qkv[2](x).view(1, t, self.KV, HD).transpose(1, 2)
+        return torch.ops.fuselm.attention(q, k, v, None, 0.3, -1, 0.0, 0).reshape(1, t, NH * HD)
+
+
+def test_match_cache_key_holds_shapes(fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(GqaNormedAttn()), tmp_path / "gqa_normed")
+    r = inspect(fuselm_bin, d)
+    for m in ("block.q_norm", "block.k_norm"):
+        assert entry(r, m, "rms_norm")["status"] == "fused", entry(r, m, "rms_norm")
+    assert not entry(r, "block.k_norm", "rms_norm")["cached"]  # another shape: its own match
+    layer = r["kv_cache"]["layers"][0]
+    assert (layer["k_width"], layer["v_width"]) == (GqaNormedAttn.KV * HD, GqaNormedAttn.KV * HD), layer
+    assert r["kv_cache"] == inspect(fuselm_bin, d, "--disable-fuser", "rms_norm")["kv_cache"]
+
+
 def test_packed_qkv_is_not_qkv(fuselm_bin, tmp_path):
     d = capture_toy(Wrap(PackedAttn()), tmp_path / "packed")
     e = entry(inspect(fuselm_bin, d, "--disable-fuser", "packed_qkv"), "block", "qkv")
@@ -796,7 +830,8 @@ def test_packed_qkv_rejects(name, module, reason, fuselm_bin, tmp_path):
 
 def test_packed_qkv_checks_each_instance(fuselm_bin, tmp_path):
     # Two modules of one class and one structure (the same slice bounds), the second projection 4
-    # columns wider: the cached plan of the first must not be taken for the second.
+    # columns wider: the cached plan of the first must not be taken for the second. The cache key
+    # holds shapes (issue 15), so the second is matched on its own widths.
     class Two(nn.Module):
         def __init__(self):
             super().__init__()
@@ -808,7 +843,7 @@ def test_packed_qkv_checks_each_instance(fuselm_bin, tmp_path):
     r = inspect(fuselm_bin, capture_toy(Two(), tmp_path / "two"), ok=False)  # both claim layer 0
     assert entry(r, "a", "packed_qkv")["status"] == "fused"
     e = entry(r, "b", "packed_qkv")
-    assert e["cached"] and e["status"] == "rejected", e
+    assert not e["cached"] and e["status"] == "rejected", e
     assert f"the pieces cover {2 * NH * HD} of the projection's {2 * NH * HD + 4} columns" in e["detail"], e
 
 

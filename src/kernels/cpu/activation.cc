@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/activation_kernels.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
@@ -18,12 +19,7 @@ const ActivationKernels kActivationKernelsGeneric = make_activation_kernels<Isa:
 namespace {
 
 const ActivationKernels& activation_kernels() {
-#if FUSELM_X86_ISAS
-  const Isa isa = cpu_isa();
-  if (isa == Isa::avx512) return kActivationKernelsAvx512;
-  if (isa == Isa::avx2) return kActivationKernelsAvx2;
-#endif
-  return kActivationKernelsGeneric;
+  return isa_kernels<kActivationKernelsGeneric, kActivationKernelsAvx2, kActivationKernelsAvx512>(cpu_isa());
 }
 
 constexpr int64_t kMinElementsPerThread = 1 << 14;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
@@ -20,12 +21,7 @@ const AttentionKernels kAttentionKernelsGeneric = make_attention_kernels<Isa::ge
 namespace {
 
 const AttentionKernels& attention_kernels() {
-#if FUSELM_X86_ISAS
-  const Isa isa = cpu_isa();
-  if (isa == Isa::avx512) return kAttentionKernelsAvx512;
-  if (isa == Isa::avx2) return kAttentionKernelsAvx2;
-#endif
-  return kAttentionKernelsGeneric;
+  return isa_kernels<kAttentionKernelsGeneric, kAttentionKernelsAvx2, kAttentionKernelsAvx512>(cpu_isa());
 }
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("attention: " + what); }

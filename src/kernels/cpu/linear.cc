@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
@@ -17,12 +18,7 @@ const LinearKernels kLinearKernelsGeneric = make_linear_kernels<Isa::generic>();
 namespace {
 
 const LinearKernels& linear_kernels(Isa isa) {
-#if FUSELM_X86_ISAS
-  if (isa == Isa::avx512) return kLinearKernelsAvx512;
-  if (isa == Isa::avx2) return kLinearKernelsAvx2;
-#endif
-  (void)isa;
-  return kLinearKernelsGeneric;
+  return isa_kernels<kLinearKernelsGeneric, kLinearKernelsAvx2, kLinearKernelsAvx512>(isa);
 }
 
 LinearProblem resolve(const LinearArgs& a) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/norm_kernels.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
@@ -17,12 +18,7 @@ const NormKernels kNormKernelsGeneric = make_norm_kernels<Isa::generic>();
 namespace {
 
 const NormKernels& norm_kernels() {
-#if FUSELM_X86_ISAS
-  const Isa isa = cpu_isa();
-  if (isa == Isa::avx512) return kNormKernelsAvx512;
-  if (isa == Isa::avx2) return kNormKernelsAvx2;
-#endif
-  return kNormKernelsGeneric;
+  return isa_kernels<kNormKernelsGeneric, kNormKernelsAvx2, kNormKernelsAvx512>(cpu_isa());
 }
 
 void check_rows(const char* op, const float* x, int64_t ldx, const float* y, int64_t ldy,

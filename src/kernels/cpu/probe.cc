@@ -8,6 +8,7 @@
 #include <new>
 
 #include "kernels/cpu/probe_kernels.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
@@ -20,12 +21,7 @@ const ProbeKernels kProbeKernelsGeneric = make_probe_kernels<Isa::generic>();
 namespace {
 
 const ProbeKernels& probe_kernels() {
-#if FUSELM_X86_ISAS
-  const Isa isa = cpu_isa();
-  if (isa == Isa::avx512) return kProbeKernelsAvx512;
-  if (isa == Isa::avx2) return kProbeKernelsAvx2;
-#endif
-  return kProbeKernelsGeneric;
+  return isa_kernels<kProbeKernelsGeneric, kProbeKernelsAvx2, kProbeKernelsAvx512>(cpu_isa());
 }
 
 }  // namespace

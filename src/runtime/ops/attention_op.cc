@@ -9,23 +9,23 @@ namespace fuselm::runtime::ops {
 namespace {
 
 void attention(OpCall& c) {
-  const Tensor& q = c.tensor(0);
-  const Tensor& k = c.tensor(1);
-  const Tensor& v = c.tensor(2);
+  const Tensor& q = c.tensor("q");
+  const Tensor& k = c.tensor("k");
+  const Tensor& v = c.tensor("v");
   if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || q.shape[0] != 1)
     c.fail("expected q, k, v of shape [1, heads, tokens, head_dim], got " + q.describe());
   const int64_t Hq = q.shape[1], T = q.shape[2], D = q.shape[3];
   const int64_t Hkv = k.shape[1], Dv = v.shape[3];
   if (k.shape[3] != D || v.shape[1] != Hkv || k.shape[2] != T || v.shape[2] != T || Hq % Hkv != 0)
     c.fail("q " + q.describe() + ", k " + k.describe() + ", v " + v.describe() + " do not form attention");
-  const Batch& batch = c.ex.batch();
+  const Batch& batch = c.ctx.batch();
   if (!batch.kv) c.fail("no KV cache was given to the executor");
-  const int64_t layer = c.integer(7);
+  const int64_t layer = c.integer("layer_idx");
   if (layer < 0 || layer >= batch.kv->num_layers()) c.fail("layer index " + std::to_string(layer) + " has no KV cache");
   const auto& ls = batch.kv->layer_shape(static_cast<int>(layer));
   if (ls.k_width != Hkv * D || ls.v_width != Hkv * Dv) c.fail("KV cache row width does not match k/v head sizes");
 
-  Scratch ss(c.ex), sk(c.ex), sv(c.ex), ssink(c.ex);
+  Scratch ss(c.ctx), sk(c.ctx), sv(c.ctx), ssink(c.ctx);
   // The kernel reads a head's row with unit stride and takes a zero stride to mean dense: other
   // views (a transposed head dim, a KV head broadcast by expand) are copied first.
   auto as_rows = [](const Tensor& t, Scratch& s) {
@@ -33,7 +33,7 @@ void attention(OpCall& c) {
     return direct ? t : contiguous_as(t, DType::f32, s);
   };
   Tensor qf = as_rows(q, ss), kf = as_rows(k, sk), vf = as_rows(v, sv);
-  const float* sinks = c.has(3) ? contiguous_as(c.tensor(3), DType::f32, ssink).ptr<float>() : nullptr;
+  const float* sinks = c.has("sinks") ? contiguous_as(c.tensor("sinks"), DType::f32, ssink).ptr<float>() : nullptr;
   Tensor out = c.alloc(DType::f32, {1, T, Hq, Dv});
 
   int64_t covered = 0;
@@ -60,9 +60,9 @@ void attention(OpCall& c) {
     a.hkv = Hkv;
     a.dqk = D;
     a.dv = Dv;
-    a.scale = static_cast<float>(c.real(4));
-    a.sliding_window = c.integer(5);
-    a.softcap = static_cast<float>(c.real(6));
+    a.scale = static_cast<float>(c.real("scaling"));
+    a.sliding_window = c.integer("sliding_window");
+    a.softcap = static_cast<float>(c.real("softcap"));
     a.sinks = sinks;
     kernels::attention(a);
     covered += s.num_tokens;

@@ -1,5 +1,7 @@
 #include "runtime/ops/common.h"
 
+#include "weights/dtypes.h"
+
 #include <cstring>
 #include <stdexcept>
 
@@ -104,6 +106,11 @@ Tensor scalar_tensor(const Value& v, double& storage) {
   t.ndim = 0;
   t.data = &storage;
   return t;
+}
+
+kernels::DType weight_storage(OpCall& c, const Tensor& w, const char* what) {
+  if (auto d = weights::storage_dtype(w.dtype)) return *d;
+  c.fail(fmt::format("{} dtype {} is not supported", what, ir::dtype_name(w.dtype)));
 }
 
 }  // namespace fuselm::runtime::ops

@@ -3,7 +3,7 @@
 #include <array>
 #include <cstdint>
 
-#include "runtime/executor.h"
+#include "kernels/cpu/dtype.h"
 #include "runtime/op_registry.h"
 #include "runtime/tensor.h"
 
@@ -17,20 +17,20 @@ void store_double(const Tensor& t, int64_t offset_elems, double v);
 /// dtype conversions). Never part of a node's value.
 class Scratch {
  public:
-  explicit Scratch(Executor& ex) : ex_(ex) {}
+  explicit Scratch(OpContext& ctx) : ctx_(ctx) {}
   Scratch(const Scratch&) = delete;
   ~Scratch() {
-    if (owned_) ex_.pool().release(owned_);
+    if (owned_) ctx_.release(owned_);
   }
   Tensor alloc(DType dtype, std::span<const int64_t> shape) {
-    Tensor t = ex_.alloc(dtype, shape);
+    Tensor t = ctx_.alloc(dtype, shape);
     owned_ = t.buffer;
     t.buffer = nullptr;
     return t;
   }
 
  private:
-  Executor& ex_;
+  OpContext& ctx_;
   Buffer* owned_ = nullptr;
 };
 
@@ -48,6 +48,10 @@ int broadcast_shape(const Tensor& a, const Tensor& b, std::array<int64_t, kMaxDi
 
 /// A 0-d tensor view of a scalar value, stored in `storage`.
 Tensor scalar_tensor(const Value& v, double& storage);
+
+/// The kernels' storage dtype of weight w (f32, bf16, f16; weights/dtypes.h); fails naming
+/// `what` and the dtype otherwise.
+kernels::DType weight_storage(OpCall& c, const Tensor& w, const char* what);
 
 /// Wraps a tensor as the op's output.
 inline void set_out(OpCall& c, const Tensor& t) { c.out.set_tensor(t); }

@@ -108,7 +108,7 @@ void unary(OpCall& c, FF f, void (*fast)(const float*, float*, int64_t) = nullpt
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(f(in[i]));
     }
   } else {
-    Scratch s(c.ex);
+    Scratch s(c.ctx);
     Tensor xc = contiguous_as(x, DType::f64, s);
     for (int64_t i = 0; i < n; ++i) store_double(out, i, f(xc.ptr<double>()[i]));
   }

@@ -27,12 +27,7 @@ kernels::ExpertsAct act_named(OpCall& c, const std::string& a) {
 kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
   if (w.dtype != other.dtype)
     c.fail("gate_up " + w.describe() + " and down " + other.describe() + " have different dtypes");
-  switch (w.dtype) {
-    case DType::f32: return kernels::DType::f32;
-    case DType::bf16: return kernels::DType::bf16;
-    case DType::f16: return kernels::DType::f16;
-    default: c.fail("expert weight dtype " + std::string(ir::dtype_name(w.dtype)) + " is not supported");
-  }
+  return weight_storage(c, w, "expert weight");
 }
 
 void experts(OpCall& c) {
@@ -85,7 +80,7 @@ void experts(OpCall& c) {
   k.gate_up = gate_up.data;
   k.down = down.data;
 
-  Scratch sx(c.ex), si(c.ex), sw(c.ex), sb1(c.ex), sb2(c.ex);
+  Scratch sx(c.ctx), si(c.ctx), sw(c.ctx), sb1(c.ctx), sb2(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
   Tensor ic = contiguous_as(ids, DType::i64, si);
   Tensor wc = contiguous_as(wts, DType::f32, sw);
@@ -134,7 +129,7 @@ void experts(OpCall& c) {
   if (c.out_dtype() != DType::f32) {
     Tensor o = c.alloc(c.out_dtype(), x.sizes());
     copy_into(y, o);
-    c.ex.pool().release(y.buffer);
+    c.ctx.release(y.buffer);
     y = o;
   }
   set_out(c, y);

@@ -23,7 +23,7 @@ void rms_norm(OpCall& c) {
   if (x.ndim < 1) c.fail("rms_norm of a scalar");
   const int64_t width = x.shape[x.ndim - 1];
   const int64_t rows = width ? x.numel() / width : 0;
-  Scratch sx(c.ex), sw(c.ex);
+  Scratch sx(c.ctx), sw(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
   const float* w = nullptr;
   if (c.has(1)) {
@@ -39,7 +39,7 @@ void rms_norm(OpCall& c) {
     return;
   }
   Tensor o = finish_as(c, y);
-  c.ex.pool().release(y.buffer);
+  c.ctx.release(y.buffer);
   set_out(c, o);
 }
 
@@ -59,7 +59,7 @@ void act_and_mul(OpCall& c) {
   const kernels::Act act = parse_act(c);
   const int64_t n2 = gu.shape[gu.ndim - 1], n = n2 / 2;
   const int64_t rows = n2 ? gu.numel() / n2 : 0;
-  Scratch s(c.ex);
+  Scratch s(c.ctx);
   Tensor g = contiguous_as(gu, DType::f32, s);
   std::array<int64_t, kMaxDims> shape{};
   for (int d = 0; d < gu.ndim; ++d) shape[d] = gu.shape[d];

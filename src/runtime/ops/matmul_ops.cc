@@ -10,12 +10,7 @@ namespace fuselm::runtime::ops {
 namespace {
 
 kernels::DType weight_dtype(OpCall& c, const Tensor& w) {
-  switch (w.dtype) {
-    case DType::f32: return kernels::DType::f32;
-    case DType::bf16: return kernels::DType::bf16;
-    case DType::f16: return kernels::DType::f16;
-    default: c.fail("weight dtype " + std::string(ir::dtype_name(w.dtype)) + " is not supported");
-  }
+  return weight_storage(c, w, "weight");
 }
 
 // y[M,N] = x[M,K] . W^T (+ bias); x is flattened over its leading dims.
@@ -25,7 +20,7 @@ void linear(OpCall& c) {
   if (w.ndim != 2) c.fail("linear weight must be 2-d, got " + w.describe());
   const int64_t K = x.shape[x.ndim - 1], N = w.shape[0];
   if (w.shape[1] != K) c.fail("input " + x.describe() + " does not match weight " + w.describe());
-  Scratch sx(c.ex), sw(c.ex), sb(c.ex);
+  Scratch sx(c.ctx), sw(c.ctx), sb(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
   const bool w_rows = w.strides[1] == 1 && w.strides[0] == K;
   Tensor wc = w_rows ? w : contiguous_as(w, DType::f32, sw);
@@ -58,7 +53,7 @@ void addmm(OpCall& c) {
   if (x.ndim != 2 || w.ndim != 2) c.fail("addmm needs 2-d operands");
   if (c.real(3) != 1.0 || c.real(4) != 1.0) c.fail("addmm with beta or alpha other than 1");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[1];
-  Scratch sx(c.ex), sw(c.ex), sb(c.ex);
+  Scratch sx(c.ctx), sw(c.ctx), sb(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
   Tensor bc = contiguous_as(bias, DType::f32, sb);
   if (bc.numel() != N) c.fail("addmm bias must have one value per output column");
@@ -135,7 +130,7 @@ void embedding(OpCall& c) {
   for (int d = 0; d < idx.ndim; ++d) shape[d] = idx.shape[d];
   shape[idx.ndim] = H;
   Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), idx.ndim + 1));
-  Scratch s(c.ex);
+  Scratch s(c.ctx);
   Tensor ic = contiguous_as(idx, DType::i64, s);
   const int64_t n = ic.numel();
   const auto wd = weight_dtype(c, w);

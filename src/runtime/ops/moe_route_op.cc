@@ -45,7 +45,7 @@ void moe_route(OpCall& c) {
   a.renorm_eps = static_cast<float>(c.real(9));
   a.scaling = static_cast<float>(c.real(10));
 
-  Scratch sx(c.ex), sb(c.ex), sl(c.ex);
+  Scratch sx(c.ctx), sb(c.ctx), sl(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
   if (c.has(2)) {
     Tensor b = contiguous_as(c.tensor(2), DType::f32, sb);
@@ -56,12 +56,7 @@ void moe_route(OpCall& c) {
   kernels::LinearArgs lin;
   lin.x = xc.ptr<float>();
   lin.w = w.data;
-  switch (w.dtype) {
-    case DType::f32: lin.w_dtype = kernels::DType::f32; break;
-    case DType::bf16: lin.w_dtype = kernels::DType::bf16; break;
-    case DType::f16: lin.w_dtype = kernels::DType::f16; break;
-    default: c.fail("gate weight dtype " + std::string(ir::dtype_name(w.dtype)) + " is not supported");
-  }
+  lin.w_dtype = weight_storage(c, w, "gate weight");
   lin.y = logits.ptr<float>();
   lin.m = a.t;
   lin.n = e;

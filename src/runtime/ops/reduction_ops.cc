@@ -75,7 +75,7 @@ void softmax(OpCall& c) {
   const Tensor& x = c.tensor(0);
   int d = wrap_dim(c.integer(1), x.ndim);
   if (d != x.ndim - 1) c.fail("softmax over a dimension other than the last");
-  Scratch s(c.ex);
+  Scratch s(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, s);
   Tensor out = c.alloc(DType::f32, x.sizes());
   const int64_t w = x.shape[d], rows = x.numel() / std::max<int64_t>(w, 1);
@@ -91,7 +91,7 @@ void softmax(OpCall& c) {
   if (c.out_dtype() != DType::f32) {
     Tensor conv = c.alloc(c.out_dtype(), x.sizes());
     copy_into(out, conv);
-    c.ex.pool().release(out.buffer);
+    c.ctx.release(out.buffer);
     out = conv;
   }
   set_out(c, out);
@@ -100,7 +100,7 @@ void softmax(OpCall& c) {
 void cumsum(OpCall& c) {
   const Tensor& x = c.tensor(0);
   int d = wrap_dim(c.integer(1), x.ndim);
-  Scratch s(c.ex);
+  Scratch s(c.ctx);
   Tensor xc = contiguous_as(x, DType::f64, s);
   Tensor out = c.alloc(c.out_dtype(), x.sizes());
   int64_t inner = 1;
@@ -126,7 +126,7 @@ void layer_norm(OpCall& c) {
   int64_t w = 1;
   for (int i = 0; i < nn; ++i) w *= ns[i];
   double eps = c.real(4);
-  Scratch s1(c.ex), s2(c.ex), s3(c.ex);
+  Scratch s1(c.ctx), s2(c.ctx), s3(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, s1);
   Tensor wt, bt;
   if (c.has(2)) wt = contiguous_as(c.tensor(2), DType::f32, s2);

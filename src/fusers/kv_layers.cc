@@ -1,0 +1,83 @@
+// Attention sites and KV layers: one source of truth for what the engine's KV cache holds.
+#include <map>
+
+#include "fusers/driver.h"
+#include "ir/op_defs.h"
+
+namespace fuselm::fusers {
+namespace {
+
+std::string module_of(const ir::Graph& g, const ir::Node& n) {
+  return n.module_stack.empty() ? "<root>" : g.modules[n.module_stack.back()].path;
+}
+
+// The op's rows per token, from the operands its definition names.
+KvLayer rows_of(const ir::Graph& g, const ir::Node& n, const ir::OpDef& def, std::vector<std::string>& errors) {
+  auto operand = [&](std::string_view name) -> const std::vector<ir::Dim>& {
+    return g.nodes[n.args.at(def.arg(name)).ref].out.shape;
+  };
+  KvLayer l;
+  l.module = module_of(g, n);
+  if (def.kv == ir::KvRows::latent) {
+    const auto& lat = operand("latent");
+    const auto& rot = operand("k_rot");
+    if (lat.empty() || rot.empty() || lat.back().symbolic() || rot.back().symbolic())
+      errors.push_back(fmt::format("latent attention in module {}: latent/rope widths are not static", l.module));
+    else l.k_width = lat.back().value + rot.back().value;
+    l.latent = true;
+    return l;
+  }
+  const auto& k = operand("k");
+  const auto& v = operand("v");
+  if (k.size() != 4 || v.size() != 4 || k[1].symbolic() || k[3].symbolic() || v[1].symbolic() || v[3].symbolic())
+    errors.push_back(fmt::format("attention in module {}: k/v head shapes are not static", l.module));
+  else l.k_width = k[1].value * k[3].value, l.v_width = v[1].value * v[3].value;
+  return l;
+}
+
+}  // namespace
+
+std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& errors) {
+  std::map<int64_t, KvLayer> layers;
+  for (const auto& n : g.nodes) {
+    const ir::OpDef* def = ir::find_op_def(n.op);
+    if (!def || def->kv == ir::KvRows::none) continue;
+    const auto& la = n.args.size() > def->arg(def->layer) ? n.args[def->arg(def->layer)] : ir::Arg{};
+    if (la.kind != ir::Arg::Kind::integer || la.i < 0) {
+      errors.push_back(fmt::format("attention in module {} has no layer index (no layer_idx attribute or argument)",
+                                   module_of(g, n)));
+      continue;
+    }
+    KvLayer l = rows_of(g, n, *def, errors);
+    auto [it, fresh] = layers.emplace(la.i, l);
+    if (!fresh && it->second.module != l.module)
+      errors.push_back(fmt::format("layer index {} is claimed by two attention modules: {} and {}", la.i,
+                                   it->second.module, l.module));
+  }
+  std::vector<KvLayer> out;
+  for (const auto& [idx, l] : layers) {
+    if (idx != static_cast<int64_t>(out.size())) {
+      errors.push_back(fmt::format("no attention module serves layer index {} (the next, {}, is served by {})",
+                                   out.size(), idx, l.module));
+      break;
+    }
+    out.push_back(l);
+  }
+  return out;
+}
+
+namespace driver {
+
+std::vector<AttentionSite> attention_sites(const std::vector<Accepted>& accepted) {
+  std::vector<AttentionSite> sites;
+  for (const auto& a : accepted) {
+    if (!a.fusion.attention) continue;
+    const auto& s = *a.fusion.attention;
+    if (sites.size() <= static_cast<size_t>(s.layer)) sites.resize(s.layer + 1);
+    if (sites[s.layer].layer < 0) sites[s.layer] = s;
+  }
+  return sites;
+}
+
+}  // namespace driver
+}  // namespace fuselm::fusers

@@ -1,0 +1,52 @@
+#include "ir/op_defs.h"
+
+#include <fmt/core.h>
+
+#include <stdexcept>
+
+namespace fuselm::ir {
+
+size_t OpDef::arg(std::string_view n) const {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i] == n) return i;
+  throw std::logic_error(fmt::format("op {} has no argument '{}'", name, n));
+}
+
+std::span<const OpDef> op_defs() {
+  // Semantics and shapes: the op's file in src/runtime/ops/ (named after the op).
+  static const std::vector<OpDef> kDefs = {
+      {"fuselm.attention.default",  // attention_op.cc; capture: python/fuselm_capture/ops.py
+       {"q", "k", "v", "sinks", "scaling", "sliding_window", "softcap", "layer_idx"},
+       OpSource::capture, KvRows::heads, "layer_idx"},
+      {"fuselm.experts.default",  // experts_op.cc; capture: python/fuselm_capture/ops.py
+       {"hidden", "top_k_index", "top_k_weights", "gate_up", "down", "gate_up_bias", "down_bias", "activation",
+        "is_concatenated", "is_transposed", "has_gate", "alpha", "limit"},
+       OpSource::capture},
+      {"fuselm.experts_shared.default",  // experts_op.cc; the moe fuser
+       {"hidden", "top_k_index", "top_k_weights", "gate_up", "down", "gate_up_bias", "down_bias", "activation",
+        "is_concatenated", "is_transposed", "has_gate", "alpha", "limit", "shared_gate", "shared_up", "shared_down",
+        "shared_scale", "shared_activation"}},
+      {"fuselm.rms_norm.default", {"input", "weight", "eps", "weight_offset"}},  // fused_ops.cc; rms_norm fuser
+      {"fuselm.act_and_mul.default", {"input", "activation"}},                   // fused_ops.cc; glu fusers
+      {"fuselm.mla_attention.default",  // mla_op.cc; the mla fuser
+       {"q", "latent", "k_rot", "w_up", "scaling", "layer_idx", "nope_dim", "v_dim"},
+       OpSource::fusers, KvRows::latent, "layer_idx"},
+      {"fuselm.moe_route.default",  // moe_route_op.cc; the moe fuser
+       {"input", "gate_weight", "correction_bias", "scoring", "groups", "topk_group", "group_score", "top_k", "renorm",
+        "renorm_eps", "scaling"}},
+  };
+  return kDefs;
+}
+
+const OpDef* find_op_def(std::string_view name) {
+  for (const auto& d : op_defs())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+const OpDef& op_def(std::string_view name) {
+  if (const OpDef* d = find_op_def(name)) return *d;
+  throw std::logic_error(fmt::format("no op definition for {}", name));
+}
+
+}  // namespace fuselm::ir

@@ -1,1 +1,0 @@
-// placeholder so the kernels library exists before its first file lands

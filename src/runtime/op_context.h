@@ -1,0 +1,41 @@
+#pragma once
+// What an op may use besides its arguments: an allocator on the device it runs on, the batch of
+// sequences (for the ops that see sequences: attention), and the error context that names the
+// op, its module and node. Ops never see the Executor.
+#include <span>
+#include <string>
+
+#include "ir/graph.h"
+#include "runtime/batch.h"
+#include "runtime/buffer_pool.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace fuselm::runtime {
+
+class OpContext {
+ public:
+  /// pool: the allocator (its device is the ops' device); graph: for module paths in errors.
+  OpContext(BufferPool& pool, const ir::Graph& graph) : pool_(pool), graph_(graph) {}
+
+  /// A contiguous tensor in a pool buffer on device(); the buffer returns to the pool when the
+  /// value holding the tensor dies (or through release).
+  Tensor alloc(DType dtype, std::span<const int64_t> shape);
+  /// Returns a buffer from alloc to the pool early (a temporary the op no longer reads).
+  void release(Buffer* b) { pool_.release(b); }
+  Device device() const { return pool_.device(); }
+  /// The sequences of the running step.
+  const Batch& batch() const { return batch_; }
+  void set_batch(const Batch& b) { batch_ = b; }
+  /// "model.layers.0.self_attn" (innermost module of the node) or "<root>".
+  std::string module_of(const ir::Node& node) const;
+  /// Throws std::runtime_error "op X in module M (node 'N'): msg".
+  [[noreturn]] void fail(const ir::Node& node, const std::string& msg) const;
+
+ private:
+  BufferPool& pool_;
+  const ir::Graph& graph_;
+  Batch batch_;
+};
+
+}  // namespace fuselm::runtime

@@ -1,0 +1,66 @@
+#include "weights/stack.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "weights/error.h"
+
+namespace fuselm::weights {
+
+WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector<AlignedBuffer>& buffers) {
+  std::vector<const WeightView*> src;
+  for (const auto& t : w.sources) src.push_back(&params.at(t));
+  if (src.empty()) throw WeightsError(fmt::format("fused weight {}: no sources", w.target));
+  const auto dtype = src[0]->dtype;
+  const size_t es = static_cast<size_t>(kernels::dtype_size(dtype));
+  const auto& s0 = src[0]->shape;
+  const int nd = static_cast<int>(s0.size());
+  if (w.axis < 0 || w.axis >= nd) throw WeightsError(fmt::format("fused weight {}: axis {} out of range", w.target, w.axis));
+  int64_t outer = 1, total_axis = 0;
+  for (int d = 0; d < w.axis; ++d) outer *= s0[d];
+  for (const auto* v : src) {
+    if (v->dtype != dtype || static_cast<int>(v->shape.size()) != nd)
+      throw WeightsError(fmt::format("fused weight {}: sources differ in dtype or rank", w.target));
+    for (int d = 0; d < nd; ++d)
+      if (d != w.axis && v->shape[d] != s0[d])
+        throw WeightsError(fmt::format("fused weight {}: source shapes do not stack along dim {}", w.target, w.axis));
+    total_axis += v->shape[w.axis];
+  }
+  std::vector<int64_t> shape = s0;
+  shape[w.axis] = total_axis;
+  if (!w.shape.empty() && shape != w.shape)
+    throw WeightsError(fmt::format("fused weight {}: stacked shape differs from the fusion's plan", w.target));
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  AlignedBuffer buf(static_cast<size_t>(numel) * es);
+  char* dst = static_cast<char*>(buf.data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (const auto* v : src) {
+      const size_t chunk = static_cast<size_t>(v->numel() / outer) * es;
+      std::memcpy(dst, static_cast<const char*>(v->data) + o * chunk, chunk);
+      dst += chunk;
+    }
+  WeightView out;
+  out.dtype = dtype;
+  out.shape = shape;
+  out.data = buf.data();
+  out.owned = true;
+  buffers.push_back(std::move(buf));
+  return out;
+}
+
+WeightView shard(const WeightView& v, const ShardSpec& s) {
+  if (s.size != 1 || s.rank != 0)
+    throw WeightsError(fmt::format("tensor parallelism over {} ranks is not built yet (rank {})", s.size, s.rank));
+  return v;
+}
+
+std::map<std::string, WeightView> stack_and_shard(const std::vector<StackSpec>& specs, const LoadedParameters& params,
+                                                  const ShardSpec& shard_spec, std::vector<AlignedBuffer>& buffers) {
+  std::map<std::string, WeightView> out;
+  for (const auto& spec : specs) out[spec.target] = shard(stack(spec, params, buffers), shard_spec);
+  return out;
+}
+
+}  // namespace fuselm::weights
