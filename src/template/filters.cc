@@ -82,14 +82,15 @@ Value f_abs(Context&, const Value& v, Args&) {
   if (v.is_undefined()) fail_undefined(v);
   throw TemplateError("bad operand type for abs(): '" + type_name(v) + "'");
 }
-Value f_capitalize(Context&, const Value& v, Args&) { return Value::string(pystr::capitalize(to_str(v))); }
-Value f_lower(Context&, const Value& v, Args&) { return Value::string(pystr::lower(to_str(v))); }
-Value f_upper(Context&, const Value& v, Args&) { return Value::string(pystr::upper(to_str(v))); }
-Value f_title(Context&, const Value& v, Args&) { return Value::string(pystr::title(to_str(v))); }
-Value f_string(Context&, const Value& v, Args&) { return Value::string(to_str(v)); }
-Value f_safe(Context&, const Value& v, Args&) { return Value::string(to_str(v)); }
+// String filters call soft_str(): a Markup stays Markup through its own methods.
+Value f_capitalize(Context&, const Value& v, Args&) { return same_kind(v, pystr::capitalize(to_str(v))); }
+Value f_lower(Context&, const Value& v, Args&) { return same_kind(v, pystr::lower(to_str(v))); }
+Value f_upper(Context&, const Value& v, Args&) { return same_kind(v, pystr::upper(to_str(v))); }
+Value f_title(Context&, const Value& v, Args&) { return same_kind(v, pystr::title(to_str(v))); }
+Value f_string(Context&, const Value& v, Args&) { return same_kind(v, to_str(v)); }
+Value f_safe(Context&, const Value& v, Args&) { return Value::markup_string(to_str(v)); }
 Value f_trim(Context&, const Value& v, Args& a) {
-  return Value::string(pystr::strip(to_str(v), opt_str(a, 0, "chars"), true, true));
+  return same_kind(v, pystr::strip(to_str(v), opt_str(a, 0, "chars"), true, true));
 }
 Value f_length(Context&, const Value& v, Args&) { return Value::integer(length(v)); }
 
@@ -101,18 +102,8 @@ Value f_default(Context&, const Value& v, Args& a) {
 }
 
 Value f_escape(Context&, const Value& v, Args&) {
-  std::string out;
-  for (char c : to_str(v)) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return Value::string(out);
+  if (v.markup) return v;
+  return Value::markup_string(html_escape(to_str(v)));
 }
 
 Value f_first(Context&, const Value& v, Args&) {
@@ -295,6 +286,7 @@ Value f_sum(Context& ctx, const Value& v, Args& a) {
 
 Value f_map(Context& ctx, const Value& v, Args& a) {
   List out;
+  if (!truthy(v)) return Value::make_list();  // jinja2: `if value:` before iterating
   const Value* attribute = nullptr;
   const Value* def = nullptr;
   for (const auto& [n, x] : a.kw) {
@@ -322,6 +314,7 @@ Value f_map(Context& ctx, const Value& v, Args& a) {
 
 /// select/reject/selectattr/rejectattr: keep items whose test (or truthiness) equals `keep`.
 Value select_impl(Context& ctx, const Value& v, Args& a, bool keep, bool by_attr) {
+  if (!truthy(v)) return Value::make_list();  // jinja2: `if value:` before iterating
   size_t k = 0;
   std::optional<std::string> attribute;
   if (by_attr) {
@@ -365,7 +358,7 @@ Value f_indent(Context&, const Value& v, Args& a) {
     for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : ind + lines[k]);
   }
   if (first) rv = ind + rv;
-  return Value::string(rv);
+  return same_kind(v, rv);
 }
 
 Value f_wordcount(Context&, const Value& v, Args&) {

@@ -39,9 +39,9 @@ Value str_list(const std::vector<std::string>& parts) {
   return Value::make_list(std::move(out));
 }
 
-Value s_strip(Context&, const Value& s, Args& a) { return Value::string(pystr::strip(s.s, opt_str(a, 0, "chars"), true, true)); }
-Value s_lstrip(Context&, const Value& s, Args& a) { return Value::string(pystr::strip(s.s, opt_str(a, 0, "chars"), true, false)); }
-Value s_rstrip(Context&, const Value& s, Args& a) { return Value::string(pystr::strip(s.s, opt_str(a, 0, "chars"), false, true)); }
+Value s_strip(Context&, const Value& s, Args& a) { return same_kind(s, pystr::strip(s.s, opt_str(a, 0, "chars"), true, true)); }
+Value s_lstrip(Context&, const Value& s, Args& a) { return same_kind(s, pystr::strip(s.s, opt_str(a, 0, "chars"), true, false)); }
+Value s_rstrip(Context&, const Value& s, Args& a) { return same_kind(s, pystr::strip(s.s, opt_str(a, 0, "chars"), false, true)); }
 Value s_split(Context&, const Value& s, Args& a) {
   try {
     return str_list(pystr::split(s.s, opt_str(a, 0, "sep"), int_or(a, 1, "maxsplit", -1)));
@@ -82,10 +82,10 @@ Value s_endswith(Context&, const Value& s, Args& a) { return affix(s, a, false);
 Value s_replace(Context&, const Value& s, Args& a) {
   return Value::string(pystr::replace(s.s, need_str(a, 0, "old"), need_str(a, 1, "new"), int_or(a, 2, "count", -1)));
 }
-Value s_upper(Context&, const Value& s, Args&) { return Value::string(pystr::upper(s.s)); }
-Value s_lower(Context&, const Value& s, Args&) { return Value::string(pystr::lower(s.s)); }
-Value s_title(Context&, const Value& s, Args&) { return Value::string(pystr::title(s.s)); }
-Value s_capitalize(Context&, const Value& s, Args&) { return Value::string(pystr::capitalize(s.s)); }
+Value s_upper(Context&, const Value& s, Args&) { return same_kind(s, pystr::upper(s.s)); }
+Value s_lower(Context&, const Value& s, Args&) { return same_kind(s, pystr::lower(s.s)); }
+Value s_title(Context&, const Value& s, Args&) { return same_kind(s, pystr::title(s.s)); }
+Value s_capitalize(Context&, const Value& s, Args&) { return same_kind(s, pystr::capitalize(s.s)); }
 Value s_find(Context&, const Value& s, Args& a) { return Value::integer(pystr::find(s.s, need_str(a, 0, "sub"))); }
 Value s_rfind(Context&, const Value& s, Args& a) {
   std::string sub = need_str(a, 0, "sub");

@@ -25,7 +25,7 @@ Value repeat(const Value& seq, int64_t n, const Context& ctx) {
     ctx.check_size(seq.s.size() * static_cast<size_t>(n));
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
-    return Value::string(std::move(out));
+    return same_kind(seq, std::move(out));
   }
   ctx.check_size(seq.list->size() * static_cast<size_t>(n));
   List out;
@@ -82,6 +82,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, const Co
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
       ctx.check_size(a.s.size() + b.s.size());
+      if (a.markup || b.markup)  // Markup.__add__/__radd__ escape the plain side
+        return Value::markup_string((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
       return Value::string(a.s + b.s);
     }
     if (a.is_list() && b.is_list() && a.tuple == b.tuple) {

@@ -44,6 +44,28 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
+Value Value::markup_string(std::string x) {
+  Value v = string(std::move(x));
+  v.markup = true;
+  return v;
+}
+Value same_kind(const Value& like, std::string s) {
+  return like.markup ? Value::markup_string(std::move(s)) : Value::string(std::move(s));
+}
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
 Value Value::make_list(List items, bool tuple) {
   Value v;
   v.kind = Kind::List;

@@ -37,6 +37,7 @@ struct Value {
   bool b = false;
   bool tuple = false;     // List: a Python tuple (prints with parentheses)
   bool unsafe = false;    // Undefined: SecurityError rather than UndefinedError when used
+  bool markup = false;    // String: markupsafe.Markup (from |safe, |escape): `+` escapes the other side
   int64_t i = 0;
   double f = 0;
   std::string s;          // String: the text; Undefined: the error message it raises when used
@@ -50,6 +51,7 @@ struct Value {
   static Value integer(int64_t v);
   static Value number(double v);
   static Value string(std::string v);
+  static Value markup_string(std::string v);
   static Value make_list(List items = {}, bool tuple = false);
   static Value make_dict();
   static Value function(std::string name, std::function<Value(Context&, Args&)> call,
@@ -73,6 +75,11 @@ struct Dict {
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value v);
 };
+
+/// markupsafe.escape of a str: & < > " ' as HTML entities.
+std::string html_escape(const std::string& s);
+/// A String result that keeps `like`'s Markup-ness (Markup methods return Markup).
+Value same_kind(const Value& like, std::string s);
 
 /// Raises the Undefined's error (jinja2's UndefinedError or the sandbox's SecurityError).
 [[noreturn]] void fail_undefined(const Value& v);
