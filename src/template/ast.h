@@ -3,6 +3,7 @@
 // parser and evaluator small; `kind` says which fields are used.
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,17 @@ struct Expr {
   std::vector<std::string> ops;  // Compare
 };
 
+/// The variables of one jinja2 frame (the template, a loop body, a macro body, a block set,
+/// filter, call, generation or with body), from scopes.cc. A name stored in the frame is local to
+/// it: before its assignment, nested frames see it as undefined rather than the outer value
+/// (jinja2 compiles frames to Python functions with such locals). `inherit` names start with the
+/// outer value: loaded before being stored, or stored only in an if-branch.
+struct Frame {
+  std::unordered_set<std::string> stores;
+  std::vector<std::string> inherit;
+};
+using FramePtr = std::shared_ptr<const Frame>;
+
 struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
@@ -77,6 +89,14 @@ struct Stmt {
   std::vector<Body> bodies;
   Body body;
   Body else_body;
+  FramePtr frame;       // the frame of `body` (For, Macro, CallBlock, SetBlock, FilterBlock, Generation, With)
+  FramePtr else_frame;  // For: the frame of `else_body`
+};
+
+/// A parsed template and its top-level frame.
+struct Template {
+  Body body;
+  FramePtr frame;
 };
 
 }  // namespace fuselm::tmpl

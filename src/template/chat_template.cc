@@ -13,7 +13,7 @@ namespace {
 template <class J>
 std::string render_impl(const std::string& source, const J& variables) {
   if (!variables.is_object()) throw TemplateError("template variables must be a JSON object");
-  Body body = parse(source);
+  Template t = parse(source);
   auto globals = std::make_shared<Scope>();
   // render_jinja_template passes these three always; other keys only when given.
   globals->vars["tools"] = Value::none();
@@ -24,7 +24,7 @@ std::string render_impl(const std::string& source, const J& variables) {
     globals->vars[it.key()] = from_json(it.value());
   }
   Context ctx;
-  return ctx.render(body, globals);
+  return ctx.render(t, globals);
 }
 
 std::string read_file(const std::filesystem::path& p) {

@@ -8,14 +8,6 @@
 
 namespace fuselm::tmpl {
 
-Value* Scope::find(const std::string& name) {
-  for (Scope* s = this; s; s = s->parent.get()) {
-    auto it = s->vars.find(name);
-    if (it != s->vars.end()) return &it->second;
-  }
-  return nullptr;
-}
-
 namespace {
 
 [[noreturn]] void fail_at(int line, const std::string& what) {
@@ -73,12 +65,22 @@ std::shared_ptr<Scope> child(const std::shared_ptr<Scope>& parent) {
 
 }  // namespace
 
-std::string Context::render(const Body& body, std::shared_ptr<Scope> globals) {
+std::string Context::render(const Template& t, std::shared_ptr<Scope> globals) {
   std::string out;
   Redirect r(out_, &out);
-  ScopeGuard g(scope_, child(globals));
-  exec(body);
+  ScopeGuard g(scope_, enter(globals, t.frame));
+  exec(t.body);
   return out;
+}
+
+std::shared_ptr<Scope> Context::enter(const std::shared_ptr<Scope>& parent, const FramePtr& frame) {
+  auto s = child(parent);
+  s->frame = frame;
+  if (frame) {
+    ScopeGuard g(scope_, parent);
+    for (const auto& name : frame->inherit) s->vars[name] = lookup(name);
+  }
+  return s;
 }
 
 void Context::check_size(size_t bytes) const {
@@ -117,7 +119,7 @@ Context::Flow Context::exec(const Stmt& s) {
     case StmtKind::Macro: exec_macro(s); return Flow::Normal;
     case StmtKind::CallBlock: exec_call_block(s); return Flow::Normal;
     case StmtKind::FilterBlock: {
-      Value v = Value::string(capture(s.body, child(scope_)));
+      Value v = Value::string(capture(s.body, enter(scope_, s.frame)));
       // the chain's innermost filter has a null base: it takes the rendered body
       std::vector<const Expr*> chain;
       for (const Expr* e = s.expr.get(); e; e = e->args[0].get()) chain.push_back(e);
@@ -128,9 +130,12 @@ Context::Flow Context::exec(const Stmt& s) {
       emit(to_str(v));
       return Flow::Normal;
     }
-    case StmtKind::Generation: return exec(s.body);
+    case StmtKind::Generation: {  // a call block in transformers' extension: its own frame
+      ScopeGuard g(scope_, enter(scope_, s.frame));
+      return exec(s.body);
+    }
     case StmtKind::With: {
-      auto sc = child(scope_);
+      auto sc = enter(scope_, s.frame);
       for (const auto& [n, e] : s.params) sc->vars[n] = eval(*e);
       ScopeGuard g(scope_, sc);
       return exec(s.body);
@@ -166,7 +171,7 @@ Context::Flow Context::exec_for(const Stmt& s) {
   List items;
   if (s.cond) {  // the loop filter sees each item bound to the target
     for (const auto& it : all) {
-      ScopeGuard g(scope_, child(scope_));
+      ScopeGuard g(scope_, enter(scope_, s.frame));
       assign(s.targets, it, s.line);
       if (truthy(eval(*s.cond))) items.push_back(it);
     }
@@ -174,7 +179,7 @@ Context::Flow Context::exec_for(const Stmt& s) {
     items = std::move(all);
   }
   if (items.empty()) {
-    ScopeGuard g(scope_, child(scope_));
+    ScopeGuard g(scope_, enter(scope_, s.else_frame));
     exec(s.else_body);
     return Flow::Normal;
   }
@@ -185,6 +190,7 @@ Context::Flow Context::exec_for(const Stmt& s) {
       return a.pos[static_cast<size_t>(index0) % a.pos.size()];
     }, "method");
   };
+  bool completed = false;  // jinja2 runs the else block unless some iteration reached the body's end
   for (int64_t k = 0; k < n; ++k) {
     if (++iterations_ > limits_.max_iterations)
       fail_at(s.line, "loop iterations exceed the sandbox bound of " + std::to_string(limits_.max_iterations));
@@ -203,10 +209,16 @@ Context::Flow Context::exec_for(const Stmt& s) {
     d.set("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
     d.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
     d.set("cycle", cycle(k));
-    ScopeGuard g(scope_, child(scope_));
+    ScopeGuard g(scope_, enter(scope_, s.frame));
     scope_->vars["loop"] = loop;
     assign(s.targets, items[k], s.line);
-    if (exec(s.body) == Flow::Break) break;
+    Flow f = exec(s.body);
+    if (f == Flow::Break) break;
+    if (f == Flow::Normal) completed = true;
+  }
+  if (!completed) {
+    ScopeGuard g(scope_, enter(scope_, s.else_frame));
+    exec(s.else_body);
   }
   return Flow::Normal;
 }
@@ -214,7 +226,7 @@ Context::Flow Context::exec_for(const Stmt& s) {
 void Context::exec_set(const Stmt& s) {
   Value v;
   if (s.kind == StmtKind::SetBlock) {
-    v = Value::string(capture(s.body, child(scope_)));
+    v = Value::string(capture(s.body, enter(scope_, s.frame)));
     if (s.expr) {
       std::vector<const Expr*> chain;
       for (const Expr* e = s.expr.get(); e; e = e->args[0].get()) chain.push_back(e);
@@ -227,8 +239,7 @@ void Context::exec_set(const Stmt& s) {
     v = eval(*s.expr);
   }
   if (!s.name.empty()) {  // set ns.attr = v
-    Value* ns = scope_->find(s.targets[0]);
-    Value target = ns ? *ns : lookup(s.targets[0]);
+    Value target = lookup(s.targets[0]);
     if (!target.is_dict() || !target.dict->namespace_) fail_at(s.line, "Cannot assign attribute on non-namespace object");
     target.dict->set(s.name, v);
     return;
@@ -241,7 +252,7 @@ Value Context::macro_value(const Stmt& s, std::shared_ptr<Scope> defined_in) {
   const bool uses_caller = refers_to(s.body, "caller");
   const Stmt* def = &s;
   return Value::function(s.name, [def, defined_in, uses_varargs, uses_kwargs, uses_caller](Context& ctx, Args& a) {
-    auto sc = child(defined_in);
+    auto sc = ctx.enter(defined_in, def->frame);
     const auto& params = def->params;
     if (a.pos.size() > params.size() && !uses_varargs)
       throw TemplateError("macro '" + def->name + "' takes not more than " + std::to_string(params.size()) +
@@ -298,7 +309,7 @@ void Context::exec_macro(const Stmt& s) { scope_->vars[s.name] = macro_value(s, 
 void Context::exec_call_block(const Stmt& s) {
   // {% call(params) m(args) %}body{% endcall %}: m gets caller=<macro rendering body>
   Value caller = Value::function("caller", [&s, defined_in = scope_](Context& ctx, Args& a) {
-    auto sc = child(defined_in);
+    auto sc = ctx.enter(defined_in, s.frame);
     for (size_t k = 0; k < s.params.size(); ++k) {
       if (k < a.pos.size()) sc->vars[s.params[k].first] = a.pos[k];
       else sc->vars[s.params[k].first] = s.params[k].second ? ctx.eval(*s.params[k].second) : Value::undefined("parameter '" + s.params[k].first + "' was not provided");
@@ -325,7 +336,11 @@ void Context::exec_call_block(const Stmt& s) {
 }
 
 Value Context::lookup(const std::string& name) {
-  if (Value* v = scope_->find(name)) return *v;
+  for (Scope* sc = scope_.get(); sc; sc = sc->parent.get()) {
+    auto it = sc->vars.find(name);
+    if (it != sc->vars.end()) return it->second;
+    if (sc->frame && sc->frame->stores.count(name)) return Value::undefined("'" + name + "' is undefined");
+  }
   Value g = find_global(name);
   if (!g.is_undefined()) return g;
   return Value::undefined("'" + name + "' is undefined");

@@ -18,19 +18,20 @@ struct Limits {
   size_t max_output = 16u << 20;           // bytes of any rendered string (UTF-8)
 };
 
-/// Variables of one scope; lookups walk up to the render's globals.
+/// Variables of one running frame; lookups walk up to the render's globals. A name the frame
+/// stores but has not assigned yet is undefined there (jinja2's frame locals).
 struct Scope {
   std::unordered_map<std::string, Value> vars;
   std::shared_ptr<Scope> parent;
-  Value* find(const std::string& name);
+  FramePtr frame;  // null for the globals
 };
 
 class Context {
  public:
   explicit Context(Limits limits = {}) : limits_(limits) {}
 
-  /// Renders `body` with `globals` as the outermost variables.
-  std::string render(const Body& body, std::shared_ptr<Scope> globals);
+  /// Renders `t` with `globals` as the outermost variables.
+  std::string render(const Template& t, std::shared_ptr<Scope> globals);
 
   Value eval(const Expr& e);
   /// Calls a callable value; raises for Undefined and non-callables.
@@ -57,6 +58,8 @@ class Context {
   void assign(const std::vector<std::string>& targets, const Value& v, int line);
   Value macro_value(const Stmt& s, std::shared_ptr<Scope> defined_in);
   Value lookup(const std::string& name);
+  /// A new scope for `frame` under `parent`, its inherited names set from `parent`.
+  std::shared_ptr<Scope> enter(const std::shared_ptr<Scope>& parent, const FramePtr& frame);
   Value get_attr(const Value& obj, const std::string& name);
   Value get_item(const Value& obj, const Value& key);
   Value binary(const Expr& e);

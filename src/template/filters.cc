@@ -86,7 +86,21 @@ Value f_abs(Context&, const Value& v, Args&) {
 Value f_capitalize(Context&, const Value& v, Args&) { return same_kind(v, pystr::capitalize(to_str(v))); }
 Value f_lower(Context&, const Value& v, Args&) { return same_kind(v, pystr::lower(to_str(v))); }
 Value f_upper(Context&, const Value& v, Args&) { return same_kind(v, pystr::upper(to_str(v))); }
-Value f_title(Context&, const Value& v, Args&) { return same_kind(v, pystr::title(to_str(v))); }
+/// jinja2's do_title, not str.title: words start after runs of '-', whitespace, '(', '{', '[', '<'.
+Value f_title(Context&, const Value& v, Args&) {
+  std::u32string u = pystr::decode(to_str(v)), out;
+  auto sep = [](char32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || pystr::is_space(c); };
+  for (size_t k = 0; k < u.size();) {
+    size_t e = k;
+    bool is_sep = sep(u[k]);
+    while (e < u.size() && sep(u[e]) == is_sep) ++e;
+    std::string item = pystr::encode(std::u32string_view(u).substr(k, e - k));
+    std::string first = pystr::encode(std::u32string_view(u).substr(k, 1));
+    out += pystr::decode(pystr::upper(first) + pystr::lower(item.substr(first.size())));
+    k = e;
+  }
+  return same_kind(v, pystr::encode(out));
+}
 Value f_string(Context&, const Value& v, Args&) { return same_kind(v, to_str(v)); }
 Value f_safe(Context&, const Value& v, Args&) { return Value::markup_string(to_str(v)); }
 Value f_trim(Context&, const Value& v, Args& a) {
@@ -255,6 +269,7 @@ Value f_unique(Context& ctx, const Value& v, Args& a) {
   List out, seen;
   for (const auto& item : iterate(v)) {
     Value k = lower_key(attribute ? attr_path(ctx, item, *attribute) : item, case_sensitive);
+    if ((k.is_list() && !k.tuple) || k.is_dict()) throw TemplateError("unhashable type: '" + type_name(k) + "'");
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
       seen.push_back(k);
       out.push_back(item);
@@ -348,7 +363,9 @@ Value f_indent(Context&, const Value& v, Args& a) {
   std::string ind = w && w->is_string() ? w->s : std::string(static_cast<size_t>(std::max<int64_t>(0, w ? (w->kind == Kind::Bool ? w->b : w->i) : 4)), ' ');
   bool first = bool_arg(a, 1, "first", false);
   bool blank = bool_arg(a, 2, "blank", false);
-  std::string s = to_str(v) + "\n";  // jinja2's quirk so that splitlines keeps a final empty line
+  if (v.is_undefined()) fail_undefined(v);  // jinja2 does `s += "\n"`: only strings pass
+  if (!v.is_string()) throw TemplateError("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+  std::string s = v.s + "\n";  // jinja2's quirk so that splitlines keeps a final empty line
   auto lines = pystr::splitlines(s);
   std::string rv;
   if (blank) {

@@ -33,9 +33,9 @@ std::string need_str(const Args& a, size_t k, const char* name) {
   if (!v->is_string()) throw TemplateError("must be str, not " + type_name(*v));
   return v->s;
 }
-Value str_list(const std::vector<std::string>& parts) {
+Value str_list(const std::vector<std::string>& parts, bool markup = false) {
   List out;
-  for (const auto& p : parts) out.push_back(Value::string(p));
+  for (const auto& p : parts) out.push_back(markup ? Value::markup_string(p) : Value::string(p));
   return Value::make_list(std::move(out));
 }
 
@@ -44,21 +44,21 @@ Value s_lstrip(Context&, const Value& s, Args& a) { return same_kind(s, pystr::s
 Value s_rstrip(Context&, const Value& s, Args& a) { return same_kind(s, pystr::strip(s.s, opt_str(a, 0, "chars"), false, true)); }
 Value s_split(Context&, const Value& s, Args& a) {
   try {
-    return str_list(pystr::split(s.s, opt_str(a, 0, "sep"), int_or(a, 1, "maxsplit", -1)));
+    return str_list(pystr::split(s.s, opt_str(a, 0, "sep"), int_or(a, 1, "maxsplit", -1)), s.markup);
   } catch (const std::invalid_argument&) {
     throw TemplateError("empty separator");
   }
 }
 Value s_rsplit(Context&, const Value& s, Args& a) {
   try {
-    return str_list(pystr::rsplit(s.s, opt_str(a, 0, "sep"), int_or(a, 1, "maxsplit", -1)));
+    return str_list(pystr::rsplit(s.s, opt_str(a, 0, "sep"), int_or(a, 1, "maxsplit", -1)), s.markup);
   } catch (const std::invalid_argument&) {
     throw TemplateError("empty separator");
   }
 }
 Value s_splitlines(Context&, const Value& s, Args& a) {
   const Value* k = arg(a, 0, "keepends");
-  return str_list(pystr::splitlines(s.s, k && truthy(*k)));
+  return str_list(pystr::splitlines(s.s, k && truthy(*k)), s.markup);
 }
 Value affix(const Value& s, Args& a, bool start) {
   const Value* p = arg(a, 0, "prefix");

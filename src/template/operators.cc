@@ -115,6 +115,8 @@ bool contains(const Value& container, const Value& item) {
       return false;
     case Kind::Dict:
       if (container.dict->namespace_ || container.dict->loop) break;
+      if (item.is_list() && !item.tuple) throw TemplateError("unhashable type: 'list'");
+      if (item.is_dict()) throw TemplateError("unhashable type: 'dict'");
       return item.is_string() && container.dict->find(item.s) != nullptr;
     case Kind::Undefined:
       if (container.unsafe) fail_undefined(container);

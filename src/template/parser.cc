@@ -5,6 +5,7 @@
 #include "template/builtins.h"
 #include "template/chat_template.h"
 #include "template/lexer.h"
+#include "template/scopes.h"
 
 namespace fuselm::tmpl {
 namespace {
@@ -129,7 +130,7 @@ class Parser {
     auto s = std::make_unique<Stmt>(Stmt{StmtKind::If, line});
     Soft soft(*this);
     while (true) {
-      s->conds.push_back(parse_tuple(false));
+      s->conds.push_back(parse_tuple(false, /*condexpr=*/false));  // jinja2: no inline if here
       expect_block_end();
       std::string end;
       s->bodies.push_back(parse_body({"elif", "else", "endif"}, end));
@@ -668,6 +669,11 @@ class Parser {
 
 }  // namespace
 
-Body parse(const std::string& source) { return Parser(lex(source)).parse_all(); }
+Template parse(const std::string& source) {
+  Template t;
+  t.body = Parser(lex(source)).parse_all();
+  t.frame = analyze_frames(t.body, {});
+  return t;
+}
 
 }  // namespace fuselm::tmpl

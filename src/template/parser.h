@@ -10,7 +10,8 @@ namespace fuselm::tmpl {
 
 /// Parses a whole template. Throws TemplateError("line N: ...") on syntax errors, unsupported
 /// tags (include, extends, import, block, raw, do, ...), and, as jinja2 does at compile time, on
-/// unknown filters or tests outside if-statements and conditional expressions.
-Body parse(const std::string& source);
+/// unknown filters or tests outside if-statements and conditional expressions. Frames are
+/// analysed (scopes.h).
+Template parse(const std::string& source);
 
 }  // namespace fuselm::tmpl

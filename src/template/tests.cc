@@ -16,23 +16,14 @@ const Value& need(const Args& a, const char* name) {
   return *v;
 }
 
-int64_t mod(const Value& v, int64_t m) {
-  if (v.is_undefined()) fail_undefined(v);
-  if (v.kind == Kind::Int || v.kind == Kind::Bool) {
-    int64_t x = v.kind == Kind::Bool ? v.b : v.i, r = x % m;
-    return r < 0 ? r + (m < 0 ? -m : m) : r;
-  }
-  if (v.kind == Kind::Float) return std::fmod(v.f, static_cast<double>(m)) == 0 ? 0 : 1;
-  throw TemplateError("unsupported operand type(s) for %: '" + type_name(v) + "' and 'int'");
+/// Python's `value % m == r`, as jinja2's odd/even/divisibleby compute it.
+bool mod_is(Context& ctx, const Value& v, const Value& m, int64_t r) {
+  return equals(arithmetic("%", v, m, ctx), Value::integer(r));
 }
 
-bool t_odd(Context&, const Value& v, Args&) { return mod(v, 2) == 1; }
-bool t_even(Context&, const Value& v, Args&) { return mod(v, 2) == 0; }
-bool t_divisibleby(Context&, const Value& v, Args& a) {
-  const Value& n = need(a, "num");
-  if (n.kind != Kind::Int || n.i == 0) throw TemplateError("divisibleby needs a non-zero integer");
-  return mod(v, n.i) == 0;
-}
+bool t_odd(Context& c, const Value& v, Args&) { return mod_is(c, v, Value::integer(2), 1); }
+bool t_even(Context& c, const Value& v, Args&) { return mod_is(c, v, Value::integer(2), 0); }
+bool t_divisibleby(Context& c, const Value& v, Args& a) { return mod_is(c, v, need(a, "num"), 0); }
 bool t_defined(Context&, const Value& v, Args&) { return !v.is_undefined(); }
 bool t_undefined(Context&, const Value& v, Args&) { return v.is_undefined(); }
 bool t_none(Context&, const Value& v, Args&) { return v.is_none(); }

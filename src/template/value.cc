@@ -176,7 +176,7 @@ std::string repr_string(const std::string& s) {
 
 std::string repr(const Value& v) {
   switch (v.kind) {
-    case Kind::String: return repr_string(v.s);
+    case Kind::String: return v.markup ? "Markup(" + repr_string(v.s) + ")" : repr_string(v.s);
     case Kind::List: {
       std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
