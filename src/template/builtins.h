@@ -12,6 +12,9 @@ using TestFn = bool (*)(Context& ctx, const Value& v, Args& args);
 
 /// The filter named `name`, or nullptr (jinja2's filters plus transformers' tojson).
 FilterFn find_filter(const std::string& name);
+/// Whether `name` is a jinja2 filter this renderer does not provide (groupby, truncate, ...):
+/// using one is an "unsupported" error rather than jinja2's "no filter named".
+bool unsupported_filter(const std::string& name);
 /// The test named `name`, or nullptr.
 TestFn find_test(const std::string& name);
 /// `obj.name` as jinja2's sandboxed getattr: the str/dict/list method bound to obj, or

@@ -184,31 +184,35 @@ Context::Flow Context::exec_for(const Stmt& s) {
     return Flow::Normal;
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  auto cycle = [](int64_t index0) {
-    return Value::function("cycle", [index0](Context&, Args& a) -> Value {
-      if (a.pos.empty()) throw TemplateError("no items for cycling given");
-      return a.pos[static_cast<size_t>(index0) % a.pos.size()];
-    }, "method");
-  };
+  // One loop object for the whole loop, advanced in place, as jinja2's LoopContext is.
+  Value loop = Value::make_dict();
+  loop.dict->loop = true;
+  auto& d = *loop.dict;
+  for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
+                          "previtem", "nextitem", "cycle"})
+    d.items.emplace_back(key, Value());
+  d.items[6].second = Value::integer(n);
+  d.items[7].second = Value::integer(1);
+  d.items[8].second = Value::integer(0);
+  std::weak_ptr<Dict> weak = loop.dict;
+  d.items[11].second = Value::function("cycle", [weak](Context&, Args& a) -> Value {
+    auto live = weak.lock();
+    if (a.pos.empty()) throw TemplateError("no items for cycling given");
+    int64_t k = live ? live->items[1].second.i : 0;
+    return a.pos[static_cast<size_t>(k) % a.pos.size()];
+  }, "method");
   bool completed = false;  // jinja2 runs the else block unless some iteration reached the body's end
   for (int64_t k = 0; k < n; ++k) {
     if (++iterations_ > limits_.max_iterations)
       fail_at(s.line, "loop iterations exceed the sandbox bound of " + std::to_string(limits_.max_iterations));
-    Value loop = Value::make_dict();
-    loop.dict->loop = true;
-    auto& d = *loop.dict;
-    d.set("index", Value::integer(k + 1));
-    d.set("index0", Value::integer(k));
-    d.set("revindex", Value::integer(n - k));
-    d.set("revindex0", Value::integer(n - k - 1));
-    d.set("first", Value::boolean(k == 0));
-    d.set("last", Value::boolean(k == n - 1));
-    d.set("length", Value::integer(n));
-    d.set("depth", Value::integer(1));
-    d.set("depth0", Value::integer(0));
-    d.set("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
-    d.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
-    d.set("cycle", cycle(k));
+    d.items[0].second = Value::integer(k + 1);
+    d.items[1].second = Value::integer(k);
+    d.items[2].second = Value::integer(n - k);
+    d.items[3].second = Value::integer(n - k - 1);
+    d.items[4].second = Value::boolean(k == 0);
+    d.items[5].second = Value::boolean(k == n - 1);
+    d.items[9].second = k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("there is no previous item");
+    d.items[10].second = k + 1 < n ? items[static_cast<size_t>(k + 1)] : Value::undefined("there is no next item");
     ScopeGuard g(scope_, enter(scope_, s.frame));
     scope_->vars["loop"] = loop;
     assign(s.targets, items[k], s.line);
@@ -361,6 +365,7 @@ Value Context::call(const Value& fn, Args& args) {
 
 Value Context::filter(const std::string& name, const Value& v, Args& args) {
   FilterFn f = find_filter(name);
+  if (!f && unsupported_filter(name)) throw TemplateError("unsupported filter '" + name + "'");
   if (!f) throw TemplateError("No filter named '" + name + "' found.");
   return f(*this, v, args);
 }

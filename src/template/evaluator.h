@@ -14,7 +14,7 @@ namespace fuselm::tmpl {
 /// Sandbox bounds. Exceeding one is a TemplateError naming the bound.
 struct Limits {
   int max_call_depth = 256;                // nested macro/caller calls
-  int64_t max_iterations = 5'000'000;      // loop iterations over the whole render
+  int64_t max_iterations = 2'000'000;      // loop iterations over the whole render
   size_t max_output = 16u << 20;           // bytes of any rendered string (UTF-8)
 };
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <utf8proc.h>
 
 #include "template/builtins.h"
@@ -437,6 +438,13 @@ const std::map<std::string, FilterFn>& filters() {
 }
 
 }  // namespace
+
+bool unsupported_filter(const std::string& name) {
+  static const std::set<std::string> names = {"attr", "batch", "filesizeformat", "forceescape", "format", "groupby",
+                                              "pprint", "random", "slice", "striptags", "truncate", "urlencode",
+                                              "urlize", "wordwrap", "xmlattr"};
+  return names.count(name) > 0;
+}
 
 FilterFn find_filter(const std::string& name) {
   auto it = filters().find(name);

@@ -73,7 +73,12 @@ class Parser {
     while (true) {
       const Token& tok = cur();
       if (tok.type == Tok::Eof) {
-        if (!ends.empty()) fail("unexpected end of template; expected " + *ends.begin());
+        if (!ends.empty()) {
+          std::string want = *ends.begin();
+          for (const auto& e : ends)
+            if (e.rfind("end", 0) == 0) want = e;
+          fail("unexpected end of template; expected '{% " + want + " %}'");
+        }
         return body;
       }
       if (tok.type == Tok::Text) {
@@ -632,7 +637,8 @@ class Parser {
     auto e = make(ExprKind::Filter, cur().line);
     e->name = dotted_name();
     e->soft = soft_ > 0;
-    if (!find_filter(e->name) && !e->soft) fail("No filter named '" + e->name + "'.", e->line);
+    if (!find_filter(e->name) && !e->soft)
+      fail(unsupported_filter(e->name) ? "unsupported filter '" + e->name + "'" : "No filter named '" + e->name + "'.", e->line);
     e->args.push_back(std::move(node));
     if (is_op("(")) parse_call_args(*e);
     return e;
