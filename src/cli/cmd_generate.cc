@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "engine/generator.h"
+#include "template/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,8 +31,26 @@ struct GenerateArgs {
   uint64_t seed = 0;
   bool json = false;
   bool ignore_eos = false;
+  bool chat = false;
   std::string logits_out;
 };
+
+/// --chat: the model's chat template applied to the prompt as one user message with
+/// add_generation_prompt, as transformers' apply_chat_template renders it.
+std::string chat_prompt(const GenerateArgs& a) {
+  namespace fs = std::filesystem;
+  fs::path dir = a.model.model_dir.empty() ? default_model_dir() : fs::path(a.model.model_dir);
+  auto mt = tmpl::find_model_template(dir);
+  if (!mt)
+    throw std::runtime_error(dir.string() + ": --chat needs a chat template (chat_template.jinja or tokenizer_config.json "
+                             "chat_template); the model has none");
+  nlohmann::ordered_json vars;
+  vars["messages"] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", a.prompt}}});
+  vars["add_generation_prompt"] = true;
+  if (!mt->bos_token.empty()) vars["bos_token"] = mt->bos_token;
+  if (!mt->eos_token.empty()) vars["eos_token"] = mt->eos_token;
+  return tmpl::render(mt->source, vars);
+}
 
 std::vector<int64_t> parse_ids(const std::string& s) {
   if (s.empty()) throw std::runtime_error("--prompt-ids is empty; give comma-separated token ids, e.g. 1,2,3");
@@ -63,13 +82,16 @@ CLI::Validator real_in(double lo, double hi, bool lo_open) {
 }
 
 void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& prompt_ids) {
+  // A rendered chat template holds its special tokens already: transformers tokenizes it with
+  // add_special_tokens=False. Rendered before the model loads, so a template error shows at once.
+  const std::string text = prompt_ids ? std::string() : a.chat ? chat_prompt(a) : a.prompt;
   auto loaded = load_model(a.model);
   engine::GenerateRequest req;
   if (prompt_ids) {
     req.prompt_ids = *prompt_ids;
   } else {
     if (!loaded.tokenizer) throw std::runtime_error("--prompt needs a tokenizer.json in the model directory; use --prompt-ids");
-    for (auto id : loaded.tokenizer->encode(a.prompt, true)) req.prompt_ids.push_back(id);
+    for (auto id : loaded.tokenizer->encode(text, !a.chat)) req.prompt_ids.push_back(id);
   }
   req.max_tokens = a.max_tokens;
   req.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
@@ -78,7 +100,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   std::unique_ptr<tokenizer::StreamDecoder> stream;
   if (loaded.tokenizer && !a.json) {
     stream = std::make_unique<tokenizer::StreamDecoder>(*loaded.tokenizer, true);
-    std::fputs(a.prompt.c_str(), stdout);
+    if (!a.chat) std::fputs(a.prompt.c_str(), stdout);  // a chat prints only the reply
     std::fflush(stdout);
   }
   std::FILE* logits_file = nullptr;
@@ -141,6 +163,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "random seed for sampling")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object: token_ids, text, logprobs, finish_reason");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
+  auto* chat = cmd->add_flag("--chat", a->chat,
+                             "apply the model's chat template to --prompt as one user message (add_generation_prompt) "
+                             "and print only the reply");
+  chat->excludes(ids);
   cmd->add_option("--logits-out", a->logits_out,
                   "write every logits row (prompt tokens, then each decode step) as raw f32 to this file");
   cmd->callback([a, p, ids] {

@@ -15,5 +15,6 @@ int exit_code();
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_apply_template_command(CLI::App& app);
 
 }  // namespace fuselm::cli
