@@ -1,0 +1,31 @@
+#pragma once
+// Per-path kernel table of quant_linear (internal: quant.cc dispatches, quant_generic.cc and
+// quant_simd_impl.h implement).
+#include <cstdint>
+
+#include "kernels/cpu/quant.h"
+
+namespace fuselm::kernels {
+
+/// QuantLinearArgs after validation, strides resolved; x already quantized (Q8Acts).
+struct QuantProblem {
+  QuantType type;
+  const unsigned char* w;
+  int64_t ldw;  // bytes
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  int64_t m, n, k;
+};
+
+struct QuantKernels {
+  /// y[:, n0:n1) for all m rows: each weight row is decoded once per group of up to 4 rows of x.
+  void (*rows)(const QuantProblem& p, const Q8Acts& a, int64_t n0, int64_t n1);
+  const char* name;
+};
+
+extern const QuantKernels kQuantKernelsGeneric;
+extern const QuantKernels kQuantKernelsAvx2;
+extern const QuantKernels kQuantKernelsVnni;
+
+}  // namespace fuselm::kernels
