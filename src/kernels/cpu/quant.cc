@@ -139,7 +139,7 @@ void check_block(QuantType t, int64_t k, const char* what) {
 // Round to nearest, ties to even, for |v| < 2^22 (the activations' |v| <= 127).
 inline float round_even(float v) { return (v + 12582912.f) - 12582912.f; }
 
-void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float* d, int16_t* sum16) {
+void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float* d, int16_t* sum16, float* dsum) {
   for (int64_t b = 0; b < k / block; ++b) {
     const float* xb = x + b * block;
     float amax = 0.f;
@@ -157,6 +157,7 @@ void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float
     for (int j = 0; j < 16; ++j) s += q[16 * g + j];
     sum16[g] = static_cast<int16_t>(s);
   }
+  for (int64_t c = 0; c < k / 32; ++c) dsum[c] = d[c * 32 / block] * static_cast<float>(sum16[2 * c] + sum16[2 * c + 1]);
 }
 
 int64_t align64(int64_t n) { return (n + 63) & ~int64_t{63}; }
@@ -214,7 +215,7 @@ void quantize_row(QuantType t, const float* src, void* dst, int64_t k) {
 }
 
 int64_t q8_acts_bytes(int64_t m, int64_t k, int64_t block) {
-  return align64(m * k) + align64(m * (k / block) * 4) + align64(m * (k / 16) * 2);
+  return align64(m * k) + align64(m * (k / block) * 4) + align64(m * (k / 16) * 2) + align64(m * (k / 32) * 4);
 }
 
 Q8Acts quantize_acts(const float* x, int64_t lda, int64_t m, int64_t k, int64_t block, void* scratch) {
@@ -224,12 +225,13 @@ Q8Acts quantize_acts(const float* x, int64_t lda, int64_t m, int64_t k, int64_t 
   auto* q = reinterpret_cast<int8_t*>(base);
   auto* d = reinterpret_cast<float*>(base + align64(m * k));
   auto* s = reinterpret_cast<int16_t*>(base + align64(m * k) + align64(m * (k / block) * 4));
+  auto* ds = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(s) + align64(m * (k / 16) * 2));
   const int64_t nb = k / block;
   const int nt = kernel_threads(m * k, int64_t{1} << 15);
   parallel_for_ranges(nt, m, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) quantize_act_row(x + i * lda, k, block, q + i * k, d + i * nb, s + i * (k / 16));
+    for (int64_t i = i0; i < i1; ++i) quantize_act_row(x + i * lda, k, block, q + i * k, d + i * nb, s + i * (k / 16), ds + i * (k / 32));
   });
-  return {q, d, s, k, block};
+  return {q, d, s, ds, k, block};
 }
 
 const char* quant_kernel_path() { return quant_kernels().name; }

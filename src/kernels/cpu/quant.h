@@ -55,10 +55,13 @@ void quantize_row(QuantType t, const float* src, void* dst, int64_t k);
 ///   q[i*k + p]       int8 values, x[i, p] ≈ d[i*nb + p/block]·q[i*k + p]
 ///   d[i*nb + b]      fp32 scale of block b (nb = k / block), amax/127 (0 for an all-zero block)
 ///   sum16[i*k/16 + g] sum of q over elements [16g, 16g+16)
+///   dsum[i*k/32 + c]  d of the block holding elements [32c, 32c+32) times their sum of q (fp32:
+///                     the offset and minimum terms of q4_0 / q4_1 without integer work)
 struct Q8Acts {
   const int8_t* q;
   const float* d;
   const int16_t* sum16;
+  const float* dsum;
   int64_t k, block;
 };
 

@@ -42,50 +42,64 @@ struct ActRows {
   const int8_t* q;
   const float* d;
   const int16_t* s;
-  int64_t q_stride, d_stride, s_stride;
+  const float* ds;
+  int64_t q_stride, d_stride, s_stride, ds_stride;
 };
 
+// One 32-block step of Q8_0 into the accumulators acc[0..R).
 template <int R>
-void dot_q8_0(const BlockQ8_0* w, int64_t nb, const ActRows& a, float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i wv = load32(w[b].qs);
-    const __m256i aw = _mm256_abs_epi8(wv);
-    const float wd = half(w[b].d);
-    FUSELM_UNROLL(4)
-    for (int r = 0; r < R; ++r) {
-      const __m256i xv = load32(a.q + r * a.q_stride + b * kQK);
-      const __m256i p = dot_u8s8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv, wv));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * a.d[r * a.d_stride + b]), acc[r]);
-    }
+FUSELM_INLINE void step_q8_0(const BlockQ8_0& w, int64_t b, const ActRows& a, __m256* acc) {
+  const __m256i wv = load32(w.qs);
+  const __m256i aw = _mm256_abs_epi8(wv);
+  const float wd = half(w.d);
+  FUSELM_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    const __m256i xv = load32(a.q + r * a.q_stride + b * kQK);
+    const __m256i p = dot_u8s8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv, wv));
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * a.d[r * a.d_stride + b]), acc[r]);
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
 }
 
-// Q4_0 (kOffset: Σ d_w·d_x·(q·x - 8·Σx)) and Q4_1 (Σ d_w·d_x·q·x + m_w·d_x·Σx).
+// One 32-block step of Q4_0 (Σ d_w·d_x·(q·x - 8·Σx)) or Q4_1 (Σ d_w·d_x·q·x + m_w·d_x·Σx).
 template <int R, class B>
-void dot_q4(const B* w, int64_t nb, const ActRows& a, float* out) {
-  constexpr bool kOffset = sizeof(B) == sizeof(BlockQ4_0);
-  __m256 acc[R];
-  float corr[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.f;
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i q = unpack_nibbles16(w[b].qs);
-    const float wd = half(w[b].d);
-    float wm = 0.f;
-    if constexpr (!kOffset) wm = half(w[b].m);
-    FUSELM_UNROLL(4)
-    for (int r = 0; r < R; ++r) {
-      const __m256i xv = load32(a.q + r * a.q_stride + b * kQK);
-      const __m256i p = dot_u8s8(_mm256_setzero_si256(), q, xv);
-      const float dx = a.d[r * a.d_stride + b];
-      const int16_t* s = a.s + r * a.s_stride + 2 * b;
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * dx), acc[r]);
-      corr[r] += (kOffset ? -8.f * wd : wm) * dx * static_cast<float>(s[0] + s[1]);
-    }
+FUSELM_INLINE void step_q4(const B& w, int64_t b, const ActRows& a, __m256* acc, float* corr) {
+  const __m256i q = unpack_nibbles16(w.qs);
+  const float wd = half(w.d);
+  float wc;  // weight of the activations' d·Σq: the -8 offset, or the minimum
+  if constexpr (sizeof(B) == sizeof(BlockQ4_0))
+    wc = -8.f * wd;
+  else
+    wc = half(w.m);
+  FUSELM_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    const __m256i xv = load32(a.q + r * a.q_stride + b * kQK);
+    const __m256i p = dot_u8s8(_mm256_setzero_si256(), q, xv);
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * a.d[r * a.d_stride + b]), acc[r]);
+    corr[r] += wc * a.ds[r * a.ds_stride + b];
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + corr[r];
+}
+
+// Blocks alternate between two sets of accumulators, so that even one row has two independent
+// FMA chains (the chain's latency, not the loads, bounds a single dot product otherwise).
+template <int R, class B>
+void dot_32blocks(const B* w, int64_t nb, const ActRows& a, float* out) {
+  __m256 acc[2][R];
+  float corr[2][R];
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < R; ++r) acc[s][r] = _mm256_setzero_ps(), corr[s][r] = 0.f;
+  auto step = [&](int64_t b, int s) {
+    if constexpr (sizeof(B) == sizeof(BlockQ8_0))
+      step_q8_0<R>(w[b], b, a, acc[s]);
+    else
+      step_q4<R>(w[b], b, a, acc[s], corr[s]);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    step(b, 0);
+    step(b + 1, 1);
+  }
+  if (b < nb) step(b, 0);
+  for (int r = 0; r < R; ++r) out[r] = hsum8(_mm256_add_ps(acc[0][r], acc[1][r])) + corr[0][r] + corr[1][r];
 }
 
 // Eight 32-code chunks of a K-quant super-block and a scale per 16 codes (int16 pairs).
@@ -198,9 +212,9 @@ template <int R>
 void dot_rows(const QuantProblem& p, const unsigned char* w, const ActRows& a, float* out) {
   const int64_t nb = p.k / quant_info(p.type).block_elems;
   switch (p.type) {
-    case QuantType::q8_0: return dot_q8_0<R>(reinterpret_cast<const BlockQ8_0*>(w), nb, a, out);
-    case QuantType::q4_0: return dot_q4<R>(reinterpret_cast<const BlockQ4_0*>(w), nb, a, out);
-    case QuantType::q4_1: return dot_q4<R>(reinterpret_cast<const BlockQ4_1*>(w), nb, a, out);
+    case QuantType::q8_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ8_0*>(w), nb, a, out);
+    case QuantType::q4_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ4_0*>(w), nb, a, out);
+    case QuantType::q4_1: return dot_32blocks<R>(reinterpret_cast<const BlockQ4_1*>(w), nb, a, out);
     case QuantType::q4_k: return dot_k45<R>(reinterpret_cast<const BlockQ4_K*>(w), nb, a, out);
     case QuantType::q5_k: return dot_k45<R>(reinterpret_cast<const BlockQ5_K*>(w), nb, a, out);
     case QuantType::q6_k: return dot_q6_k<R>(reinterpret_cast<const BlockQ6_K*>(w), nb, a, out);
@@ -215,7 +229,8 @@ void rows_simd(const QuantProblem& p, const Q8Acts& q8, int64_t n0, int64_t n1) 
     const unsigned char* w = p.w + j * p.ldw;
     const float bias = p.bias ? p.bias[j] : 0.f;
     for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
-      const ActRows a{q8.q + i0 * p.k, q8.d + i0 * nb, q8.sum16 + i0 * (p.k / 16), p.k, nb, p.k / 16};
+      const ActRows a{q8.q + i0 * p.k, q8.d + i0 * nb, q8.sum16 + i0 * (p.k / 16), q8.dsum + i0 * (p.k / 32),
+                      p.k, nb, p.k / 16, p.k / 32};
       float out[4];
       switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
         case 4: dot_rows<4>(p, w, a, out); break;
