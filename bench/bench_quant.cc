@@ -7,6 +7,8 @@
 //   decode token SmolLM2-135M's 30 layers' linears + LM head at m = 1, distinct weights: tokens/s
 //                of the linears alone (attention, norms and the rest excluded)
 //   GEMM         m = 128 (prefill) on the 1.1B gate_up shape: GFLOP/s
+// Block types as they lie in the GGUF (q8_0, ...) and, for q8_0 and q4_0, repacked to the
+// 16-row interleaved layout of quant_packed.h (q8_0x16, q4_0x16).
 //
 // Usage: bench_quant [--quick] [--isa generic|avx2|avx512]   (OMP_NUM_THREADS: threads)
 #include <omp.h>
@@ -27,6 +29,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/probe.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_packed.h"
 
 namespace {
 
@@ -47,7 +50,10 @@ constexpr int kSmolLayers = 30;
 struct Format {
   std::optional<DType> dtype;
   std::optional<QuantType> quant;
-  std::string name() const { return dtype ? dtype_name(*dtype) : quant_info(*quant).name; }
+  bool packed = false;  // QuantPacked (16-row interleaved), quant_linear_packed
+  std::string name() const {
+    return dtype ? dtype_name(*dtype) : fmt::format("{}{}", quant_info(*quant).name, packed ? "x16" : "");
+  }
   bool fits(const Shape& s) const { return dtype || s.k % quant_info(*quant).block_elems == 0; }
   int64_t bytes(const Shape& s) const {
     return dtype ? s.n * s.k * dtype_size(*dtype) : s.n * quant_row_bytes(*quant, s.k);
@@ -77,7 +83,9 @@ std::vector<unsigned char> make_weights(size_t bytes, const Format& f) {
 }
 
 void run(const Format& f, const Shape& s, int64_t m, const void* w, const float* x, float* y) {
-  if (f.dtype)
+  if (f.packed)
+    quant_linear_packed(*static_cast<const QuantPacked*>(w), x, 0, nullptr, y, 0, m);
+  else if (f.dtype)
     linear({.x = x, .w = w, .w_dtype = *f.dtype, .y = y, .m = m, .n = s.n, .k = s.k});
   else
     quant_linear({.x = x, .w = w, .w_type = *f.quant, .y = y, .m = m, .n = s.n, .k = s.k});
@@ -88,13 +96,17 @@ double time_call(const Format& f, const Shape& s, int64_t m, double min_s, size_
   const size_t wb = static_cast<size_t>(f.bytes(s));
   const size_t copies = std::max<size_t>(1, (cycle + wb - 1) / wb);
   const auto w = make_weights(wb * copies, f);
+  std::vector<QuantPacked> packed;
+  if (f.packed)
+    for (size_t c = 0; c < copies; ++c) packed.push_back(QuantPacked::pack(*f.quant, w.data() + c * wb, 0, s.n, s.k));
+  auto weights = [&](size_t c) -> const void* { return f.packed ? static_cast<const void*>(&packed[c]) : w.data() + c * wb; };
   std::vector<float> x(static_cast<size_t>(m * s.k), 0.5f), y(static_cast<size_t>(m * s.n));
-  for (size_t c = 0; c < std::min<size_t>(copies, 2); ++c) run(f, s, m, w.data() + c * wb, x.data(), y.data());
+  for (size_t c = 0; c < std::min<size_t>(copies, 2); ++c) run(f, s, m, weights(c), x.data(), y.data());
   int64_t calls = 0;
   const double t0 = now_s();
   double t = t0;
   while (t - t0 < min_s || calls < 3) {
-    run(f, s, m, w.data() + (static_cast<size_t>(calls) % copies) * wb, x.data(), y.data());
+    run(f, s, m, weights(static_cast<size_t>(calls) % copies), x.data(), y.data());
     ++calls;
     t = now_s();
   }
@@ -104,13 +116,17 @@ double time_call(const Format& f, const Shape& s, int64_t m, double min_s, size_
 // SmolLM2's linears for one token, distinct weights per layer: seconds per token, bytes.
 std::pair<double, double> time_token(const Format& f, double min_s) {
   std::vector<std::vector<unsigned char>> ws;
+  std::vector<QuantPacked> packed;
   std::vector<std::pair<Shape, const void*>> calls;
   double bytes = 0;
+  ws.reserve((kSmolLayers + 1) * 5);
+  packed.reserve((kSmolLayers + 1) * 5);
   for (int l = 0; l <= kSmolLayers; ++l)
     for (const Shape& s : kSmol) {
       if ((l == kSmolLayers) != (std::string(s.name) == "lm_head")) continue;
       ws.push_back(make_weights(static_cast<size_t>(f.bytes(s)), f));
-      calls.emplace_back(s, ws.back().data());
+      if (f.packed) packed.push_back(QuantPacked::pack(*f.quant, ws.back().data(), 0, s.n, s.k));
+      calls.emplace_back(s, f.packed ? static_cast<const void*>(&packed.back()) : ws.back().data());
       bytes += static_cast<double>(f.bytes(s));
     }
   std::vector<float> x(1536, 0.5f), y(49152);
@@ -131,7 +147,10 @@ std::pair<double, double> time_token(const Format& f, double min_s) {
 
 std::vector<Format> formats() {
   std::vector<Format> out{{DType::f32, {}}, {DType::bf16, {}}};
-  for (QuantType q : kAllQuantTypes) out.push_back({{}, q});
+  for (QuantType q : kAllQuantTypes) {
+    out.push_back({{}, q});
+    if (QuantPacked::packable(q)) out.push_back({{}, q, true});
+  }
   return out;
 }
 
@@ -157,7 +176,7 @@ int main(int argc, char** argv) {
 
   fmt::print("GEMV m = 1: us/call and GB/s of weight bytes per ISA path (quant kernels on avx512 use VNNI; * = "
              "no VNNI, the avx2 kernels)\n");
-  fmt::print("{:<11} {:>6} {:>5} {:<5} {:>7}", "shape", "n", "k", "fmt", "MiB");
+  fmt::print("{:<11} {:>6} {:>5} {:<7} {:>7}", "shape", "n", "k", "fmt", "MiB");
   for (Isa isa : isas) fmt::print(" | {:>16}", fmt::format("{} us  GB/s", isa_name(isa)));
   fmt::print("\n");
   std::vector<Shape> shapes(std::begin(kSmol), std::end(kSmol));
@@ -165,7 +184,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     for (const Format& f : formats()) {
       if (!f.fits(s)) continue;  // K-quants need k % 256 == 0 (llama.cpp picks another type)
-      fmt::print("{:<11} {:>6} {:>5} {:<5} {:>7.2f}", s.name, s.n, s.k, f.name(), f.bytes(s) / 1048576.0);
+      fmt::print("{:<11} {:>6} {:>5} {:<7} {:>7.2f}", s.name, s.n, s.k, f.name(), f.bytes(s) / 1048576.0);
       for (Isa isa : isas) {
         ScopedCpuIsa scoped(isa);
         const double t = time_call(f, s, 1, isa == Isa::generic ? min_s / 4 : min_s, cycle);
@@ -179,13 +198,13 @@ int main(int argc, char** argv) {
 
   fmt::print("\ndecode token (SmolLM2-135M linears: {} layers + lm_head, m = 1), best ISA path {}\n", kSmolLayers,
              isa_name(isas.back()));
-  fmt::print("{:<5} {:>8} {:>9} {:>9} {:>7} {:>5}\n", "fmt", "MiB", "ms/token", "tokens/s", "GB/s", "%bw");
+  fmt::print("{:<7} {:>8} {:>9} {:>9} {:>7} {:>5}\n", "fmt", "MiB", "ms/token", "tokens/s", "GB/s", "%bw");
   {
     ScopedCpuIsa scoped(isas.back());
     for (const Format& f : formats()) {
       if (!f.fits(kSmol[0])) continue;
       const auto [t, bytes] = time_token(f, min_s * 2);
-      fmt::print("{:<5} {:>8.1f} {:>9.3f} {:>9.1f} {:>7.1f} {:>4.0f}%\n", f.name(), bytes / 1048576.0, t * 1e3, 1 / t,
+      fmt::print("{:<7} {:>8.1f} {:>9.3f} {:>9.1f} {:>7.1f} {:>4.0f}%\n", f.name(), bytes / 1048576.0, t * 1e3, 1 / t,
                  bytes / t / 1e9, 100 * bytes / t / 1e9 / bw);
     }
   }
@@ -195,7 +214,7 @@ int main(int argc, char** argv) {
     ScopedCpuIsa scoped(isas.back());
     for (const Format& f : formats()) {
       const double t = time_call(f, kTiny[1], 128, min_s, 0);
-      fmt::print("{:<5} {:>9.2f} ms {:>8.1f} GFLOP/s\n", f.name(), t * 1e3, 2.0 * 128 * kTiny[1].n * kTiny[1].k / t / 1e9);
+      fmt::print("{:<7} {:>9.2f} ms {:>8.1f} GFLOP/s\n", f.name(), t * 1e3, 2.0 * 128 * kTiny[1].n * kTiny[1].k / t / 1e9);
     }
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_packed.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels_testing.h"
 
@@ -49,9 +50,11 @@ struct QuantCase {
   bool bias = false;
   int64_t pad = 0;  // extra elements (bytes for w) per row stride
   int threads = 0;
+  bool packed = false;  // through QuantPacked / quant_linear_packed
   std::string name() const {
-    return fmt::format("{}_m{}_n{}_k{}{}{}{}", quant_info(type).name, m, n, k, bias ? "_bias" : "",
-                       pad ? fmt::format("_pad{}", pad) : "", threads ? fmt::format("_t{}", threads) : "");
+    return fmt::format("{}_m{}_n{}_k{}{}{}{}{}", quant_info(type).name, m, n, k, bias ? "_bias" : "",
+                       pad ? fmt::format("_pad{}", pad) : "", threads ? fmt::format("_t{}", threads) : "",
+                       packed ? "_packed" : "");
   }
 };
 
@@ -71,8 +74,13 @@ void check_quant(const QuantCase& c, uint32_t seed) {
   std::vector<float> y(static_cast<size_t>(c.m * ldy), -7.f);
   std::optional<testing::ScopedThreads> threads;
   if (c.threads) threads.emplace(c.threads);
-  quant_linear({.x = x.data(), .lda = lda, .w = w.data(), .w_type = c.type, .ldw_bytes = ldw,
-                .bias = c.bias ? bias.data() : nullptr, .y = y.data(), .ldy = ldy, .m = c.m, .n = c.n, .k = c.k});
+  if (c.packed) {
+    const QuantPacked pw = QuantPacked::pack(c.type, w.data(), ldw, c.n, c.k);
+    quant_linear_packed(pw, x.data(), lda, c.bias ? bias.data() : nullptr, y.data(), ldy, c.m);
+  } else {
+    quant_linear({.x = x.data(), .lda = lda, .w = w.data(), .w_type = c.type, .ldw_bytes = ldw,
+                  .bias = c.bias ? bias.data() : nullptr, .y = y.data(), .ldy = ldy, .m = c.m, .n = c.n, .k = c.k});
+  }
   int bad = 0;
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
@@ -117,6 +125,27 @@ TEST_P(QuantLinearIsa, MatchesDequantizedReference) {
   ScopedCpuIsa scoped(GetParam());
   uint32_t seed = 1;
   for (const QuantCase& c : cases()) check_quant(c, seed += 10);
+}
+
+// The 16-row packed layout: groups that 16 rows do not fill, one to nine rows of x.
+TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  uint32_t seed = 7;
+  for (QuantType t : {QuantType::q8_0, QuantType::q4_0}) {
+    for (QuantCase c : std::vector<QuantCase>{{t, 1, 1, 32}, {t, 1, 16, 64, true}, {t, 2, 17, 96, false, 3},
+                                              {t, 5, 40, 32, true, 0, 2}, {t, 9, 33, 128, true, 1, 2},
+                                              {t, 1, 100, 256, false, 0, 2}}) {
+      c.packed = true;
+      check_quant(c, seed += 10);
+    }
+  }
+}
+
+TEST(QuantPacked, RejectsOtherTypes) {
+  std::vector<unsigned char> w(144);
+  EXPECT_THROW(QuantPacked::pack(QuantType::q4_k, w.data(), 0, 1, 256), std::invalid_argument);
+  EXPECT_THROW(QuantPacked::pack(QuantType::q8_0, w.data(), 0, 1, 40), std::invalid_argument);
 }
 
 TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {

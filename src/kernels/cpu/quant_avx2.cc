@@ -1,6 +1,7 @@
 // quant_linear kernels compiled for the avx2 path (bodies in quant_simd_impl.h).
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/quant_packed.h"
 #include "kernels/cpu/simd.h"
 
 #if FUSELM_X86_ISAS
@@ -11,6 +12,6 @@
 #include "kernels/cpu/isa_end.inc"
 
 namespace fuselm::kernels {
-const QuantKernels kQuantKernelsAvx2 = {rows_simd, "avx2"};
+const QuantKernels kQuantKernelsAvx2 = {rows_simd, packed_simd, "avx2"};
 }  // namespace fuselm::kernels
 #endif

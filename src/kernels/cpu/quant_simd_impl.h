@@ -245,3 +245,149 @@ void rows_simd(const QuantProblem& p, const Q8Acts& q8, int64_t n0, int64_t n1) 
 
 }  // namespace
 }  // namespace fuselm::kernels
+
+// ------------------------------------------------------------------------- packed (quant_packed.h)
+namespace fuselm::kernels {
+namespace {  // NOLINT
+
+FUSELM_INLINE int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+#if FUSELM_QUANT_VNNI
+// Rows 16g..16g+15 against activation rows i0..i0+R: one vpdpbusd per 64 code bytes and row of
+// x, two int32 chains per row (even / odd k-groups) to hide the instruction's latency. q8_0's
+// signed codes are made unsigned (+128, an xor) and the 128·Σx this adds is taken back with the
+// activations' d·Σx; q4_0's codes are unsigned already and -8·Σx is their offset.
+template <int R>
+void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, __m512* acc) {
+  const bool q8 = w.type() == QuantType::q8_0;
+  const int64_t k = w.k(), nb = k / 32;
+  const float off = q8 ? 128.f : 8.f;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const unsigned char* c = w.codes(g, b);
+    __m512i s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
+    if (q8) {
+      FUSELM_UNROLL(4)
+      for (int kg = 0; kg < 8; kg += 2) {
+        const __m512i v0 = _mm512_xor_si512(_mm512_load_si512(c + 64 * kg), flip);
+        const __m512i v1 = _mm512_xor_si512(_mm512_load_si512(c + 64 * kg + 64), flip);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * kg;
+          s0[r] = _mm512_dpbusd_epi32(s0[r], v0, _mm512_set1_epi32(load_i32(x)));
+          s1[r] = _mm512_dpbusd_epi32(s1[r], v1, _mm512_set1_epi32(load_i32(x + 4)));
+        }
+      }
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_load_si512(c + 64 * q);
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
+          s0[r] = _mm512_dpbusd_epi32(s0[r], lo, _mm512_set1_epi32(load_i32(x)));
+          s1[r] = _mm512_dpbusd_epi32(s1[r], hi, _mm512_set1_epi32(load_i32(x + 16)));
+        }
+      }
+    }
+    const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales(g, b))));
+    for (int r = 0; r < R; ++r) {
+      const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
+      const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[r], s1[r])), _mm512_set1_ps(dx),
+                                       _mm512_set1_ps(off * ds));
+      acc[r] = _mm512_fmadd_ps(sc, t, acc[r]);
+    }
+  }
+}
+
+template <int R>
+void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  __m512 acc[R];
+  packed_tile<R>(*p.w, g, a, i0, acc);
+  const int64_t j0 = 16 * g;
+  const int lanes = static_cast<int>(p.w->n() - j0 < 16 ? p.w->n() - j0 : 16);
+  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r], bias));
+}
+#else
+// AVX2: rows 16g+8h..16g+8h+7 (one half of the group, 32 bytes of each 64) against activation
+// rows i0..i0+R with vpmaddubsw + vpmaddwd; q8_0 through |w| and sign(x, w) (no offset).
+template <int R>
+void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_t i0, __m256* acc) {
+  const bool q8 = w.type() == QuantType::q8_0;
+  const int64_t k = w.k(), nb = k / 32;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const unsigned char* c = w.codes(g, b) + 32 * h;
+    __m256i s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+    if (q8) {
+      FUSELM_UNROLL(8)
+      for (int kg = 0; kg < 8; ++kg) {
+        const __m256i v = load32(c + 64 * kg), av = _mm256_abs_epi8(v);
+        for (int r = 0; r < R; ++r) {
+          const __m256i xb = _mm256_set1_epi32(load_i32(a.q + (i0 + r) * k + 32 * b + 4 * kg));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xb, v)), ones));
+        }
+      }
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const __m256i v = load32(c + 64 * q);
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
+          const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x)));
+          const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16)));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+        }
+      }
+    }
+    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales(g, b) + 8 * h)));
+    const float off = q8 ? 0.f : 8.f;
+    for (int r = 0; r < R; ++r) {
+      const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
+      const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(dx), _mm256_set1_ps(off * ds));
+      acc[r] = _mm256_fmadd_ps(sc, t, acc[r]);
+    }
+  }
+}
+
+template <int R>
+void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  for (int h = 0; h < 2; ++h) {
+    const int64_t j0 = 16 * g + 8 * h;
+    if (j0 >= p.w->n()) break;
+    __m256 acc[R];
+    packed_tile<R>(*p.w, g, h, a, i0, acc);
+    const int lanes = static_cast<int>(p.w->n() - j0 < 8 ? p.w->n() - j0 : 8);
+    for (int r = 0; r < R; ++r) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[r]);
+      for (int l = 0; l < lanes; ++l) p.y[(i0 + r) * p.ldy + j0 + l] = out[l] + (p.bias ? p.bias[j0 + l] : 0.f);
+    }
+  }
+}
+#endif
+
+void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
+      switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
+        case 4: packed_rows<4>(p, a, g, i0); break;
+        case 3: packed_rows<3>(p, a, g, i0); break;
+        case 2: packed_rows<2>(p, a, g, i0); break;
+        default: packed_rows<1>(p, a, g, i0); break;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace fuselm::kernels

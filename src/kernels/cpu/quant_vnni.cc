@@ -1,6 +1,7 @@
 // quant_linear kernels compiled for the vnni path (bodies in quant_simd_impl.h).
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/quant_packed.h"
 #include "kernels/cpu/simd.h"
 
 #if FUSELM_X86_ISAS
@@ -11,6 +12,6 @@
 #include "kernels/cpu/isa_end.inc"
 
 namespace fuselm::kernels {
-const QuantKernels kQuantKernelsVnni = {rows_simd, "vnni"};
+const QuantKernels kQuantKernelsVnni = {rows_simd, packed_simd, "vnni"};
 }  // namespace fuselm::kernels
 #endif
