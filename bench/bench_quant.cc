@@ -7,8 +7,8 @@
 //   decode token SmolLM2-135M's 30 layers' linears + LM head at m = 1, distinct weights: tokens/s
 //                of the linears alone (attention, norms and the rest excluded)
 //   GEMM         m = 128 (prefill) on the 1.1B gate_up shape: GFLOP/s
-// Block types as they lie in the GGUF (q8_0, ...) and, for q8_0 and q4_0, repacked to the
-// 16-row interleaved layout of quant_packed.h (q8_0x16, q4_0x16).
+// Block types as they lie in the GGUF (q8_0, ...) and, for q8_0, q4_0 and q4_1, repacked to the
+// 16-row interleaved layout of quant_packed.h (q8_0x16, q4_0x16, q4_1x16).
 //
 // Usage: bench_quant [--quick] [--isa generic|avx2|avx512]   (OMP_NUM_THREADS: threads)
 #include <omp.h>

@@ -132,7 +132,7 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa scoped(GetParam());
   uint32_t seed = 7;
-  for (QuantType t : {QuantType::q8_0, QuantType::q4_0}) {
+  for (QuantType t : {QuantType::q8_0, QuantType::q4_0, QuantType::q4_1}) {
     for (QuantCase c : std::vector<QuantCase>{{t, 1, 1, 32}, {t, 1, 16, 64, true}, {t, 2, 17, 96, false, 3},
                                               {t, 5, 40, 32, true, 0, 2}, {t, 9, 33, 128, true, 1, 2},
                                               {t, 1, 100, 256, false, 0, 2}}) {

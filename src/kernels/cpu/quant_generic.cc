@@ -117,7 +117,7 @@ int packed_code(const QuantPacked& w, int64_t g, int64_t b, int l, int t) {
   if (w.type() == QuantType::q8_0) return static_cast<int8_t>(c[64 * (t / 4) + 4 * l + t % 4]);
   const int lo = t % 16;
   const uint8_t byte = c[64 * (lo / 4) + 4 * l + lo % 4];
-  return (t < 16 ? byte & 0xF : byte >> 4) - 8;
+  return (t < 16 ? byte & 0xF : byte >> 4) - (w.type() == QuantType::q4_0 ? 8 : 0);
 }
 
 void packed_generic(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
@@ -131,6 +131,7 @@ void packed_generic(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t
           int s = 0;
           for (int t = 0; t < 32; ++t) s += packed_code(w, g, b, l, t) * a.q[i * w.k() + 32 * b + t];
           acc += h(w.scales(g, b)[l]) * a.d[i * nb + b] * static_cast<float>(s);
+          if (w.type() == QuantType::q4_1) acc += h(w.mins(g, b)[l]) * a.dsum[i * nb + b];
         }
         p.y[i * p.ldy + 16 * g + l] = acc + (p.bias ? p.bias[16 * g + l] : 0.f);
       }

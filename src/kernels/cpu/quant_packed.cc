@@ -17,7 +17,8 @@ void QuantPacked::Free::operator()(unsigned char* p) const { std::free(p); }
 
 QuantPacked QuantPacked::pack(QuantType type, const void* w, int64_t ldw_bytes, int64_t n, int64_t k) {
   if (!packable(type))
-    throw std::invalid_argument(fmt::format("QuantPacked: no packed layout for {} (q8_0 and q4_0 only)", quant_info(type).name));
+    throw std::invalid_argument(
+        fmt::format("QuantPacked: no packed layout for {} (q8_0, q4_0 and q4_1 only)", quant_info(type).name));
   const int64_t row_bytes = quant_row_bytes(type, k);
   if (n < 0) throw std::invalid_argument(fmt::format("QuantPacked: n = {}", n));
   if (ldw_bytes == 0) ldw_bytes = row_bytes;
@@ -40,9 +41,14 @@ QuantPacked QuantPacked::pack(QuantType type, const void* w, int64_t ldw_bytes, 
         const auto& blk = reinterpret_cast<const BlockQ8_0*>(src + j * ldw_bytes)[b];
         scales[l] = blk.d;
         for (int kg = 0; kg < 8; ++kg) std::memcpy(codes + 64 * kg + 4 * l, blk.qs + 4 * kg, 4);
-      } else {
+      } else if (type == QuantType::q4_0) {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(src + j * ldw_bytes)[b];
         scales[l] = blk.d;
+        for (int q = 0; q < 4; ++q) std::memcpy(codes + 64 * q + 4 * l, blk.qs + 4 * q, 4);
+      } else {
+        const auto& blk = reinterpret_cast<const BlockQ4_1*>(src + j * ldw_bytes)[b];
+        scales[l] = blk.d;
+        const_cast<uint16_t*>(p.mins(g, b))[l] = blk.m;
         for (int q = 0; q < 4; ++q) std::memcpy(codes + 64 * q + 4 * l, blk.qs + 4 * q, 4);
       }
     }

@@ -265,7 +265,8 @@ template <int R>
 void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, __m512* acc) {
   const bool q8 = w.type() == QuantType::q8_0;
   const int64_t k = w.k(), nb = k / 32;
-  const float off = q8 ? 128.f : 8.f;
+  const bool q41 = w.type() == QuantType::q4_1;
+  const float off = q8 ? 128.f : q41 ? 0.f : 8.f;
   const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -296,11 +297,14 @@ void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, _
       }
     }
     const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales(g, b))));
+    const __m512 mn =
+        q41 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins(g, b)))) : _mm512_setzero_ps();
     for (int r = 0; r < R; ++r) {
       const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
       const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[r], s1[r])), _mm512_set1_ps(dx),
                                        _mm512_set1_ps(off * ds));
       acc[r] = _mm512_fmadd_ps(sc, t, acc[r]);
+      if (q41) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
     }
   }
 }
@@ -351,11 +355,15 @@ void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_
       }
     }
     const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales(g, b) + 8 * h)));
-    const float off = q8 ? 0.f : 8.f;
+    const bool q41 = w.type() == QuantType::q4_1;
+    const __m256 mn =
+        q41 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mins(g, b) + 8 * h))) : _mm256_setzero_ps();
+    const float off = q8 || q41 ? 0.f : 8.f;
     for (int r = 0; r < R; ++r) {
       const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
       const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(dx), _mm256_set1_ps(off * ds));
       acc[r] = _mm256_fmadd_ps(sc, t, acc[r]);
+      if (q41) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
     }
   }
 }
