@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/quant.h"
 #include "weights/gguf.h"
 #include "weights_test_util.h"
 
@@ -27,8 +28,8 @@ std::string read_bytes(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(f), {}};
 }
 
-nlohmann::json expected(const std::string& name) {
-  std::ifstream f(kData / (name + ".json"));
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
   return nlohmann::json::parse(f);
 }
 
@@ -67,10 +68,20 @@ void flatten(const GgufValue& v, nlohmann::json& types, nlohmann::json& out) {
   }
 }
 
-void check_against_package(const std::string& name) {
-  SCOPED_TRACE(name);
-  const GgufFile f = GgufFile::open(kData / (name + ".gguf"));
-  const nlohmann::json want = expected(name);
+// Row 0 of a quantized tensor, dequantized, against the package's first values ("row0").
+void check_row0(const GgufTensor& t, const nlohmann::json& w) {
+  if (!w.contains("row0")) return;
+  const auto q = kernels::quant_type_from_ggml(t.type->id);
+  ASSERT_TRUE(q.has_value()) << t.type->name;
+  std::vector<float> row(static_cast<size_t>(t.ne[0]));
+  kernels::dequantize_row(*q, t.bytes.data(), row.data(), t.ne[0]);
+  for (size_t j = 0; j < w["row0"].size(); ++j) EXPECT_EQ(row[j], w["row0"][j].get<float>()) << j;
+}
+
+void check_against_package(const std::filesystem::path& gguf, const std::filesystem::path& json) {
+  SCOPED_TRACE(gguf.string());
+  const GgufFile f = GgufFile::open(gguf);
+  const nlohmann::json want = read_json(json);
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.alignment(), want["alignment"].get<uint64_t>());
   ASSERT_EQ(f.keys().size(), want["key_order"].size());
@@ -106,12 +117,22 @@ void check_against_package(const std::string& name) {
     for (size_t j = 0; j < w["head"].size(); ++j)
       EXPECT_EQ(static_cast<int>(t.bytes[j]), w["head"][j].get<int>());
     EXPECT_EQ(f.find(t.name), &t);
+    check_row0(t, w);
   }
 }
 
 TEST(Gguf, MatchesThePackageReader) {
-  check_against_package("basic");
-  check_against_package("align64");
+  check_against_package(kData / "basic.gguf", kData / "basic.json");
+  check_against_package(kData / "align64.gguf", kData / "align64.json");
+}
+
+// A file named by FUSELM_GGUF_FILE against FUSELM_GGUF_EXPECTED (test_gguf_reader.py: the
+// default model's llama.cpp-written GGUF and what GGUFReader reads from it).
+TEST(Gguf, MatchesThePackageReaderOnAGivenFile) {
+  const char* file = std::getenv("FUSELM_GGUF_FILE");
+  const char* json = std::getenv("FUSELM_GGUF_EXPECTED");
+  if (!file || !json) GTEST_SKIP() << "FUSELM_GGUF_FILE / FUSELM_GGUF_EXPECTED not set (test_gguf_reader.py sets them)";
+  check_against_package(file, json);
 }
 
 TEST(Gguf, TypedGetters) {

@@ -58,15 +58,25 @@ def field_json(f: gguf.ReaderField):
     return {"types": [t.name for t in f.types], "value": contents(f)}
 
 
+# The block types whose row 0 the expectations include (dequantized by gguf.quants).
+ROW0_TYPES = (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+
+
 def expected(path: Path) -> dict:
     r = gguf.GGUFReader(path)
     meta = {k: field_json(f) for k, f in r.fields.items() if not k.startswith("GGUF.")}
     ts = []
     for t in r.tensors:
         raw = np.asarray(t.data).view(np.uint8).reshape(-1)
-        ts.append({"name": t.name, "type": int(t.tensor_type), "ne": [int(x) for x in t.shape],
-                   "data_offset": int(t.data_offset), "n_bytes": int(t.n_bytes),
-                   "byte_sum": int(raw.astype(np.uint64).sum()), "head": raw[:8].tolist()})
+        entry = {"name": t.name, "type": int(t.tensor_type), "ne": [int(x) for x in t.shape],
+                 "data_offset": int(t.data_offset), "n_bytes": int(t.n_bytes),
+                 "byte_sum": int(raw.astype(np.uint64).sum()), "head": raw[:8].tolist()}
+        if t.tensor_type in ROW0_TYPES:
+            _, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+            block_elems = gguf.GGML_QUANT_SIZES[t.tensor_type][0]
+            row = raw[: int(t.shape[0]) // block_elems * type_size].reshape(1, -1)
+            entry["row0"] = gguf.quants.dequantize(row, t.tensor_type).reshape(-1)[:64].tolist()
+        ts.append(entry)
     return {"alignment": int(r.alignment), "metadata": meta, "key_order": list(meta), "tensors": ts}
 
 
