@@ -7,12 +7,14 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/quant.h"
 #include "weights/gguf.h"
+#include "weights/gguf_tensor.h"
 #include "weights_test_util.h"
 
 namespace fuselm::weights {
@@ -200,6 +202,13 @@ class Corrupt {
     if (e.rfind(path.string(), 0) == 0) e = "F" + e.substr(path.string().size());
     return e;
   }
+  /// Calls fn on the opened copy (for changes that must still parse).
+  void with_open(const std::function<void(const GgufFile&)>& fn) const {
+    TempDir dir;
+    const auto path = dir / "ok.gguf";
+    std::ofstream(path, std::ios::binary).write(bytes_.data(), static_cast<std::streamsize>(bytes_.size()));
+    fn(GgufFile::open(path));
+  }
   /// Opens the copy (for corruptions that must still parse).
   uint32_t version_after_open() const {
     TempDir dir;
@@ -271,6 +280,35 @@ TEST(Gguf, MetadataErrors) {
   Corrupt a("align64");
   EXPECT_EQ(Corrupt("align64").set<uint32_t>(a.after("general.alignment") + 4, 48).error(),
             "F: key 'general.alignment' must be a power-of-two u32, got u32 48");
+}
+
+TEST(GgufTensor, SupportedTypes) {
+  const GgufFile f = GgufFile::open(kData / "basic.gguf");
+  for (const GgufTensor& t : f.tensors()) EXPECT_NO_THROW(check_gguf_type_supported(f, t)) << t.name;
+  EXPECT_TRUE(gguf_type_quantized(12));  // Q4_K
+  EXPECT_FALSE(gguf_type_quantized(0));  // F32
+  // quant.q6_k retyped IQ2_XXS (66-byte 256-blocks: the 2 x 256 tensor still fits its bytes).
+  Corrupt c;
+  c.set<uint32_t>(c.type_at("quant.q6_k"), 16);
+  c.with_open([](const GgufFile& g) {
+    EXPECT_EQ(error_of([&] { check_gguf_type_supported(g, g.at("quant.q6_k")); }),
+              g.path().string() +
+                  ": tensor 'quant.q6_k' has ggml type IQ2_XXS, which fuselm cannot compute with (supported: F32, F16, "
+                  "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
+  });
+}
+
+TEST(GgufTensor, RopeUnpermuteUndoesLlamaCppsPermute) {
+  // llama.cpp (convert_hf_to_gguf.py): w.reshape(n_head, 2, D/2, k).swapaxes(1, 2): GGUF row
+  // h·D + 2i + t holds HF row h·D + t·D/2 + i. Two heads of 4 rows:
+  EXPECT_EQ(rope_unpermute_rows(8, 2), (std::vector<int64_t>{0, 2, 1, 3, 4, 6, 5, 7}));
+  // The inverse of llama.cpp's permutation, on 3 heads of 64 (SmolLM2's k projection).
+  const int64_t heads = 3, d = 64;
+  const auto src = rope_unpermute_rows(heads * d, heads);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < d / 2; ++i)
+      for (int64_t t = 0; t < 2; ++t) EXPECT_EQ(src[h * d + t * d / 2 + i], h * d + 2 * i + t);
+  EXPECT_THROW(rope_unpermute_rows(10, 2), std::invalid_argument);
 }
 
 }  // namespace
