@@ -34,16 +34,6 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
-const QuantKernels& quant_kernels() {
-#if defined(__x86_64__) || defined(_M_X64)
-  static const bool vnni = cpu_has_avx512_vnni();
-  const Isa isa = cpu_isa();
-  if (isa == Isa::avx512 && vnni) return kQuantKernelsVnni;
-  if (isa == Isa::avx512 || isa == Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
-#endif
-  return kQuantKernelsGeneric;
-}
-
 float h(uint16_t v) { return f16_to_f32(v); }
 
 void dequant_q8_0(const BlockQ8_0* b, float* y) {
@@ -163,6 +153,16 @@ void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float
 int64_t align64(int64_t n) { return (n + 63) & ~int64_t{63}; }
 
 }  // namespace
+
+const QuantKernels& quant_kernels() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool vnni = cpu_has_avx512_vnni();
+  const Isa isa = cpu_isa();
+  if (isa == Isa::avx512 && vnni) return kQuantKernelsVnni;
+  if (isa == Isa::avx512 || isa == Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
+#endif
+  return kQuantKernelsGeneric;
+}
 
 const QuantTypeInfo& quant_info(QuantType t) { return kInfo[static_cast<int>(t)]; }
 

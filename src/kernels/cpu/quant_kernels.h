@@ -37,6 +37,9 @@ struct QuantKernels {
   const char* name;
 };
 
+/// The table for the current ISA (cpu_isa(); vnni needs avx512 and avx512_vnni).
+const QuantKernels& quant_kernels();
+
 extern const QuantKernels kQuantKernelsGeneric;
 extern const QuantKernels kQuantKernelsAvx2;
 extern const QuantKernels kQuantKernelsVnni;

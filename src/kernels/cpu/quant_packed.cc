@@ -56,20 +56,6 @@ QuantPacked QuantPacked::pack(QuantType type, const void* w, int64_t ldw_bytes, 
   return p;
 }
 
-namespace {
-
-const QuantKernels& packed_kernels() {
-  // The same choice as quant_linear's (quant.cc): vnni, avx2 or generic.
-  const std::string_view path = quant_kernel_path();
-#if defined(__x86_64__) || defined(_M_X64)
-  if (path == "vnni") return kQuantKernelsVnni;
-  if (path == "avx2") return kQuantKernelsAvx2;
-#endif
-  return kQuantKernelsGeneric;
-}
-
-}  // namespace
-
 void quant_linear_packed(const QuantPacked& w, const float* x, int64_t lda, const float* bias, float* y,
                          int64_t ldy, int64_t m) {
   const int64_t k = w.k(), n = w.n();
@@ -87,7 +73,7 @@ void quant_linear_packed(const QuantPacked& w, const float* x, int64_t lda, cons
   void* scratch = thread_scratch(4, static_cast<size_t>(q8_acts_bytes(m, k, 32) + 3) / 4);
   const Q8Acts acts = quantize_acts(x, lda, m, k, 32, scratch);
   const PackedProblem p{&w, bias, y, ldy, m};
-  const QuantKernels& kern = packed_kernels();
+  const QuantKernels& kern = quant_kernels();
   const int nt = kernel_threads(n * k * (m < 8 ? 1 : m / 8 + 1), int64_t{1} << 14);
   parallel_for_ranges(nt, w.groups(), 1, [&](int64_t g0, int64_t g1) { kern.packed(p, acts, g0, g1); });
 }
