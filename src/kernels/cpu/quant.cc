@@ -1,0 +1,269 @@
+#include "kernels/cpu/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/threading.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+
+namespace fuselm::kernels {
+namespace {
+
+constexpr QuantTypeInfo kInfo[] = {
+    {"q8_0", 8, 32, 34},    {"q4_0", 2, 32, 18},    {"q4_1", 3, 32, 20},
+    {"q4_k", 12, 256, 144}, {"q5_k", 13, 256, 176}, {"q6_k", 14, 256, 210},
+};
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
+#else
+  return false;
+#endif
+}
+
+float h(uint16_t v) { return f16_to_f32(v); }
+
+void dequant_q8_0(const BlockQ8_0* b, float* y) {
+  const float d = h(b->d);
+  for (int j = 0; j < kQK; ++j) y[j] = b->qs[j] * d;
+}
+void dequant_q4_0(const BlockQ4_0* b, float* y) {
+  const float d = h(b->d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = ((b->qs[j] & 0xF) - 8) * d;
+    y[j + 16] = ((b->qs[j] >> 4) - 8) * d;
+  }
+}
+void dequant_q4_1(const BlockQ4_1* b, float* y) {
+  const float d = h(b->d), m = h(b->m);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = (b->qs[j] & 0xF) * d + m;
+    y[j + 16] = (b->qs[j] >> 4) * d + m;
+  }
+}
+// Q4_K and Q5_K: chunk c of 64 elements uses (scale, min) 2c and 2c+1 (ggml dequantize_row_q4_K).
+template <class B>
+void dequant_k45(const B* b, float* y) {
+  const float d = h(b->d), dmin = h(b->dmin);
+  for (int c = 0; c < 4; ++c) {
+    uint8_t sc, m;
+    for (int half = 0; half < 2; ++half) {
+      scale_min_k4(2 * c + half, b->scales, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      for (int l = 0; l < 32; ++l) {
+        int q = half ? b->qs[32 * c + l] >> 4 : b->qs[32 * c + l] & 0xF;
+        if constexpr (sizeof(B) == sizeof(BlockQ5_K)) q += (b->qh[l] >> (2 * c + half) & 1) << 4;
+        y[64 * c + 32 * half + l] = d1 * q - m1;
+      }
+    }
+  }
+}
+void dequant_q6_k(const BlockQ6_K* b, float* y) {
+  const float d = h(b->d);
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* ql = b->ql + 64 * n;
+    const uint8_t* qh = b->qh + 32 * n;
+    const int8_t* sc = b->scales + 8 * n;
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xF) | ((qh[l] >> 0 & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2 & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4)) - 32;
+      y[128 * n + l] = d * sc[is] * q1;
+      y[128 * n + l + 32] = d * sc[is + 2] * q2;
+      y[128 * n + l + 64] = d * sc[is + 4] * q3;
+      y[128 * n + l + 96] = d * sc[is + 6] * q4;
+    }
+  }
+}
+
+// ggml quantize_row_q8_0_ref. Compiled without FMA contraction (no FMA outside the ISA regions),
+// so the float arithmetic is the reference's.
+void quantize_q8_0(const float* x, BlockQ8_0* b) {
+  float amax = 0.f;
+  for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  for (int j = 0; j < kQK; ++j) b->qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+}
+// ggml quantize_row_q4_0_ref: the scale maps the value of largest magnitude to -8.
+void quantize_q4_0(const float* x, BlockQ4_0* b) {
+  float amax = 0.f, max = 0.f;
+  for (int j = 0; j < kQK; ++j)
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  const float d = max / -8.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const float x0 = x[j] * id, x1 = x[j + 16] * id;
+    const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 8.5f)));
+    const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 8.5f)));
+    b->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+void check_block(QuantType t, int64_t k, const char* what) {
+  if (k < 0 || k % quant_info(t).block_elems != 0)
+    throw std::invalid_argument(fmt::format("{}: k = {} is not a multiple of the {}-element {} block", what, k,
+                                            quant_info(t).block_elems, quant_info(t).name));
+}
+
+// Round to nearest, ties to even, for |v| < 2^22 (the activations' |v| <= 127).
+inline float round_even(float v) { return (v + 12582912.f) - 12582912.f; }
+
+void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float* d, int16_t* sum16, float* dsum) {
+  for (int64_t b = 0; b < k / block; ++b) {
+    const float* xb = x + b * block;
+    float amax = 0.f;
+    for (int64_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 127.f / amax : 0.f;
+    d[b] = db;
+    for (int64_t j = 0; j < block; ++j) {
+      const float v = std::fmin(127.f, std::fmax(-127.f, round_even(xb[j] * id)));
+      q[b * block + j] = static_cast<int8_t>(v);
+    }
+  }
+  for (int64_t g = 0; g < k / 16; ++g) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += q[16 * g + j];
+    sum16[g] = static_cast<int16_t>(s);
+  }
+  for (int64_t c = 0; c < k / 32; ++c) dsum[c] = d[c * 32 / block] * static_cast<float>(sum16[2 * c] + sum16[2 * c + 1]);
+}
+
+int64_t align64(int64_t n) { return (n + 63) & ~int64_t{63}; }
+
+}  // namespace
+
+const QuantKernels& quant_kernels() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool vnni = cpu_has_avx512_vnni();
+  const Isa isa = cpu_isa();
+  if (isa == Isa::avx512 && vnni) return kQuantKernelsVnni;
+  if (isa == Isa::avx512 || isa == Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
+#endif
+  return kQuantKernelsGeneric;
+}
+
+const QuantTypeInfo& quant_info(QuantType t) { return kInfo[static_cast<int>(t)]; }
+
+std::optional<QuantType> quant_type_from_ggml(uint32_t ggml_type) {
+  for (QuantType t : kAllQuantTypes)
+    if (quant_info(t).ggml_type == ggml_type) return t;
+  return std::nullopt;
+}
+
+std::optional<QuantType> parse_quant_type(std::string_view name) {
+  for (QuantType t : kAllQuantTypes)
+    if (name == quant_info(t).name) return t;
+  return std::nullopt;
+}
+
+int64_t quant_row_bytes(QuantType t, int64_t k) {
+  check_block(t, k, "quant_row_bytes");
+  return k / quant_info(t).block_elems * quant_info(t).block_bytes;
+}
+
+void dequantize_row(QuantType t, const void* src, float* dst, int64_t k) {
+  check_block(t, k, "dequantize_row");
+  const auto* s = static_cast<const unsigned char*>(src);
+  const QuantTypeInfo& info = quant_info(t);
+  for (int64_t b = 0; b < k / info.block_elems; ++b) {
+    const unsigned char* blk = s + b * info.block_bytes;
+    float* y = dst + b * info.block_elems;
+    switch (t) {
+      case QuantType::q8_0: dequant_q8_0(reinterpret_cast<const BlockQ8_0*>(blk), y); break;
+      case QuantType::q4_0: dequant_q4_0(reinterpret_cast<const BlockQ4_0*>(blk), y); break;
+      case QuantType::q4_1: dequant_q4_1(reinterpret_cast<const BlockQ4_1*>(blk), y); break;
+      case QuantType::q4_k: dequant_k45(reinterpret_cast<const BlockQ4_K*>(blk), y); break;
+      case QuantType::q5_k: dequant_k45(reinterpret_cast<const BlockQ5_K*>(blk), y); break;
+      case QuantType::q6_k: dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(blk), y); break;
+    }
+  }
+}
+
+void quantize_row(QuantType t, const float* src, void* dst, int64_t k) {
+  check_block(t, k, "quantize_row");
+  if (t != QuantType::q8_0 && t != QuantType::q4_0)
+    throw std::invalid_argument(fmt::format("quantize_row: no quantizer for {} (q8_0 and q4_0 only)", quant_info(t).name));
+  auto* d = static_cast<unsigned char*>(dst);
+  for (int64_t b = 0; b < k / kQK; ++b) {
+    if (t == QuantType::q8_0)
+      quantize_q8_0(src + b * kQK, reinterpret_cast<BlockQ8_0*>(d + b * sizeof(BlockQ8_0)));
+    else
+      quantize_q4_0(src + b * kQK, reinterpret_cast<BlockQ4_0*>(d + b * sizeof(BlockQ4_0)));
+  }
+}
+
+int64_t q8_acts_bytes(int64_t m, int64_t k, int64_t block) {
+  return align64(m * k) + align64(m * (k / block) * 4) + align64(m * (k / 16) * 2) + align64(m * (k / 32) * 4);
+}
+
+Q8Acts quantize_acts(const float* x, int64_t lda, int64_t m, int64_t k, int64_t block, void* scratch) {
+  if ((block != 32 && block != 256) || k % block != 0)
+    throw std::invalid_argument(fmt::format("quantize_acts: k = {} is not a multiple of the block {}", k, block));
+  auto* base = static_cast<unsigned char*>(scratch);
+  auto* q = reinterpret_cast<int8_t*>(base);
+  auto* d = reinterpret_cast<float*>(base + align64(m * k));
+  auto* s = reinterpret_cast<int16_t*>(base + align64(m * k) + align64(m * (k / block) * 4));
+  auto* ds = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(s) + align64(m * (k / 16) * 2));
+  const int64_t nb = k / block;
+  const int nt = kernel_threads(m * k, int64_t{1} << 15);
+  parallel_for_ranges(nt, m, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) quantize_act_row(x + i * lda, k, block, q + i * k, d + i * nb, s + i * (k / 16), ds + i * (k / 32));
+  });
+  return {q, d, s, ds, k, block};
+}
+
+const char* quant_kernel_path() { return quant_kernels().name; }
+
+void quant_linear(const QuantLinearArgs& a) {
+  if (a.m < 0 || a.n < 0 || a.k < 0)
+    throw std::invalid_argument(fmt::format("quant_linear: negative size m={} n={} k={}", a.m, a.n, a.k));
+  check_block(a.w_type, a.k, "quant_linear");
+  const QuantTypeInfo& info = quant_info(a.w_type);
+  QuantProblem p{a.w_type, static_cast<const unsigned char*>(a.w), a.ldw_bytes, a.bias, a.y,
+                 a.ldy,    a.m,                                     a.n,         a.k};
+  const int64_t row_bytes = quant_row_bytes(a.w_type, a.k);
+  const int64_t lda = a.lda ? a.lda : a.k;
+  if (p.ldw == 0) p.ldw = row_bytes;
+  if (p.ldy == 0) p.ldy = a.n;
+  if (lda < a.k || p.ldy < a.n || p.ldw < row_bytes)
+    throw std::invalid_argument(fmt::format("quant_linear: strides lda {} ldy {} ldw {} below k {} n {} row bytes {}", lda,
+                                            p.ldy, p.ldw, a.k, a.n, row_bytes));
+  if (p.m == 0 || p.n == 0) return;
+  if (!a.y || (a.k > 0 && (!a.x || !a.w))) throw std::invalid_argument("quant_linear: x, w or y is null");
+  if (a.k == 0) {
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j) p.y[i * p.ldy + j] = p.bias ? p.bias[j] : 0.f;
+    return;
+  }
+  // The calling thread's scratch (slot 4: no other kernel uses it) holds the quantized rows.
+  void* scratch = thread_scratch(4, static_cast<size_t>(q8_acts_bytes(p.m, p.k, info.block_elems) + 3) / 4);
+  const Q8Acts acts = quantize_acts(a.x, lda, p.m, p.k, info.block_elems, scratch);
+  const QuantKernels& kern = quant_kernels();
+  // As linear: a thread's share should outweigh waking it; split output columns (rows of W).
+  const int nt = kernel_threads(p.n * p.k * (p.m < 8 ? 1 : p.m / 8 + 1), int64_t{1} << 14);
+  parallel_for_ranges(nt, p.n, /*align=*/16, [&](int64_t n0, int64_t n1) { kern.rows(p, acts, n0, n1); });
+}
+
+}  // namespace fuselm::kernels

@@ -1,0 +1,47 @@
+#pragma once
+// Per-path kernel table of quant_linear (internal: quant.cc dispatches, quant_generic.cc and
+// quant_simd_impl.h implement).
+#include <cstdint>
+
+#include "kernels/cpu/quant.h"
+
+namespace fuselm::kernels {
+
+/// QuantLinearArgs after validation, strides resolved; x already quantized (Q8Acts).
+struct QuantProblem {
+  QuantType type;
+  const unsigned char* w;
+  int64_t ldw;  // bytes
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  int64_t m, n, k;
+};
+
+class QuantPacked;
+
+/// quant_linear_packed after validation; x already quantized.
+struct PackedProblem {
+  const QuantPacked* w;
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  int64_t m;
+};
+
+struct QuantKernels {
+  /// y[:, n0:n1) for all m rows: each weight row is decoded once per group of up to 4 rows of x.
+  void (*rows)(const QuantProblem& p, const Q8Acts& a, int64_t n0, int64_t n1);
+  /// y[:, 16·g0 : 16·g1) (clipped to n) for all m rows of packed weights.
+  void (*packed)(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1);
+  const char* name;
+};
+
+/// The table for the current ISA (cpu_isa(); vnni needs avx512 and avx512_vnni).
+const QuantKernels& quant_kernels();
+
+extern const QuantKernels kQuantKernelsGeneric;
+extern const QuantKernels kQuantKernelsAvx2;
+extern const QuantKernels kQuantKernelsVnni;
+
+}  // namespace fuselm::kernels

@@ -1,0 +1,401 @@
+// quant_linear's AVX2 and AVX-512 VNNI bodies (internal), on 256-bit vectors: one 32-element
+// block (or K-quant chunk) of unsigned weight codes against 32 int8 activations per step.
+// Included by quant_avx2.cc (FUSELM_QUANT_VNNI 0) and quant_vnni.cc (1) inside their ISA region;
+// includes nothing itself (see the ODR rule in simd.h).
+//
+// u8×s8 dot of 32 bytes -> 8 int32 lanes: vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (AVX2; no
+// saturation: codes are at most 128, activations at most 127 in magnitude). Q8_0's signed codes
+// go through |w| and sign(x, w). Per block the int32 sums become fp32 and are scaled by
+// d_w·d_x; offsets and minimums come from the activations' sums per 16. Each weight block is
+// decoded once for up to 4 activation rows.
+namespace fuselm::kernels {
+namespace {  // NOLINT
+
+FUSELM_INLINE __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if FUSELM_QUANT_VNNI
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+FUSELM_INLINE float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+FUSELM_INLINE float half(uint16_t v) { return _cvtsh_ss(v); }
+
+FUSELM_INLINE __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 16 bytes of nibbles -> 32 codes: low nibbles (elements 0..15), then high nibbles (16..31).
+FUSELM_INLINE __m256i unpack_nibbles16(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+// Activation rows i0 .. i0+R of a problem, as pointers.
+struct ActRows {
+  const int8_t* q;
+  const float* d;
+  const int16_t* s;
+  const float* ds;
+  int64_t q_stride, d_stride, s_stride, ds_stride;
+};
+
+// One 32-block step of Q8_0 into the accumulators acc[0..R).
+template <int R>
+FUSELM_INLINE void step_q8_0(const BlockQ8_0& w, int64_t b, const ActRows& a, __m256* acc) {
+  const __m256i wv = load32(w.qs);
+  const __m256i aw = _mm256_abs_epi8(wv);
+  const float wd = half(w.d);
+  FUSELM_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    const __m256i xv = load32(a.q + r * a.q_stride + b * kQK);
+    const __m256i p = dot_u8s8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv, wv));
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * a.d[r * a.d_stride + b]), acc[r]);
+  }
+}
+
+// One 32-block step of Q4_0 (Σ d_w·d_x·(q·x - 8·Σx)) or Q4_1 (Σ d_w·d_x·q·x + m_w·d_x·Σx).
+template <int R, class B>
+FUSELM_INLINE void step_q4(const B& w, int64_t b, const ActRows& a, __m256* acc, float* corr) {
+  const __m256i q = unpack_nibbles16(w.qs);
+  const float wd = half(w.d);
+  float wc;  // weight of the activations' d·Σq: the -8 offset, or the minimum
+  if constexpr (sizeof(B) == sizeof(BlockQ4_0))
+    wc = -8.f * wd;
+  else
+    wc = half(w.m);
+  FUSELM_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    const __m256i xv = load32(a.q + r * a.q_stride + b * kQK);
+    const __m256i p = dot_u8s8(_mm256_setzero_si256(), q, xv);
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * a.d[r * a.d_stride + b]), acc[r]);
+    corr[r] += wc * a.ds[r * a.ds_stride + b];
+  }
+}
+
+// Blocks alternate between two sets of accumulators, so that even one row has two independent
+// FMA chains (the chain's latency, not the loads, bounds a single dot product otherwise).
+template <int R, class B>
+void dot_32blocks(const B* w, int64_t nb, const ActRows& a, float* out) {
+  __m256 acc[2][R];
+  float corr[2][R];
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < R; ++r) acc[s][r] = _mm256_setzero_ps(), corr[s][r] = 0.f;
+  auto step = [&](int64_t b, int s) {
+    if constexpr (sizeof(B) == sizeof(BlockQ8_0))
+      step_q8_0<R>(w[b], b, a, acc[s]);
+    else
+      step_q4<R>(w[b], b, a, acc[s], corr[s]);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    step(b, 0);
+    step(b + 1, 1);
+  }
+  if (b < nb) step(b, 0);
+  for (int r = 0; r < R; ++r) out[r] = hsum8(_mm256_add_ps(acc[0][r], acc[1][r])) + corr[0][r] + corr[1][r];
+}
+
+// Eight 32-code chunks of a K-quant super-block and a scale per 16 codes (int16 pairs).
+struct KChunks {
+  __m256i q[8];
+  __m256i scale[8];  // int16 lanes 0..7: scale of codes 0..15 of the chunk, lanes 8..15: 16..31
+};
+
+FUSELM_INLINE __m256i scale_pair(int lo, int hi) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
+}
+
+template <class B>
+FUSELM_INLINE void decode_k45(const B& blk, KChunks& c, uint8_t (&mins)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i qh = _mm256_setzero_si256();
+  if constexpr (sizeof(B) == sizeof(BlockQ5_K)) qh = load32(blk.qh);
+  for (int i = 0; i < 4; ++i) {
+    const __m256i v = load32(blk.qs + 32 * i);
+    c.q[2 * i] = _mm256_and_si256(v, m4);
+    c.q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if constexpr (sizeof(B) == sizeof(BlockQ5_K)) {
+      const __m256i one = _mm256_set1_epi8(1);
+      const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one);
+      const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one);
+      c.q[2 * i] = _mm256_or_si256(c.q[2 * i], _mm256_slli_epi16(b0, 4));
+      c.q[2 * i + 1] = _mm256_or_si256(c.q[2 * i + 1], _mm256_slli_epi16(b1, 4));
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc;
+    scale_min_k4(j, blk.scales, sc, mins[j]);
+    c.scale[j] = scale_pair(sc, sc);
+  }
+}
+
+FUSELM_INLINE void decode_q6_k(const BlockQ6_K& blk, KChunks& c) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  for (int n = 0; n < 2; ++n) {
+    const __m256i l0 = load32(blk.ql + 64 * n), l1 = load32(blk.ql + 64 * n + 32);
+    const __m256i qh = load32(blk.qh + 32 * n);
+    const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                           _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+    for (int r = 0; r < 4; ++r) {
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), m2);
+      c.q[4 * n + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(hb, 4));
+    }
+  }
+  for (int j = 0; j < 8; ++j) c.scale[j] = scale_pair(blk.scales[2 * j], blk.scales[2 * j + 1]);
+}
+
+// Σ_chunks scale·(codes·x) of one super-block against activation row x (256 int8).
+FUSELM_INLINE __m256i k_sum(const KChunks& c, const int8_t* x) {
+  __m256i acc = _mm256_setzero_si256();
+  FUSELM_UNROLL(8)
+  for (int j = 0; j < 8; ++j) {
+    const __m256i p16 = _mm256_maddubs_epi16(c.q[j], load32(x + 32 * j));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, c.scale[j]));
+  }
+  return acc;
+}
+
+template <int R, class B>
+void dot_k45(const B* w, int64_t nb, const ActRows& a, float* out) {
+  __m256 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.f;
+  KChunks c;
+  uint8_t mins[8];
+  for (int64_t b = 0; b < nb; ++b) {
+    decode_k45(w[b], c, mins);
+    const float wd = half(w[b].d), wmin = half(w[b].dmin);
+    for (int r = 0; r < R; ++r) {
+      const __m256i si = k_sum(c, a.q + r * a.q_stride + b * kQKK);
+      const float dx = a.d[r * a.d_stride + b];
+      const int16_t* s = a.s + r * a.s_stride + 16 * b;
+      int summ = 0;
+      for (int j = 0; j < 8; ++j) summ += mins[j] * (s[2 * j] + s[2 * j + 1]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(wd * dx), acc[r]);
+      corr[r] -= wmin * dx * static_cast<float>(summ);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + corr[r];
+}
+
+template <int R>
+void dot_q6_k(const BlockQ6_K* w, int64_t nb, const ActRows& a, float* out) {
+  __m256 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.f;
+  KChunks c;
+  for (int64_t b = 0; b < nb; ++b) {
+    decode_q6_k(w[b], c);
+    const float wd = half(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const __m256i si = k_sum(c, a.q + r * a.q_stride + b * kQKK);
+      const float dx = a.d[r * a.d_stride + b];
+      const int16_t* s = a.s + r * a.s_stride + 16 * b;
+      int offs = 0;
+      for (int g = 0; g < 16; ++g) offs += w[b].scales[g] * s[g];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(wd * dx), acc[r]);
+      corr[r] -= 32.f * wd * dx * static_cast<float>(offs);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + corr[r];
+}
+
+template <int R>
+void dot_rows(const QuantProblem& p, const unsigned char* w, const ActRows& a, float* out) {
+  const int64_t nb = p.k / quant_info(p.type).block_elems;
+  switch (p.type) {
+    case QuantType::q8_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ8_0*>(w), nb, a, out);
+    case QuantType::q4_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ4_0*>(w), nb, a, out);
+    case QuantType::q4_1: return dot_32blocks<R>(reinterpret_cast<const BlockQ4_1*>(w), nb, a, out);
+    case QuantType::q4_k: return dot_k45<R>(reinterpret_cast<const BlockQ4_K*>(w), nb, a, out);
+    case QuantType::q5_k: return dot_k45<R>(reinterpret_cast<const BlockQ5_K*>(w), nb, a, out);
+    case QuantType::q6_k: return dot_q6_k<R>(reinterpret_cast<const BlockQ6_K*>(w), nb, a, out);
+  }
+}
+
+// Weight rows outer, activation rows in groups of 4 inner: a weight row (at most a few KiB) stays
+// in L1 while every activation row passes it.
+void rows_simd(const QuantProblem& p, const Q8Acts& q8, int64_t n0, int64_t n1) {
+  const int64_t nb = p.k / q8.block;
+  for (int64_t j = n0; j < n1; ++j) {
+    const unsigned char* w = p.w + j * p.ldw;
+    const float bias = p.bias ? p.bias[j] : 0.f;
+    for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
+      const ActRows a{q8.q + i0 * p.k, q8.d + i0 * nb, q8.sum16 + i0 * (p.k / 16), q8.dsum + i0 * (p.k / 32),
+                      p.k, nb, p.k / 16, p.k / 32};
+      float out[4];
+      switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
+        case 4: dot_rows<4>(p, w, a, out); break;
+        case 3: dot_rows<3>(p, w, a, out); break;
+        case 2: dot_rows<2>(p, w, a, out); break;
+        default: dot_rows<1>(p, w, a, out); break;
+      }
+      for (int64_t r = 0; r < 4 && i0 + r < p.m; ++r) p.y[(i0 + r) * p.ldy + j] = out[r] + bias;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fuselm::kernels
+
+// ------------------------------------------------------------------------- packed (quant_packed.h)
+namespace fuselm::kernels {
+namespace {  // NOLINT
+
+FUSELM_INLINE int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+#if FUSELM_QUANT_VNNI
+// Rows 16g..16g+15 against activation rows i0..i0+R: one vpdpbusd per 64 code bytes and row of
+// x, two int32 chains per row (even / odd k-groups) to hide the instruction's latency. q8_0's
+// signed codes are made unsigned (+128, an xor) and the 128·Σx this adds is taken back with the
+// activations' d·Σx; q4_0's codes are unsigned already and -8·Σx is their offset.
+template <int R>
+void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, __m512* acc) {
+  const bool q8 = w.type() == QuantType::q8_0;
+  const int64_t k = w.k(), nb = k / 32;
+  const bool q41 = w.type() == QuantType::q4_1;
+  const float off = q8 ? 128.f : q41 ? 0.f : 8.f;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const unsigned char* c = w.codes(g, b);
+    __m512i s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
+    if (q8) {
+      FUSELM_UNROLL(4)
+      for (int kg = 0; kg < 8; kg += 2) {
+        const __m512i v0 = _mm512_xor_si512(_mm512_load_si512(c + 64 * kg), flip);
+        const __m512i v1 = _mm512_xor_si512(_mm512_load_si512(c + 64 * kg + 64), flip);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * kg;
+          s0[r] = _mm512_dpbusd_epi32(s0[r], v0, _mm512_set1_epi32(load_i32(x)));
+          s1[r] = _mm512_dpbusd_epi32(s1[r], v1, _mm512_set1_epi32(load_i32(x + 4)));
+        }
+      }
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = _mm512_load_si512(c + 64 * q);
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
+          s0[r] = _mm512_dpbusd_epi32(s0[r], lo, _mm512_set1_epi32(load_i32(x)));
+          s1[r] = _mm512_dpbusd_epi32(s1[r], hi, _mm512_set1_epi32(load_i32(x + 16)));
+        }
+      }
+    }
+    const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales(g, b))));
+    const __m512 mn =
+        q41 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins(g, b)))) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
+      const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[r], s1[r])), _mm512_set1_ps(dx),
+                                       _mm512_set1_ps(off * ds));
+      acc[r] = _mm512_fmadd_ps(sc, t, acc[r]);
+      if (q41) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
+    }
+  }
+}
+
+template <int R>
+void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  __m512 acc[R];
+  packed_tile<R>(*p.w, g, a, i0, acc);
+  const int64_t j0 = 16 * g;
+  const int lanes = static_cast<int>(p.w->n() - j0 < 16 ? p.w->n() - j0 : 16);
+  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r], bias));
+}
+#else
+// AVX2: rows 16g+8h..16g+8h+7 (one half of the group, 32 bytes of each 64) against activation
+// rows i0..i0+R with vpmaddubsw + vpmaddwd; q8_0 through |w| and sign(x, w) (no offset).
+template <int R>
+void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_t i0, __m256* acc) {
+  const bool q8 = w.type() == QuantType::q8_0;
+  const int64_t k = w.k(), nb = k / 32;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const unsigned char* c = w.codes(g, b) + 32 * h;
+    __m256i s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+    if (q8) {
+      FUSELM_UNROLL(8)
+      for (int kg = 0; kg < 8; ++kg) {
+        const __m256i v = load32(c + 64 * kg), av = _mm256_abs_epi8(v);
+        for (int r = 0; r < R; ++r) {
+          const __m256i xb = _mm256_set1_epi32(load_i32(a.q + (i0 + r) * k + 32 * b + 4 * kg));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xb, v)), ones));
+        }
+      }
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const __m256i v = load32(c + 64 * q);
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
+          const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x)));
+          const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16)));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+        }
+      }
+    }
+    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales(g, b) + 8 * h)));
+    const bool q41 = w.type() == QuantType::q4_1;
+    const __m256 mn =
+        q41 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mins(g, b) + 8 * h))) : _mm256_setzero_ps();
+    const float off = q8 || q41 ? 0.f : 8.f;
+    for (int r = 0; r < R; ++r) {
+      const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
+      const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(dx), _mm256_set1_ps(off * ds));
+      acc[r] = _mm256_fmadd_ps(sc, t, acc[r]);
+      if (q41) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
+    }
+  }
+}
+
+template <int R>
+void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  for (int h = 0; h < 2; ++h) {
+    const int64_t j0 = 16 * g + 8 * h;
+    if (j0 >= p.w->n()) break;
+    __m256 acc[R];
+    packed_tile<R>(*p.w, g, h, a, i0, acc);
+    const int lanes = static_cast<int>(p.w->n() - j0 < 8 ? p.w->n() - j0 : 8);
+    for (int r = 0; r < R; ++r) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[r]);
+      for (int l = 0; l < lanes; ++l) p.y[(i0 + r) * p.ldy + j0 + l] = out[l] + (p.bias ? p.bias[j0 + l] : 0.f);
+    }
+  }
+}
+#endif
+
+void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
+      switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
+        case 4: packed_rows<4>(p, a, g, i0); break;
+        case 3: packed_rows<3>(p, a, g, i0); break;
+        case 2: packed_rows<2>(p, a, g, i0); break;
+        default: packed_rows<1>(p, a, g, i0); break;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace fuselm::kernels

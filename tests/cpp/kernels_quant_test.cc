@@ -1,0 +1,204 @@
+// quant_linear on every ISA path against a plain dequantize-then-multiply reference in double, on
+// random blocks and sizes that fill neither a vector register, a group of rows nor a thread share.
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_packed.h"
+#include "kernels/cpu/dtype.h"
+#include "kernels_testing.h"
+
+namespace fuselm::kernels {
+namespace {
+
+using testing::random_floats;
+
+// Byte offsets of the f16 scales in each block type (ggml-common.h).
+std::vector<int> scale_offsets(QuantType t) {
+  switch (t) {
+    case QuantType::q4_1: case QuantType::q4_k: case QuantType::q5_k: return {0, 2};
+    case QuantType::q6_k: return {208};
+    default: return {0};
+  }
+}
+
+/// n rows of random blocks: random bytes, with finite random f16 scales of either sign.
+std::vector<unsigned char> random_blocks(QuantType t, int64_t n, int64_t k, int64_t pad, uint32_t seed) {
+  const QuantTypeInfo& info = quant_info(t);
+  const int64_t ldw = quant_row_bytes(t, k) + pad;
+  std::vector<unsigned char> w(static_cast<size_t>(n * ldw));
+  std::mt19937 rng(seed);
+  for (auto& b : w) b = static_cast<unsigned char>(rng());
+  std::uniform_real_distribution<float> scale(-0.1f, 0.1f);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t b = 0; b < k / info.block_elems; ++b)
+      for (int off : scale_offsets(t)) {
+        const uint16_t hv = f32_to_f16(scale(rng));
+        std::memcpy(&w[j * ldw + b * info.block_bytes + off], &hv, 2);
+      }
+  return w;
+}
+
+struct QuantCase {
+  QuantType type;
+  int64_t m, n, k;
+  bool bias = false;
+  int64_t pad = 0;  // extra elements (bytes for w) per row stride
+  int threads = 0;
+  bool packed = false;  // through QuantPacked / quant_linear_packed
+  std::string name() const {
+    return fmt::format("{}_m{}_n{}_k{}{}{}{}{}", quant_info(type).name, m, n, k, bias ? "_bias" : "",
+                       pad ? fmt::format("_pad{}", pad) : "", threads ? fmt::format("_t{}", threads) : "",
+                       packed ? "_packed" : "");
+  }
+};
+
+// Checks y against two references, both in double over the dequantized weights:
+//  exact: x replaced by its Q8 quantization (what the kernel multiplies): |y - ref| <= 1e-5·Σ|w·x|
+//  f32:   the f32 x itself: the activation rounding error is at most Σ_p |w_p|·d_x(p)/2.
+void check_quant(const QuantCase& c, uint32_t seed) {
+  const int64_t lda = c.k + c.pad, ldy = c.n + c.pad, block = quant_info(c.type).block_elems;
+  const int64_t ldw = quant_row_bytes(c.type, c.k) + c.pad * 2;
+  const auto x = random_floats(static_cast<size_t>(c.m * lda), seed);
+  const auto w = random_blocks(c.type, c.n, c.k, c.pad * 2, seed + 1);
+  const auto bias = random_floats(static_cast<size_t>(c.n), seed + 2);
+  std::vector<float> wf(static_cast<size_t>(c.n * c.k));
+  for (int64_t j = 0; j < c.n; ++j) dequantize_row(c.type, &w[j * ldw], &wf[j * c.k], c.k);
+  std::vector<unsigned char> scratch(static_cast<size_t>(q8_acts_bytes(c.m, c.k, block)) + 64);
+  const Q8Acts qa = quantize_acts(x.data(), lda, c.m, c.k, block, scratch.data());
+  std::vector<float> y(static_cast<size_t>(c.m * ldy), -7.f);
+  std::optional<testing::ScopedThreads> threads;
+  if (c.threads) threads.emplace(c.threads);
+  if (c.packed) {
+    const QuantPacked pw = QuantPacked::pack(c.type, w.data(), ldw, c.n, c.k);
+    quant_linear_packed(pw, x.data(), lda, c.bias ? bias.data() : nullptr, y.data(), ldy, c.m);
+  } else {
+    quant_linear({.x = x.data(), .lda = lda, .w = w.data(), .w_type = c.type, .ldw_bytes = ldw,
+                  .bias = c.bias ? bias.data() : nullptr, .y = y.data(), .ldy = ldy, .m = c.m, .n = c.n, .k = c.k});
+  }
+  int bad = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double exact = c.bias ? bias[j] : 0.0, f32 = exact, l1 = std::fabs(exact), act_err = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double wv = wf[j * c.k + p], dx = qa.d[i * (c.k / block) + p / block];
+        exact += wv * dx * qa.q[i * c.k + p];
+        f32 += wv * x[i * lda + p];
+        l1 += std::fabs(wv * x[i * lda + p]);
+        act_err += std::fabs(wv) * dx * 0.5;
+      }
+      const double got = y[i * ldy + j];
+      const bool ok = std::fabs(got - exact) <= 1e-5 * l1 + 1e-6 &&
+                      std::fabs(got - f32) <= act_err * 1.001 + 1e-5 * l1 + 1e-6;
+      if (!ok && bad++ < 5)
+        ADD_FAILURE() << c.name() << " y[" << i << "," << j << "] = " << got << ", exact " << exact << ", f32 " << f32
+                      << " (activation error bound " << act_err << ")";
+    }
+  }
+  for (int64_t i = 0; i < c.m; ++i)  // the padding of y is untouched
+    for (int64_t j = c.n; j < ldy; ++j) EXPECT_EQ(y[i * ldy + j], -7.f) << c.name();
+}
+
+std::vector<QuantCase> cases() {
+  std::vector<QuantCase> out;
+  for (QuantType t : kAllQuantTypes) {
+    const int64_t b = quant_info(t).block_elems;
+    out.push_back({t, 1, 1, b});
+    out.push_back({t, 1, 7, 2 * b, true});
+    out.push_back({t, 3, 5, 3 * b, false, 3});
+    out.push_back({t, 5, 17, b, true, 0, 2});
+    out.push_back({t, 9, 35, 2 * b, true, 1, 2});
+    out.push_back({t, 1, 70, 4 * b, false, 0, 2});
+  }
+  return out;
+}
+
+class QuantLinearIsa : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantLinearIsa, MatchesDequantizedReference) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  uint32_t seed = 1;
+  for (const QuantCase& c : cases()) check_quant(c, seed += 10);
+}
+
+// The 16-row packed layout: groups that 16 rows do not fill, one to nine rows of x.
+TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  uint32_t seed = 7;
+  for (QuantType t : {QuantType::q8_0, QuantType::q4_0, QuantType::q4_1}) {
+    for (QuantCase c : std::vector<QuantCase>{{t, 1, 1, 32}, {t, 1, 16, 64, true}, {t, 2, 17, 96, false, 3},
+                                              {t, 5, 40, 32, true, 0, 2}, {t, 9, 33, 128, true, 1, 2},
+                                              {t, 1, 100, 256, false, 0, 2}}) {
+      c.packed = true;
+      check_quant(c, seed += 10);
+    }
+  }
+}
+
+TEST(QuantPacked, RejectsOtherTypes) {
+  std::vector<unsigned char> w(144);
+  EXPECT_THROW(QuantPacked::pack(QuantType::q4_k, w.data(), 0, 1, 256), std::invalid_argument);
+  EXPECT_THROW(QuantPacked::pack(QuantType::q8_0, w.data(), 0, 1, 40), std::invalid_argument);
+}
+
+TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  const std::string path = quant_kernel_path();
+  if (GetParam() == Isa::generic) EXPECT_EQ(path, "generic");
+  if (GetParam() == Isa::avx2) EXPECT_EQ(path, "avx2");
+  if (GetParam() == Isa::avx512) EXPECT_TRUE(path == "vnni" || path == "avx2") << path;
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearIsa, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);
+
+TEST(QuantLinear, ZeroKGivesBias) {
+  const std::vector<float> bias{1.f, 2.f};
+  std::vector<float> y(2, -1.f);
+  quant_linear({.x = nullptr, .w = nullptr, .w_type = QuantType::q4_0, .bias = bias.data(), .y = y.data(), .m = 1,
+                .n = 2, .k = 0});
+  EXPECT_EQ(y, bias);
+}
+
+TEST(QuantLinear, RejectsPartialBlocks) {
+  std::vector<float> x(48), y(1);
+  std::vector<unsigned char> w(64);
+  try {
+    quant_linear({.x = x.data(), .w = w.data(), .w_type = QuantType::q8_0, .y = y.data(), .m = 1, .n = 1, .k = 48});
+    ADD_FAILURE() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "quant_linear: k = 48 is not a multiple of the 32-element q8_0 block");
+  }
+  EXPECT_THROW(quantize_row(QuantType::q4_k, x.data(), w.data(), 256), std::invalid_argument);
+}
+
+// The quantizers invert dequantization up to half a step per element.
+TEST(QuantLinear, QuantizeRoundTrip) {
+  const auto x = random_floats(256, 5);
+  for (QuantType t : {QuantType::q8_0, QuantType::q4_0}) {
+    std::vector<unsigned char> q(static_cast<size_t>(quant_row_bytes(t, 256)));
+    std::vector<float> back(256);
+    quantize_row(t, x.data(), q.data(), 256);
+    dequantize_row(t, q.data(), back.data(), 256);
+    for (int b = 0; b < 8; ++b) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+      const float step = t == QuantType::q8_0 ? amax / 127 : amax / 8;
+      // q4_0 maps the largest magnitude to -8, so its opposite (+8) clips to 7: a whole step
+      const float slack = t == QuantType::q8_0 ? 0.5f : 1.f;
+      for (int j = 0; j < 32; ++j)
+        EXPECT_LE(std::fabs(back[32 * b + j] - x[32 * b + j]), step * slack * 1.01f + 1e-3f * amax)
+            << quant_info(t).name << " element " << 32 * b + j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fuselm::kernels
