@@ -6,7 +6,7 @@
 
 namespace fuselm::tokenizer {
 
-AddedVocabulary::AddedVocabulary(const std::optional<Field>& spec, const BpeModel& model,
+AddedVocabulary::AddedVocabulary(const std::optional<Field>& spec, const Model& model,
                                  const Normalizer* normalizer)
     : normalizer_(normalizer) {
   if (!spec) return;

@@ -12,7 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/model.h"
 #include "tokenizer/json_field.h"
 #include "tokenizer/normalizer.h"
 
@@ -39,7 +39,7 @@ class AddedVocabulary {
   /// Loads `added_tokens` (an array, may be absent) and assigns ids as HF tokenizers does: the
   /// model's id when the content is in its vocabulary, else the next free id after the model's.
   /// `normalizer` may be null; it must outlive this object.
-  AddedVocabulary(const std::optional<Field>& spec, const BpeModel& model,
+  AddedVocabulary(const std::optional<Field>& spec, const Model& model,
                   const Normalizer* normalizer);
 
   /// Splits `text` (valid UTF-8) into pieces: first on non-normalized tokens in the raw text, then

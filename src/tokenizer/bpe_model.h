@@ -10,17 +10,11 @@
 #include <vector>
 
 #include "tokenizer/json_field.h"
+#include "tokenizer/model.h"
 
 namespace fuselm::tokenizer {
 
-/// Hash that lets unordered maps keyed by std::string be searched with a string_view.
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using Vocab = std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>>;
-
-class BpeModel {
+class BpeModel final : public Model {
  public:
   /// Loads a BPE "model" object: vocab, merges (as "a b" strings or [a, b] pairs), unk_token,
   /// fuse_unk, byte_fallback, ignore_merges, continuing_subword_prefix, end_of_word_suffix.
@@ -30,17 +24,17 @@ class BpeModel {
 
   /// Appends the ids of `word` to `out`. Characters outside the vocabulary become byte-fallback
   /// tokens, the unk token, or nothing (as in HF tokenizers when neither is configured).
-  void tokenize(std::string_view word, std::vector<std::uint32_t>& out) const;
+  void tokenize(std::string_view word, std::vector<std::uint32_t>& out) const override;
 
-  std::optional<std::uint32_t> token_to_id(std::string_view token) const;
+  std::optional<std::uint32_t> token_to_id(std::string_view token) const override;
   /// The token string of `id`, or nullptr if the vocabulary has no such id.
-  const std::string* id_to_token(std::uint32_t id) const;
+  const std::string* id_to_token(std::uint32_t id) const override;
   /// Number of vocabulary entries (HF's get_vocab_size).
-  std::size_t size() const { return vocab_.size(); }
+  std::size_t size() const override { return vocab_.size(); }
   /// One past the largest id in the vocabulary (0 when empty).
-  std::uint32_t id_bound() const { return id_bound_; }
+  std::uint32_t id_bound() const override { return id_bound_; }
 
-  ~BpeModel();
+  ~BpeModel() override;
 
  private:
   BpeModel();

@@ -1,6 +1,7 @@
 #pragma once
-// tokenizer.json "normalizer": Unicode normalization forms (NFC, NFD, NFKC, NFKD, via utf8proc)
-// and Sequence of them.
+// tokenizer.json "normalizer": NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, StripAccents, Strip,
+// Prepend, Replace, Sequence (normalizer.cc), BertNormalizer (bert_normalizer.cc) and
+// Precompiled (SentencePiece's charsmap, precompiled.h).
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,5 +20,11 @@ class Normalizer {
 /// Builds the normalizer described by `spec` (a "normalizer" object). Throws std::runtime_error
 /// naming the field for an unsupported type.
 std::unique_ptr<Normalizer> make_normalizer(const Field& spec);
+
+/// BertNormalizer {clean_text, handle_chinese_chars, strip_accents, lowercase}.
+std::unique_ptr<Normalizer> make_bert_normalizer(const Field& spec);
+
+/// Applies the Unicode normalization form `form` ("NFC", "NFD", "NFKC" or "NFKD") to `text`.
+std::string unicode_normalize(std::string_view text, std::string_view form);
 
 }  // namespace fuselm::tokenizer

@@ -69,6 +69,22 @@ std::unique_ptr<PostProcessor> make_template(const Field& spec) {
   return std::make_unique<TemplatePost>(std::move(items));
 }
 
+// BertProcessing and RobertaProcessing: "cls" and "sep" are [token, id] pairs; one sequence
+// becomes cls A sep.
+std::unique_ptr<PostProcessor> make_cls_sep(const Field& spec) {
+  auto id_of = [](const Field& pair) {
+    if (!pair.is_array() || pair.size() != 2 || !pair.at(0).is_string()) {
+      pair.fail("must be a pair [token, id]");
+    }
+    return pair.at(1).u32();
+  };
+  std::vector<TemplatePost::Item> items;
+  items.push_back({false, {id_of(spec["cls"])}});
+  items.push_back({true, {}});
+  items.push_back({false, {id_of(spec["sep"])}});
+  return std::make_unique<TemplatePost>(std::move(items));
+}
+
 }  // namespace
 
 std::unique_ptr<PostProcessor> make_post_processor(const Field& spec) {
@@ -76,6 +92,7 @@ std::unique_ptr<PostProcessor> make_post_processor(const Field& spec) {
   const std::string& t = type.str();
   if (t == "ByteLevel") return std::make_unique<ByteLevelPost>();
   if (t == "TemplateProcessing") return make_template(spec);
+  if (t == "BertProcessing" || t == "RobertaProcessing") return make_cls_sep(spec);
   if (t == "Sequence") {
     const Field list = spec["processors"];
     std::vector<std::unique_ptr<PostProcessor>> steps;

@@ -1,6 +1,7 @@
 #pragma once
 // tokenizer.json "post_processor": what encode(add_special_tokens=true) adds around the ids.
-// Supported: TemplateProcessing (single-sequence template), ByteLevel (no change to ids), Sequence.
+// Supported: TemplateProcessing (single-sequence template), BertProcessing and RobertaProcessing
+// (cls A sep), ByteLevel (no change to ids), Sequence.
 #include <cstdint>
 #include <memory>
 #include <vector>

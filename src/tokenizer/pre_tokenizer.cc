@@ -1,86 +1,18 @@
 #include "tokenizer/pre_tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/utf8.h"
 
 namespace fuselm::tokenizer {
 namespace {
-
-// HF's SplitDelimiterBehavior: what happens to the matched delimiters.
-enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
-
-// Applies `behavior` to the spans of `word` (covering it in order) and appends the resulting
-// non-empty pieces to `out`, as NormalizedString::split does.
-void split_spans(std::string_view word, const std::vector<Span>& spans, Behavior behavior,
-                 std::vector<std::string>& out) {
-  struct Cut {
-    std::size_t start, end;
-    bool remove;
-  };
-  std::vector<Cut> cuts;
-  cuts.reserve(spans.size());
-  switch (behavior) {
-    case Behavior::Isolated:
-      for (const Span& s : spans) cuts.push_back({s.start, s.end, false});
-      break;
-    case Behavior::Removed:
-      for (const Span& s : spans) cuts.push_back({s.start, s.end, s.is_match});
-      break;
-    case Behavior::Contiguous: {
-      bool previous = false;
-      for (const Span& s : spans) {
-        if (s.is_match == previous && !cuts.empty()) cuts.back().end = s.end;
-        else cuts.push_back({s.start, s.end, false});
-        previous = s.is_match;
-      }
-      break;
-    }
-    case Behavior::MergedWithPrevious: {
-      bool previous = false;
-      for (const Span& s : spans) {
-        if (s.is_match && !previous && !cuts.empty()) cuts.back().end = s.end;
-        else cuts.push_back({s.start, s.end, false});
-        previous = s.is_match;
-      }
-      break;
-    }
-    case Behavior::MergedWithNext: {
-      bool previous = false;
-      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        if (it->is_match && !previous && !cuts.empty()) cuts.back().start = it->start;
-        else cuts.push_back({it->start, it->end, false});
-        previous = it->is_match;
-      }
-      std::reverse(cuts.begin(), cuts.end());
-      break;
-    }
-  }
-  for (const Cut& c : cuts) {
-    if (!c.remove && c.end > c.start) out.emplace_back(word.substr(c.start, c.end - c.start));
-  }
-}
-
-// Splits every word by `regex` with `behavior`, optionally inverting which spans are matches.
-void split_words(std::vector<std::string>& words, const Regex& regex, Behavior behavior,
-                 bool invert) {
-  std::vector<std::string> out;
-  out.reserve(words.size());
-  std::vector<Span> spans;
-  for (const std::string& w : words) {
-    spans.clear();
-    regex.find_matches(w, spans);
-    if (invert) {
-      for (Span& s : spans) s.is_match = !s.is_match;
-    }
-    split_spans(w, spans, behavior, out);
-  }
-  words = std::move(out);
-}
 
 Behavior parse_behavior(const Field& f) {
   const std::string& b = f.str();
@@ -110,14 +42,14 @@ class ByteLevelPre final : public PreTokenizer {
       : add_prefix_space_(add_prefix_space),
         regex_(use_regex ? std::make_unique<Regex>(kGpt2Pattern, false) : nullptr) {}
 
-  void pre_tokenize(std::vector<std::string>& words) const override {
+  void pre_tokenize(Words& words) const override {
     if (add_prefix_space_) {
-      for (std::string& w : words) {
+      for (std::string& w : words.list) {
         if (w.empty() || w.front() != ' ') w.insert(w.begin(), ' ');
       }
     }
     if (regex_) split_words(words, *regex_, Behavior::Isolated, false);
-    for (std::string& w : words) {
+    for (std::string& w : words.list) {
       std::string mapped;
       mapped.reserve(w.size() * 2);
       byte_level::encode(w, mapped);
@@ -134,7 +66,7 @@ class SplitPre final : public PreTokenizer {
  public:
   SplitPre(Regex regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
-  void pre_tokenize(std::vector<std::string>& words) const override {
+  void pre_tokenize(Words& words) const override {
     split_words(words, regex_, behavior_, invert_);
   }
 
@@ -150,7 +82,7 @@ class DigitsPre final : public PreTokenizer {
  public:
   explicit DigitsPre(bool individual)
       : regex_(individual ? R"(\p{N})" : R"(\p{N}+)", false) {}
-  void pre_tokenize(std::vector<std::string>& words) const override {
+  void pre_tokenize(Words& words) const override {
     split_words(words, regex_, Behavior::Isolated, false);
   }
 
@@ -162,13 +94,97 @@ class SequencePre final : public PreTokenizer {
  public:
   explicit SequencePre(std::vector<std::unique_ptr<PreTokenizer>> steps)
       : steps_(std::move(steps)) {}
-  void pre_tokenize(std::vector<std::string>& words) const override {
+  void pre_tokenize(Words& words) const override {
     for (const auto& step : steps_) step->pre_tokenize(words);
   }
 
  private:
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
+
+
+// Metaspace (SentencePiece): spaces become `replacement` ("▁"), which is also prepended to a word
+// (every word, only the one at the start of the input, or none), then optionally split before
+// each replacement.
+class MetaspacePre final : public PreTokenizer {
+ public:
+  enum class Scheme { Always, First, Never };
+  MetaspacePre(std::string replacement, Scheme scheme, bool split)
+      : replacement_(std::move(replacement)), scheme_(scheme), split_(split),
+        regex_(replacement_, true) {}
+
+  void pre_tokenize(Words& words) const override {
+    for (std::size_t i = 0; i < words.list.size(); ++i) {
+      std::string& w = words.list[i];
+      std::string replaced;
+      replaced.reserve(w.size() + replacement_.size());
+      for (char c : w) {
+        if (c == ' ') replaced += replacement_;
+        else replaced.push_back(c);
+      }
+      const bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
+      if (!starts && (scheme_ == Scheme::Always ||
+                      (scheme_ == Scheme::First && i == 0 && words.at_origin))) {
+        replaced.insert(0, replacement_);
+      }
+      w = std::move(replaced);
+    }
+    if (split_) split_words(words, regex_, Behavior::MergedWithNext, false);
+  }
+
+ private:
+  std::string replacement_;
+  Scheme scheme_;
+  bool split_;
+  Regex regex_;
+};
+
+// BertPreTokenizer, WhitespaceSplit and Punctuation: splits on character predicates.
+class CharSplitPre final : public PreTokenizer {
+ public:
+  CharSplitPre(bool on_space, std::optional<Behavior> punctuation)
+      : on_space_(on_space), punctuation_(punctuation) {}
+  void pre_tokenize(Words& words) const override {
+    if (on_space_) split_words(words, unicode::is_white_space, Behavior::Removed);
+    if (punctuation_) split_words(words, unicode::is_bert_punctuation, *punctuation_);
+  }
+
+ private:
+  bool on_space_;
+  std::optional<Behavior> punctuation_;
+};
+
+// Whitespace: keeps runs of word characters and runs of other non-space characters (\w+|[^\w\s]+
+// with Unicode's \w: Alphabetic, marks, Nd, Pc, Join_Control).
+class WhitespacePre final : public PreTokenizer {
+ public:
+  WhitespacePre()
+      : regex_(std::string("[") + kWord + "]+|[^" + kWord + R"(\p{White_Space}]+)", false) {}
+  static constexpr const char* kWord = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D})";
+  void pre_tokenize(Words& words) const override {
+    split_words(words, regex_, Behavior::Removed, true);
+  }
+
+ private:
+  Regex regex_;
+};
+
+std::unique_ptr<PreTokenizer> make_metaspace(const Field& spec) {
+  const Field rep = spec["replacement"];
+  if (rep.str().empty() || utf8::char_length(rep.str(), 0) != rep.str().size()) {
+    rep.fail("must be one character");
+  }
+  MetaspacePre::Scheme scheme = MetaspacePre::Scheme::Always;
+  if (auto p = spec.get("prepend_scheme")) {
+    if (p->str() == "always") scheme = MetaspacePre::Scheme::Always;
+    else if (p->str() == "first") scheme = MetaspacePre::Scheme::First;
+    else if (p->str() == "never") scheme = MetaspacePre::Scheme::Never;
+    else p->unsupported(p->str());
+  } else if (!spec.flag("add_prefix_space", true)) {  // the format before prepend_scheme
+    scheme = MetaspacePre::Scheme::Never;
+  }
+  return std::make_unique<MetaspacePre>(rep.str(), scheme, spec.flag("split", true));
+}
 
 }  // namespace
 
@@ -199,6 +215,14 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Field& spec) {
                                       spec.flag("invert", false));
   }
   if (t == "Digits") return std::make_unique<DigitsPre>(spec.flag("individual_digits", false));
+  if (t == "Metaspace") return make_metaspace(spec);
+  if (t == "BertPreTokenizer") return std::make_unique<CharSplitPre>(true, Behavior::Isolated);
+  if (t == "WhitespaceSplit") return std::make_unique<CharSplitPre>(true, std::nullopt);
+  if (t == "Punctuation") {
+    auto b = spec.get("behavior");
+    return std::make_unique<CharSplitPre>(false, b ? parse_behavior(*b) : Behavior::Isolated);
+  }
+  if (t == "Whitespace") return std::make_unique<WhitespacePre>();
   type.unsupported(t);
 }
 

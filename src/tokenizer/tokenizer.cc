@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/added_vocabulary.h"
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/model.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/json_field.h"
 #include "tokenizer/normalizer.h"
@@ -48,7 +48,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
   if (!root.is_object()) root.fail("must be a JSON object");
 
   Tokenizer t;
-  t.model_ = BpeModel::load(root["model"]);
+  t.model_ = make_model(root["model"]);
   if (auto n = root.get("normalizer")) t.normalizer_ = make_normalizer(*n);
   if (auto p = root.get("pre_tokenizer")) t.pre_tokenizer_ = make_pre_tokenizer(*p);
   if (auto p = root.get("post_processor")) t.post_processor_ = make_post_processor(*p);
@@ -63,38 +63,41 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
 std::vector<std::uint32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   if (!utf8::is_valid(text)) throw std::runtime_error("tokenizer: input text is not valid UTF-8");
   std::vector<std::uint32_t> ids;
-  std::vector<std::string> words;
+  Words words;
+  bool first_piece = true;
   for (Piece& piece : added_->split(text)) {
+    // Pieces cover the text in order, so only the first one starts at offset 0.
+    const bool at_origin = first_piece;
+    first_piece = false;
     if (piece.id) {
       ids.push_back(*piece.id);
       continue;
     }
-    words.clear();
-    words.push_back(std::move(piece.text));
+    words.list.clear();
+    words.list.push_back(std::move(piece.text));
+    words.at_origin = at_origin;
     if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(words);
-    for (const std::string& w : words) model_->tokenize(w, ids);
+    for (const std::string& w : words.list) model_->tokenize(w, ids);
   }
   if (post_processor_) post_processor_->process(ids, add_special_tokens);
   return ids;
 }
 
-bool Tokenizer::append_token_bytes(std::uint32_t id, bool skip_special_tokens, bool first,
-                                   std::string& out) const {
+const std::string* Tokenizer::decode_token(std::uint32_t id, bool skip_special_tokens) const {
   const std::string* token = added_->decode_text(id);
   if (token == nullptr) token = model_->id_to_token(id);
-  if (token == nullptr) return false;
-  if (skip_special_tokens && added_->is_special(*token)) return false;
-  decoder_->append(*token, first, out);
-  return true;
+  if (token == nullptr) return nullptr;
+  if (skip_special_tokens && added_->is_special(*token)) return nullptr;
+  return token;
 }
 
 std::string Tokenizer::decode(std::span<const std::uint32_t> ids, bool skip_special_tokens) const {
-  std::string bytes;
-  bool first = true;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (std::uint32_t id : ids) {
-    if (append_token_bytes(id, skip_special_tokens, first, bytes)) first = false;
+    if (const std::string* t = decode_token(id, skip_special_tokens)) tokens.push_back(*t);
   }
-  return utf8::lossy(bytes);
+  return utf8::lossy(decode_tokens(*decoder_, std::move(tokens), true));
 }
 
 std::optional<std::uint32_t> Tokenizer::token_to_id(std::string_view token) const {

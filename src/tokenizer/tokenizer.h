@@ -1,6 +1,7 @@
 #pragma once
-// The tokenizer facade: a Hugging Face tokenizer.json (BPE model) loaded into the pipeline
-//   added tokens -> normalizer -> pre_tokenizer -> BPE -> post_processor      (encode)
+// The tokenizer facade: a Hugging Face tokenizer.json (BPE, Unigram or WordPiece model) loaded
+// into the pipeline
+//   added tokens -> normalizer -> pre_tokenizer -> model -> post_processor    (encode)
 //   ids -> token strings -> decoder -> UTF-8                                  (decode)
 // with the same ids and text as the `tokenizers` library. truncation and padding in the file are
 // not applied: the engine owns sequence lengths.
@@ -15,7 +16,7 @@
 namespace fuselm::tokenizer {
 
 class AddedVocabulary;
-class BpeModel;
+class Model;
 class Decoder;
 class Normalizer;
 class PostProcessor;
@@ -54,11 +55,10 @@ class Tokenizer {
  private:
   friend class StreamDecoder;
   Tokenizer();
-  // Appends the bytes of `id` to `out` unless it is skipped; returns whether it was appended.
-  bool append_token_bytes(std::uint32_t id, bool skip_special_tokens, bool first,
-                          std::string& out) const;
+  // The token string that decoding `id` starts from, or nullptr when the id is unknown or skipped.
+  const std::string* decode_token(std::uint32_t id, bool skip_special_tokens) const;
 
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<PostProcessor> post_processor_;

@@ -167,29 +167,26 @@ TEST(TokenizerErrors, MalformedJson) {
 }
 
 TEST(TokenizerErrors, UnsupportedComponents) {
-  EXPECT_EQ(error_of(json{{"model", {{"type", "Unigram"}, {"vocab", json::array()}}}}),
-            "tokenizer.json: model type 'Unigram' is not supported");
-  EXPECT_EQ(error_of(json{{"model", {{"type", "WordPiece"}, {"vocab", json::object()}}}}),
-            "tokenizer.json: model type 'WordPiece' is not supported");
+  EXPECT_EQ(error_of(json{{"model", {{"type", "WordLevel"}, {"vocab", json::object()}}}}),
+            "tokenizer.json: model type 'WordLevel' is not supported");
 
   json spec = byte_level_spec();
   spec["pre_tokenizer"] = {{"type", "Sequence"},
-                           {"pretokenizers", {{{"type", "Digits"}}, {{"type", "Metaspace"}}}}};
-  EXPECT_EQ(error_of(spec),
-            "tokenizer.json: pre_tokenizer.pretokenizers[1].type 'Metaspace' is not supported");
+                           {"pretokenizers", {{{"type", "Digits"}}, {{"type", "UnicodeScripts"}}}}};
+  EXPECT_EQ(error_of(spec), "tokenizer.json: pre_tokenizer.pretokenizers[1].type "
+                            "'UnicodeScripts' is not supported");
 
   spec = byte_level_spec();
-  spec["normalizer"] = {{"type", "Lowercase"}};
-  EXPECT_EQ(error_of(spec), "tokenizer.json: normalizer.type 'Lowercase' is not supported");
+  spec["normalizer"] = {{"type", "Nmt"}};
+  EXPECT_EQ(error_of(spec), "tokenizer.json: normalizer.type 'Nmt' is not supported");
 
   spec = byte_level_spec();
-  spec["decoder"] = {{"type", "WordPiece"}};
-  EXPECT_EQ(error_of(spec), "tokenizer.json: decoder.type 'WordPiece' is not supported");
+  spec["decoder"] = {{"type", "CTC"}};
+  EXPECT_EQ(error_of(spec), "tokenizer.json: decoder.type 'CTC' is not supported");
 
   spec = byte_level_spec();
   spec["post_processor"] = {{"type", "BertProcessing"}};
-  EXPECT_EQ(error_of(spec),
-            "tokenizer.json: post_processor.type 'BertProcessing' is not supported");
+  EXPECT_EQ(error_of(spec), "tokenizer.json: post_processor.cls is missing");
 }
 
 TEST(TokenizerErrors, BadFields) {

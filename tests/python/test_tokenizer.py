@@ -350,11 +350,16 @@ def test_cli_formats(specs, tmp_path):
 
 def test_cli_errors(specs, tmp_path):
     bad = tmp_path / "tokenizer.json"
-    bad.write_text('{"model": {"type": "Unigram", "vocab": []}}')
+    bad.write_text('{"model": {"type": "WordLevel", "vocab": {}}}')
     res = run_cli(str(bad), "--text", "x")
     assert res.returncode == 1
     assert res.stderr.decode().strip() == (
-        f"fuselm: error: {bad}: model type 'Unigram' is not supported")
+        f"fuselm: error: {bad}: model type 'WordLevel' is not supported")
+    bad.write_text('{"model": {"type": "Unigram", "vocab": [["a", -1.0], ["b"]]}}')
+    res = run_cli(str(bad), "--text", "x")
+    assert res.returncode == 1
+    assert res.stderr.decode().strip() == (
+        f"fuselm: error: {bad}: model.vocab[1] must be a pair [piece, score]")
     good = tmp_path / "good.json"
     good.write_text(json.dumps(specs["gpt2"]))
     res = run_cli(str(good), "--text", b"\xff\xfe bad")
