@@ -15,5 +15,7 @@ int exit_code();
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 }  // namespace fuselm::cli
