@@ -86,9 +86,9 @@ void run(ChatArgs& a) {
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(0);
   std::mt19937_64 seeds(a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}());
-  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   auto reset = [&] {
-    messages = nlohmann::json::array();
+    messages = nlohmann::ordered_json::array();
     if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
   };
   reset();
@@ -102,7 +102,7 @@ void run(ChatArgs& a) {
     if (turn->empty()) continue;
     messages.push_back({{"role", "user"}, {"content", *turn}});
     engine::Request req;
-    for (auto id : loaded.tokenizer->encode(render({{"messages", messages}}, true), false)) req.prompt_ids.push_back(id);
+    for (auto id : loaded.tokenizer->encode(render(nlohmann::ordered_json{{"messages", messages}}, true), false)) req.prompt_ids.push_back(id);
     const int64_t room = std::min(loaded.model->max_context(), eng.pool_tokens()) - static_cast<int64_t>(req.prompt_ids.size());
     if (room < 1) throw std::runtime_error("the conversation no longer fits the context; /clear it");
     req.max_tokens = std::min(a.max_tokens, room);

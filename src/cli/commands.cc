@@ -14,6 +14,7 @@ void add_commands(CLI::App& app) {
   add_inspect_command(app);
   add_serve_command(app);
   add_chat_command(app);
+  add_apply_template_command(app);
 }
 
 }  // namespace fuselm::cli

@@ -128,7 +128,7 @@ std::vector<int64_t> HttpServer::completion_prompt(const json& body) const {
   throw ApiError(400, "'prompt' must be a string, an array of token ids, or an array of one of those", "prompt");
 }
 
-std::vector<int64_t> HttpServer::chat_prompt(const json& body) const {
+std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string& raw) const {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) throw ApiError(400, "'messages' must be a non-empty array", "messages");
   for (const auto& m : *it)
@@ -141,7 +141,8 @@ std::vector<int64_t> HttpServer::chat_prompt(const json& body) const {
   }
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
   if (!tok_) throw ApiError(400, "chat needs the model's tokenizer.json", "messages");
-  return to_ids(tok_->encode(cfg_.render_chat(body, true), false));
+  // Rendered from the body in request key order (json sorts keys; templates may iterate them).
+  return to_ids(tok_->encode(cfg_.render_chat(nlohmann::ordered_json::parse(raw), true), false));
 }
 
 void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
@@ -149,7 +150,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
   CommonFields c = read_common(body, chat, random_seed());
-  c.request.prompt_ids = chat ? chat_prompt(body) : completion_prompt(body);
+  c.request.prompt_ids = chat ? chat_prompt(body, hreq.body) : completion_prompt(body);
   const int64_t n = static_cast<int64_t>(c.request.prompt_ids.size());
   if (n >= cfg_.max_context)
     throw ApiError(400, fmt::format("the prompt has {} tokens but the model's context is {} tokens", n, cfg_.max_context), "messages");
@@ -215,7 +216,7 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
   const bool special = get_bool(body, "add_special_tokens").value_or(true);
   std::vector<int64_t> ids;
   if (body.contains("messages")) {
-    ids = chat_prompt(body);
+    ids = chat_prompt(body, req.body);
   } else {
     auto text = get_string(body, "prompt");
     if (!text) text = get_string(body, "content");
@@ -244,7 +245,8 @@ void HttpServer::apply_template(const httplib::Request& req, httplib::Response& 
   json body = parse_body(req);
   if (!body.contains("messages") || !body["messages"].is_array()) throw ApiError(400, "'messages' must be an array", "messages");
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template", "messages");
-  res.set_content(dump({{"prompt", cfg_.render_chat(body, get_bool(body, "add_generation_prompt").value_or(true))}}), "application/json");
+  const bool gen = get_bool(body, "add_generation_prompt").value_or(true);
+  res.set_content(dump({{"prompt", cfg_.render_chat(nlohmann::ordered_json::parse(req.body), gen)}}), "application/json");
 }
 
 }  // namespace fuselm::server

@@ -28,7 +28,7 @@ struct ServerConfig {
   int64_t max_context = 0;
   /// Renders a chat body's messages (and tools) to prompt text with the model's template; empty
   /// when the model has none (chat then answers 400). Throws ApiError or std::exception.
-  std::function<std::string(const nlohmann::json& body, bool add_generation_prompt)> render_chat;
+  std::function<std::string(const nlohmann::ordered_json& body, bool add_generation_prompt)> render_chat;
   int threads = 128;  // HTTP worker threads; each open stream holds one
 };
 
@@ -51,7 +51,7 @@ class HttpServer {
   void routes();
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
   std::vector<int64_t> completion_prompt(const nlohmann::json& body) const;
-  std::vector<int64_t> chat_prompt(const nlohmann::json& body) const;
+  std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
