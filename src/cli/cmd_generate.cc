@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <limits>
 #include <optional>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "engine/generator.h"
+#include "engine/stop_matcher.h"
 #include "template/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +36,8 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool chat = false;
   std::string logits_out;
+  std::vector<std::string> stop;
+  std::string prompt_file;
 };
 
 /// --chat: the model's chat template applied to the prompt as one user message with
@@ -70,6 +75,14 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("--prompt-file " + path + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 /// A real-valued option check that also rejects NaN (CLI::Range lets NaN through).
 CLI::Validator real_in(double lo, double hi, bool lo_open) {
   return CLI::Validator(
@@ -96,8 +109,14 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   req.max_tokens = a.max_tokens;
   req.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
   req.stop_at_eos = !a.ignore_eos;
+  engine::StopMatcher stops(a.stop);  // --stop: the text stops before the first match
+  if (!a.stop.empty() && !loaded.tokenizer) throw std::runtime_error("--stop needs a tokenizer.json in the model directory");
+  req.stop_requested = [&stops] { return stops.matched(); };
+  std::optional<tokenizer::StreamDecoder> stop_decoder;
+  if (!a.stop.empty()) stop_decoder.emplace(*loaded.tokenizer, true);
 
   std::unique_ptr<tokenizer::StreamDecoder> stream;
+  engine::StopMatcher shown(a.stop);  // the streamed text, cut the same way
   if (loaded.tokenizer && !a.json) {
     stream = std::make_unique<tokenizer::StreamDecoder>(*loaded.tokenizer, true);
     if (!a.chat) std::fputs(a.prompt.c_str(), stdout);  // a chat prints only the reply
@@ -111,8 +130,10 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   auto res = engine::generate(
       *loaded.model, req,
       [&](int64_t tok) {
+        if (stop_decoder) stops.feed(stop_decoder->step(static_cast<uint32_t>(tok)));
         if (!stream) return;
         std::string piece = stream->step(static_cast<uint32_t>(tok));
+        if (!stops.empty()) piece = shown.feed(piece);
         std::fputs(piece.c_str(), stdout);
         std::fflush(stdout);
       },
@@ -120,7 +141,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
         if (logits_file) std::fwrite(row.data(), sizeof(float), row.size(), logits_file);
       });
   if (logits_file) std::fclose(logits_file);
-  if (stream) std::fputs((stream->flush() + "\n").c_str(), stdout);
+  if (stream) std::fputs((shown.feed(stream->flush()) + shown.flush() + "\n").c_str(), stdout);
   std::fflush(stdout);  // the stats line on stderr comes after the text, also when both are piped
 
   const size_t n = res.token_ids.size();
@@ -133,6 +154,10 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
     if (loaded.tokenizer) {
       std::vector<uint32_t> ids(res.token_ids.begin(), res.token_ids.end());
       j["text"] = loaded.tokenizer->decode(ids, true);
+      if (!a.stop.empty()) {  // the text before the first stop string
+        engine::StopMatcher cut(a.stop);
+        j["text"] = cut.feed(j["text"].get<std::string>()) + cut.flush();
+      }
     } else {
       j["text"] = nullptr;
     }
@@ -160,7 +185,12 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0, false));
   cmd->add_option("--top-k", a->top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str()->check(CLI::Range(0, std::numeric_limits<int32_t>::max()));
   cmd->add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1]")->capture_default_str()->check(real_in(0.0, 1.0, true));
-  cmd->add_option("--seed", a->seed, "random seed for sampling")->capture_default_str();
+  auto* seed = cmd->add_option("--seed", a->seed, "random seed for sampling (default: a random one)");
+  cmd->add_option("--stop", a->stop, "stop before this text (repeatable); it is not printed")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  auto* pf = cmd->add_option("--prompt-file", a->prompt_file, "read the prompt text from this file");
+  pf->excludes(p)->excludes(ids);
   cmd->add_flag("--json", a->json, "print one JSON object: token_ids, text, logprobs, finish_reason");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
   auto* chat = cmd->add_flag("--chat", a->chat,
@@ -169,8 +199,11 @@ void add_generate_command(CLI::App& app) {
   chat->excludes(ids);
   cmd->add_option("--logits-out", a->logits_out,
                   "write every logits row (prompt tokens, then each decode step) as raw f32 to this file");
-  cmd->callback([a, p, ids] {
-    if (p->count() == 0 && ids->count() == 0) throw std::runtime_error("give a prompt: --prompt TEXT or --prompt-ids 1,2,3");
+  cmd->callback([a, p, ids, pf, seed] {
+    if (seed->count() == 0) a->seed = std::random_device{}();  // unseeded sampling is random
+    if (pf->count() > 0) a->prompt = read_prompt_file(a->prompt_file);
+    if (p->count() == 0 && ids->count() == 0 && pf->count() == 0)
+      throw std::runtime_error("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3");
     std::optional<std::vector<int64_t>> prompt_ids;
     if (ids->count() > 0) prompt_ids = parse_ids(a->prompt_ids);  // before the model loads
     run(*a, prompt_ids);

@@ -12,6 +12,8 @@ void add_commands(CLI::App& app) {
   add_generate_command(app);
   add_tokenize_command(app);
   add_inspect_command(app);
+  add_serve_command(app);
+  add_chat_command(app);
   add_apply_template_command(app);
 }
 

@@ -15,6 +15,8 @@ int exit_code();
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_apply_template_command(CLI::App& app);
 
 }  // namespace fuselm::cli

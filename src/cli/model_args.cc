@@ -56,6 +56,8 @@ LoadedModel load_model(const ModelArgs& a) {
   engine::ModelOptions mo;
   mo.dtype = weights::parse_dtype_policy(a.dtype);
   mo.kv_tokens = a.max_context;
+  mo.kv_cache_bytes = a.kv_cache_bytes;
+  mo.kv_max_seqs = a.kv_max_seqs;
   mo.fusers = a.fusers.options();
   LoadedModel out;
   out.model = engine::Model::load(dir, ir_dir, mo);

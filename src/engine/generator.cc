@@ -55,7 +55,8 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     res.logprobs.push_back(s.logprob);
     if (on_token) on_token(s.token);
     const auto& eos = model.eos_token_ids();
-    if (req.stop_at_eos && std::find(eos.begin(), eos.end(), s.token) != eos.end()) {
+    if ((req.stop_at_eos && std::find(eos.begin(), eos.end(), s.token) != eos.end()) ||
+        (req.stop_requested && req.stop_requested())) {
       res.finish_reason = "stop";
       break;
     }

@@ -15,12 +15,15 @@ struct GenerateRequest {
   int64_t max_tokens = 64;
   SamplingParams sampling;
   bool stop_at_eos = true;
+  /// Asked after each token (and on_token): true ends generation with finish_reason "stop"
+  /// (generate --stop matches stop strings in the streamed text with it).
+  std::function<bool()> stop_requested;
 };
 
 struct GenerateResult {
   std::vector<int64_t> token_ids;
   std::vector<float> logprobs;
-  std::string finish_reason;  // "stop" (EOS) | "length"
+  std::string finish_reason;  // "stop" (EOS or stop_requested) | "length"
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t pool_allocations_after_first_decode = -1;  // pool allocations made after decode step 1
 };

@@ -1,5 +1,7 @@
 #include "engine/model.h"
 
+#include "kv/pool_sizing.h"
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -144,8 +146,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   if (options.kv_tokens > m->max_context_)
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
                                          options.kv_tokens, m->max_context_));
-  const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : m->max_context_;
-  const int32_t blocks = static_cast<int32_t>((kv_tokens + options.kv_block_size - 1) / options.kv_block_size);
+  const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
+  const int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers), m->max_context_, options.kv_block_size);
   m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size);
   return m;
 }

@@ -22,6 +22,10 @@ struct ModelOptions {
   /// KV cache capacity in tokens (all sequences together); 0 = the model's context length.
   int64_t kv_tokens = 0;
   int32_t kv_block_size = 16;
+  /// KV pool size in bytes (fuselm serve --kv-cache-memory); when > 0 it wins over kv_tokens and
+  /// may exceed one context. 0 with kv_tokens 0: kv_max_seqs contexts, capped by free memory.
+  int64_t kv_cache_bytes = 0;
+  int32_t kv_max_seqs = 1;
   /// Fusers to run over the graph before it executes (on by default; --no-fuse, --disable-fuser).
   fusers::Options fusers;
 };

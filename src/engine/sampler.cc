@@ -9,13 +9,65 @@
 namespace fuselm::engine {
 
 Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {
-  if (p_.temperature < 0.f) throw std::invalid_argument("temperature must be >= 0");
+  if (!(p_.temperature >= 0.f)) throw std::invalid_argument("temperature must be >= 0");
   if (p_.top_k < 0) throw std::invalid_argument("top-k must be >= 0");
   if (!(p_.top_p > 0.f && p_.top_p <= 1.f)) throw std::invalid_argument("top-p must be in (0, 1]");
+  if (!(p_.min_p >= 0.f && p_.min_p <= 1.f)) throw std::invalid_argument("min_p must be in [0, 1]");
+  if (!(p_.repetition_penalty > 0.f)) throw std::invalid_argument("repetition_penalty must be > 0");
+  if (!(p_.presence_penalty >= -2.f && p_.presence_penalty <= 2.f)) throw std::invalid_argument("presence_penalty must be in [-2, 2]");
+  if (!(p_.frequency_penalty >= -2.f && p_.frequency_penalty <= 2.f)) throw std::invalid_argument("frequency_penalty must be in [-2, 2]");
+  if (p_.top_logprobs < 0 || p_.top_logprobs > 20) throw std::invalid_argument("top_logprobs must be in [0, 20]");
 }
 
-Sampled Sampler::sample(std::span<const float> logits) {
-  const int64_t n = static_cast<int64_t>(logits.size());
+void Sampler::set_prompt(std::span<const int64_t> prompt) { prompt_.assign(prompt.begin(), prompt.end()); }
+
+bool Sampler::penalized() const {
+  return p_.repetition_penalty != 1.f || p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f;
+}
+
+std::span<const float> Sampler::apply_penalties(std::span<const float> logits) {
+  work_.assign(logits.begin(), logits.end());
+  const int64_t n = static_cast<int64_t>(work_.size());
+  auto repeat = [&](int64_t t) {
+    if (t < 0 || t >= n) return;
+    work_[t] = work_[t] > 0 ? work_[t] / p_.repetition_penalty : work_[t] * p_.repetition_penalty;
+  };
+  if (p_.repetition_penalty != 1.f) {
+    // Each distinct token once: mark with the output counts, then the prompt's not yet seen.
+    for (const auto& [t, c] : output_counts_) repeat(t);
+    std::vector<int64_t> seen;
+    for (int64_t t : prompt_)
+      if (!output_counts_.contains(t)) seen.push_back(t);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int64_t t : seen) repeat(t);
+  }
+  for (const auto& [t, c] : output_counts_)
+    if (t >= 0 && t < n) work_[t] -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(c);
+  return work_;
+}
+
+void Sampler::fill_top(std::span<const float> raw, double log_z, Sampled& out) {
+  out.top.clear();
+  if (p_.top_logprobs == 0) return;
+  const int64_t n = static_cast<int64_t>(raw.size());
+  const int64_t k = std::min<int64_t>(p_.top_logprobs, n);
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0);
+  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
+                    [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
+  for (int64_t i = 0; i < k; ++i) out.top.emplace_back(order_[i], static_cast<float>(raw[order_[i]] - log_z));
+}
+
+Sampled Sampler::sample(std::span<const float> raw) {
+  const int64_t n = static_cast<int64_t>(raw.size());
+  // logprobs are of the model's own distribution; sampling sees the penalized logits.
+  double raw_max = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) raw_max = std::max<double>(raw_max, raw[i]);
+  double raw_z = 0;
+  for (int64_t i = 0; i < n; ++i) raw_z += std::exp(static_cast<double>(raw[i]) - raw_max);
+  const double log_z = std::log(raw_z) + raw_max;
+  std::span<const float> logits = penalized() ? apply_penalties(raw) : raw;
   float max = -std::numeric_limits<float>::infinity();
   int64_t argmax = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -23,11 +75,13 @@ Sampled Sampler::sample(std::span<const float> logits) {
       max = logits[i];
       argmax = i;
     }
-  double z = 0;
-  for (int64_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(logits[i]) - max);
-  const double log_z = std::log(z) + max;
-  auto logprob = [&](int64_t t) { return static_cast<float>(logits[t] - log_z); };
-  if (p_.temperature == 0.f || p_.top_k == 1) return {argmax, logprob(argmax)};
+  auto finish = [&](int64_t t) {
+    Sampled s{t, static_cast<float>(raw[t] - log_z), {}};
+    fill_top(raw, log_z, s);
+    ++output_counts_[t];
+    return s;
+  };
+  if (p_.temperature == 0.f || p_.top_k == 1) return finish(argmax);
 
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
@@ -56,13 +110,21 @@ Sampled Sampler::sample(std::span<const float> logits) {
     sum = 0;
     for (int64_t i = 0; i < keep; ++i) sum += probs_[i];
   }
+  // min-p: probs_ are sorted and probs_[0] is the top probability (relative, exp(0) = 1).
+  if (p_.min_p > 0.f) {
+    int64_t cut = 1;
+    while (cut < keep && probs_[cut] >= p_.min_p * probs_[0]) ++cut;
+    keep = cut;
+    sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += probs_[i];
+  }
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_), acc = 0;
   for (int64_t i = 0; i < keep; ++i) {
     acc += probs_[i];
-    if (r < acc) return {order_[i], logprob(order_[i])};
+    if (r < acc) return finish(order_[i]);
   }
-  return {order_[keep - 1], logprob(order_[keep - 1])};
+  return finish(order_[keep - 1]);
 }
 
 }  // namespace fuselm::engine

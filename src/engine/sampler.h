@@ -1,8 +1,11 @@
 #pragma once
-// Token sampling from one row of logits: greedy, temperature, top-k, top-p, seeded.
+// Token sampling from one row of logits: greedy, temperature, top-k, top-p, min-p, repetition /
+// presence / frequency penalties (as vLLM applies them), seeded, with top logprobs.
 #include <cstdint>
 #include <random>
 #include <span>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace fuselm::engine {
@@ -12,25 +15,42 @@ struct SamplingParams {
   int32_t top_k = 0;        // 0: all tokens
   float top_p = 1.f;        // nucleus mass in (0, 1]
   uint64_t seed = 0;
+  float min_p = 0.f;               // drop tokens below min_p x the top probability; [0, 1]
+  float repetition_penalty = 1.f;  // > 0; over prompt and output tokens: logit/p if > 0, else logit*p
+  float presence_penalty = 0.f;    // [-2, 2]; subtracted once from each token seen in the output
+  float frequency_penalty = 0.f;   // [-2, 2]; subtracted per occurrence in the output
+  int32_t top_logprobs = 0;        // alternatives reported per token, [0, 20]
 };
 
 struct Sampled {
   int64_t token = 0;
   float logprob = 0.f;  // log-softmax of the raw logits at `token`
+  std::vector<std::pair<int64_t, float>> top;  // top_logprobs most likely (raw), best first
 };
 
-/// Samples with its own generator seeded from params.seed; buffers are reused across calls, so
-/// steady-state sampling allocates nothing. Throws std::invalid_argument on bad parameters.
+/// Samples with its own generator seeded from params.seed, so a sequence's text does not depend
+/// on what else is in the batch; buffers are reused across calls, so steady-state sampling
+/// allocates nothing. Each sample() counts its token as output for the penalties. Throws
+/// std::invalid_argument (naming the parameter) on bad parameters.
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
+  /// The prompt tokens the repetition penalty also covers (call before the first sample()).
+  void set_prompt(std::span<const int64_t> prompt);
   Sampled sample(std::span<const float> logits);
+  const SamplingParams& params() const { return p_; }
 
  private:
+  bool penalized() const;
+  std::span<const float> apply_penalties(std::span<const float> logits);
+  void fill_top(std::span<const float> raw, double log_z, Sampled& out);
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<int32_t> order_;
-  std::vector<float> probs_;
+  std::vector<float> probs_, work_;
+  std::vector<int64_t> prompt_;
+  std::unordered_map<int64_t, int32_t> output_counts_;
 };
 
 }  // namespace fuselm::engine

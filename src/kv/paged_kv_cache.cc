@@ -2,8 +2,14 @@
 
 namespace fuselm::kv {
 
+int64_t kv_bytes_per_token(const std::vector<LayerShape>& layers) {
+  int64_t b = 0;
+  for (const auto& l : layers) b += (l.k_width + l.v_width) * int64_t{sizeof(float)};
+  return b;
+}
+
 PagedKvCache::PagedKvCache(std::vector<LayerShape> layers, int32_t num_blocks, int32_t block_size)
-    : layers_(std::move(layers)), block_size_(block_size), allocator_(num_blocks) {
+    : layers_(std::move(layers)), pool_(num_blocks, block_size) {
   const int64_t slots = int64_t{num_blocks} * block_size;
   for (const auto& l : layers_) {
     k_.emplace_back(l.k_width ? new float[slots * l.k_width] : nullptr);
@@ -11,21 +17,15 @@ PagedKvCache::PagedKvCache(std::vector<LayerShape> layers, int32_t num_blocks, i
   }
 }
 
-int64_t PagedKvCache::bytes_per_token() const {
-  int64_t b = 0;
-  for (const auto& l : layers_) b += (l.k_width + l.v_width) * int64_t{sizeof(float)};
-  return b;
-}
-
 bool SequenceKv::reserve(int64_t length, PagedKvCache& cache) {
   const int32_t bs = cache.block_size();
   const int64_t need_blocks = (length + bs - 1) / bs;
   const size_t had = blocks_.size();
   while (static_cast<int64_t>(blocks_.size()) < need_blocks) {
-    int32_t b = cache.allocator().allocate();
+    int32_t b = cache.pool().allocate();
     if (b < 0) {
       while (blocks_.size() > had) {
-        cache.allocator().free(blocks_.back());
+        cache.pool().release(blocks_.back());
         blocks_.pop_back();
       }
       return false;
@@ -38,7 +38,7 @@ bool SequenceKv::reserve(int64_t length, PagedKvCache& cache) {
 }
 
 void SequenceKv::release(PagedKvCache& cache) {
-  for (int32_t b : blocks_) cache.allocator().free(b);
+  for (int32_t b : blocks_) cache.pool().release(b);
   blocks_.clear();
   slots_.clear();
 }

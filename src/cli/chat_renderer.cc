@@ -1,0 +1,30 @@
+#include "cli/chat_renderer.h"
+
+#include "server/api_error.h"
+#include "template/chat_template.h"
+
+namespace fuselm::cli {
+
+ChatRenderer make_chat_renderer(const std::filesystem::path& model_dir) {
+  auto plain = tmpl::find_model_template(model_dir, "", false);
+  if (!plain) return {};
+  auto with_tools = tmpl::find_model_template(model_dir, "", true);
+  return [plain = *plain, tooled = with_tools ? *with_tools : *plain](const nlohmann::ordered_json& body,
+                                                                       bool add_generation_prompt) {
+    const auto tools = body.find("tools");
+    const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
+    const auto& t = has_tools ? tooled : plain;
+    nlohmann::ordered_json vars = {{"messages", body.at("messages")},
+                                   {"add_generation_prompt", add_generation_prompt},
+                                   {"bos_token", t.bos_token},
+                                   {"eos_token", t.eos_token}};
+    if (has_tools) vars["tools"] = *tools;
+    try {
+      return tmpl::render(t.source, vars);
+    } catch (const tmpl::TemplateError& e) {
+      throw server::ApiError(400, "chat template " + t.origin + ": " + e.what(), "messages");
+    }
+  };
+}
+
+}  // namespace fuselm::cli

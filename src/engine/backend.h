@@ -1,0 +1,44 @@
+#pragma once
+// What the scheduler needs from a model: one forward over a flattened token batch, the KV cache
+// it writes, and a few facts. engine::Model is adapted by ModelBackend; tests use a fake.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/model.h"
+#include "kv/paged_kv_cache.h"
+#include "runtime/batch.h"
+#include "runtime/tensor.h"
+
+namespace fuselm::engine {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Logits [1, num_tokens, vocab] f32 for the batch, valid until the next call. May throw.
+  virtual const runtime::Tensor& forward(std::span<const int64_t> ids, std::span<const int64_t> positions,
+                                         std::span<const runtime::SequenceSlice> sequences) = 0;
+  virtual kv::PagedKvCache& kv_cache() = 0;
+  virtual int64_t max_context() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual const std::vector<int64_t>& eos_token_ids() const = 0;
+};
+
+/// The real model as a Backend (it must outlive this object).
+class ModelBackend final : public Backend {
+ public:
+  explicit ModelBackend(Model& m) : m_(m) {}
+  const runtime::Tensor& forward(std::span<const int64_t> ids, std::span<const int64_t> positions,
+                                 std::span<const runtime::SequenceSlice> sequences) override {
+    return m_.forward(ids, positions, sequences);
+  }
+  kv::PagedKvCache& kv_cache() override { return m_.kv_cache(); }
+  int64_t max_context() const override { return m_.max_context(); }
+  int64_t vocab_size() const override { return m_.vocab_size(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return m_.eos_token_ids(); }
+
+ private:
+  Model& m_;
+};
+
+}  // namespace fuselm::engine

@@ -1,0 +1,79 @@
+#pragma once
+// A generation request as the scheduler takes it, the events it sends back, and the channel
+// between the engine thread and whoever waits for them (an HTTP handler, the chat loop, a test).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace fuselm::engine {
+
+struct Request {
+  std::vector<int64_t> prompt_ids;
+  int64_t max_tokens = 16;  // generated tokens at most (prompt + max_tokens must fit the context)
+  SamplingParams sampling;  // the caller picks a random seed for unseeded requests
+  std::vector<std::string> stop;         // stop strings, excluded from the text (needs a tokenizer)
+  std::vector<int64_t> stop_token_ids;   // also end the request; the token is counted, not shown
+  bool ignore_eos = false;
+  bool logprobs = false;  // report each token's logprob (and sampling.top_logprobs alternatives)
+};
+
+/// One generated token as reported.
+struct TokenOut {
+  int64_t id = 0;
+  float logprob = 0.f;
+  std::vector<std::pair<int64_t, float>> top;  // when logprobs: alternatives, best first
+};
+
+/// What the engine sends per step of a request: the tokens generated since the last event, the
+/// text now safe to show, and at the end finished with the reason and counts.
+struct Event {
+  std::vector<TokenOut> tokens;
+  std::string text;
+  bool finished = false;
+  std::string finish_reason;  // "stop" | "length" | "abort" | "error"
+  std::string error;          // for "error"
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+/// The per-request channel. The engine pushes; a consumer pops with a timeout and may cancel,
+/// after which the engine frees the request's blocks at its next step and sends a final "abort".
+class RequestStream {
+ public:
+  explicit RequestStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+  /// Waits up to `timeout` for the next event; false on timeout.
+  bool next(Event& out, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+    out = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  /// Engine side.
+  void push(Event e) {
+    {
+      std::lock_guard lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  uint64_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace fuselm::engine

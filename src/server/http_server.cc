@@ -1,0 +1,252 @@
+#include "server/http_server.h"
+
+#include <fmt/core.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "server/api_error.h"
+#include "server/request_fields.h"
+#include "server/responses.h"
+
+namespace fuselm::server {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {}) {
+  res.status = status;
+  res.set_content(dump(error_body(status, message, param)), "application/json");
+}
+
+json parse_body(const httplib::Request& req) {
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, std::string("malformed JSON in the request body: ") + e.what());
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
+}
+
+uint64_t random_seed() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(mu);
+  return rng();
+}
+
+// Runs a handler, turning its exceptions into OpenAI error objects.
+template <class F>
+auto guarded(F f) {
+  return [f](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e.status, e.what(), e.param);
+    } catch (const engine::RequestError& e) {
+      send_error(res, e.status, e.what());
+    } catch (const std::exception& e) {
+      send_error(res, 500, e.what());
+    }
+  };
+}
+
+std::vector<int64_t> to_ids(const std::vector<uint32_t>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
+HttpServer::HttpServer(engine::Engine& engine, const tokenizer::Tokenizer* tokenizer, ServerConfig config)
+    : engine_(engine), tok_(tokenizer), cfg_(std::move(config)), svr_(std::make_unique<httplib::Server>()) {
+  const int threads = cfg_.threads;
+  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::bind() {
+  if (!svr_->bind_to_port(cfg_.host, cfg_.port))
+    throw std::runtime_error(fmt::format("cannot listen on {}:{} (address in use or not available)", cfg_.host, cfg_.port));
+}
+
+void HttpServer::serve() { svr_->listen_after_bind(); }
+
+void HttpServer::stop() { svr_->stop(); }
+
+void HttpServer::routes() {
+  svr_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (cfg_.api_key.empty() || req.path.rfind("/v1", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "a valid API key is required (Authorization: Bearer <key>)");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
+  svr_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
+  svr_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(engine::to_prometheus(engine_.metrics(), cfg_.model_name), "text/plain; version=0.0.4");
+  });
+  svr_->Post("/v1/completions", guarded([this](const auto& q, auto& r) { generate(q, r, false); }));
+  svr_->Post("/v1/chat/completions", guarded([this](const auto& q, auto& r) { generate(q, r, true); }));
+  svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }));
+  svr_->Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }));
+  svr_->Post("/apply-template", guarded([this](const auto& q, auto& r) { apply_template(q, r); }));
+  svr_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.status == 404 && res.body.empty()) send_error(res, 404, "no route " + req.method + " " + req.path);
+  });
+}
+
+void HttpServer::models(httplib::Response& res) const {
+  json m = {{"id", cfg_.model_name}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
+            {"owned_by", "fuselm"}, {"max_model_len", cfg_.max_context}};
+  res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+}
+
+std::vector<int64_t> HttpServer::completion_prompt(const json& body) const {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) throw ApiError(400, "'prompt' is required", "prompt");
+  const json* p = &*it;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    if (!tok_) throw ApiError(400, "a text prompt needs the model's tokenizer.json; send token ids", "prompt");
+    return to_ids(tok_->encode(p->get<std::string>(), true));
+  }
+  if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+    std::vector<int64_t> ids;
+    for (const auto& x : *p) {
+      if (!x.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
+      ids.push_back(x.get<int64_t>());
+    }
+    return ids;
+  }
+  if (p->is_array() && p->size() > 1) throw ApiError(400, "batched prompts (several in 'prompt') are not supported", "prompt");
+  throw ApiError(400, "'prompt' must be a string, an array of token ids, or an array of one of those", "prompt");
+}
+
+std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string& raw) const {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) throw ApiError(400, "'messages' must be a non-empty array", "messages");
+  for (const auto& m : *it)
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw ApiError(400, "each message must be an object with a string 'role'", "messages");
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null() && !tools->empty()) {
+    const json tc = body.value("tool_choice", json("auto"));
+    if (!(tc.is_string() && (tc == "auto" || tc == "none")))
+      throw ApiError(400, "'tool_choice' other than \"auto\" or \"none\" is not supported (fuselm cannot force a tool call)", "tool_choice");
+  }
+  if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
+  if (!tok_) throw ApiError(400, "chat needs the model's tokenizer.json", "messages");
+  // Rendered from the body in request key order (json sorts keys; templates may iterate them).
+  return to_ids(tok_->encode(cfg_.render_chat(nlohmann::ordered_json::parse(raw), true), false));
+}
+
+void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
+  json body = parse_body(hreq);
+  if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
+    throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
+  CommonFields c = read_common(body, chat, random_seed());
+  c.request.prompt_ids = chat ? chat_prompt(body, hreq.body) : completion_prompt(body);
+  const int64_t n = static_cast<int64_t>(c.request.prompt_ids.size());
+  if (n >= cfg_.max_context)
+    throw ApiError(400, fmt::format("the prompt has {} tokens but the model's context is {} tokens", n, cfg_.max_context), "messages");
+  if (chat && !c.max_tokens_given) c.request.max_tokens = std::min(cfg_.max_context, engine_.pool_tokens()) - n;
+  if (draining_) throw ApiError(503, "the server is shutting down");
+  const bool logprobs = c.request.logprobs;
+  auto stream = engine_.submit(std::move(c.request));
+  auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_, logprobs);
+  if (!c.stream) {
+    std::string text;
+    std::vector<engine::TokenOut> tokens;
+    engine::Event e;
+    for (;;) {
+      if (!stream->next(e, std::chrono::milliseconds(200))) continue;
+      text += e.text;
+      for (auto& t : e.tokens) tokens.push_back(std::move(t));
+      if (e.finished) break;
+    }
+    if (e.finish_reason == "error") throw ApiError(500, "generation failed: " + e.error);
+    res.set_content(dump(rb->full(text, tokens, e)), "application/json");
+    return;
+  }
+  const bool usage = c.include_usage;
+  auto sent_role = std::make_shared<bool>(!chat);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [stream, rb, usage, sent_role, logprobs](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& payload) {
+          const std::string s = "data: " + payload + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        if (!*sent_role) {
+          *sent_role = true;
+          if (!write(dump(rb->role_chunk()))) return stream->cancel(), false;
+        }
+        engine::Event e;
+        if (!stream->next(e, std::chrono::milliseconds(100))) {
+          if (!sink.is_writable()) return stream->cancel(), false;
+          return true;
+        }
+        bool ok = true;
+        if (!e.finished) {
+          if (!e.text.empty() || logprobs) ok = write(dump(rb->chunk(e.text, e.tokens)));
+          if (!ok) stream->cancel();
+          return ok;
+        }
+        if (e.finish_reason == "error") ok = write(dump(error_body(500, "generation failed: " + e.error)));
+        else ok = write(dump(rb->chunk(e.text, {}, finish_reason_json(e.finish_reason))));
+        if (ok && usage) ok = write(dump(rb->usage_chunk(e)));
+        if (ok) ok = write("[DONE]");
+        if (ok) sink.done();
+        return ok;
+      },
+      [stream](bool success) {
+        if (!success) stream->cancel();
+      });
+}
+
+void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+  json body = parse_body(req);
+  if (!tok_) throw ApiError(400, "the model has no tokenizer.json");
+  const bool special = get_bool(body, "add_special_tokens").value_or(true);
+  std::vector<int64_t> ids;
+  if (body.contains("messages")) {
+    ids = chat_prompt(body, req.body);
+  } else {
+    auto text = get_string(body, "prompt");
+    if (!text) text = get_string(body, "content");
+    if (!text) throw ApiError(400, "give 'prompt' (or 'content') text, or 'messages'", "prompt");
+    ids = to_ids(tok_->encode(*text, special));
+  }
+  res.set_content(dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", cfg_.max_context}}), "application/json");
+}
+
+void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+  json body = parse_body(req);
+  if (!tok_) throw ApiError(400, "the model has no tokenizer.json");
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+  std::vector<uint32_t> ids;
+  for (const auto& x : *it) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tok_->vocab_size())
+      throw ApiError(400, "'tokens' must hold token ids of the vocabulary", "tokens");
+    ids.push_back(x.get<uint32_t>());
+  }
+  const std::string text = tok_->decode(ids, false);
+  res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
+}
+
+void HttpServer::apply_template(const httplib::Request& req, httplib::Response& res) {
+  json body = parse_body(req);
+  if (!body.contains("messages") || !body["messages"].is_array()) throw ApiError(400, "'messages' must be an array", "messages");
+  if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template", "messages");
+  const bool gen = get_bool(body, "add_generation_prompt").value_or(true);
+  res.set_content(dump({{"prompt", cfg_.render_chat(nlohmann::ordered_json::parse(req.body), gen)}}), "application/json");
+}
+
+}  // namespace fuselm::server

@@ -1,0 +1,67 @@
+#pragma once
+// The OpenAI-compatible HTTP server (cpp-httplib): /v1/models, /v1/completions,
+// /v1/chat/completions (server-sent events when streamed), /tokenize, /detokenize,
+// /apply-template, /health and /metrics (Prometheus text), over one Engine.
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+class Request;
+class Response;
+}  // namespace httplib
+
+namespace fuselm::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;     // when set, /v1/* needs "Authorization: Bearer <key>"
+  std::string model_name;  // the id /v1/models lists and requests must name (or omit)
+  int64_t max_context = 0;
+  /// Renders a chat body's messages (and tools) to prompt text with the model's template; empty
+  /// when the model has none (chat then answers 400). Throws ApiError or std::exception.
+  std::function<std::string(const nlohmann::ordered_json& body, bool add_generation_prompt)> render_chat;
+  int threads = 128;  // HTTP worker threads; each open stream holds one
+};
+
+class HttpServer {
+ public:
+  /// `engine` (started) and `tokenizer` must outlive the server.
+  HttpServer(engine::Engine& engine, const tokenizer::Tokenizer* tokenizer, ServerConfig config);
+  ~HttpServer();
+  /// Binds host:port; throws std::runtime_error naming the address on failure.
+  void bind();
+  /// Serves until stop() (blocking).
+  void serve();
+  /// New generation requests get 503 from now on; in-flight ones go on.
+  void drain() { draining_ = true; }
+  /// Stops serving (open streams are cut; drain and wait for the engine first).
+  void stop();
+  const ServerConfig& config() const { return cfg_; }
+
+ private:
+  void routes();
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::vector<int64_t> completion_prompt(const nlohmann::json& body) const;
+  std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw) const;
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void apply_template(const httplib::Request& req, httplib::Response& res);
+  void models(httplib::Response& res) const;
+
+  engine::Engine& engine_;
+  const tokenizer::Tokenizer* tok_;
+  ServerConfig cfg_;
+  std::unique_ptr<httplib::Server> svr_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace fuselm::server

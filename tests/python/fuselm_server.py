@@ -1,0 +1,73 @@
+"""Starts `fuselm serve` on a free port for a test module and stops it with SIGTERM."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, fuselm_bin: Path, model_dir: Path, args: list[str], log: Path):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self.log = open(log, "w")
+        cmd = [str(fuselm_bin), "serve", str(model_dir), "--port", str(self.port), *args]
+        # One OpenMP team per server: two servers on a 2-core machine would otherwise oversubscribe.
+        env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"fuselm serve exited: {log.read_text()[-2000:]}"
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"fuselm serve did not come up: {log.read_text()[-2000:]}")
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        req = urllib.request.Request(self.base + path, data=body, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def get(self, path: str):
+        return self.request("GET", path)
+
+    def post_json(self, path: str, obj, headers: dict | None = None):
+        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        status, data = self.request("POST", path, body, {"Content-Type": "application/json", **(headers or {})})
+        return status, json.loads(data) if data else None
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus samples by name (labels dropped; histograms' _sum/_count kept)."""
+        out = {}
+        for line in self.get("/metrics")[1].decode().splitlines():
+            if line.startswith("#") or not line.strip() or "_bucket" in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            out[name.split("{")[0].removeprefix("fuselm:")] = float(value)
+        return out
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=120)
+        finally:
+            self.log.close()
