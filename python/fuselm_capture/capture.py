@@ -7,7 +7,9 @@ off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -97,11 +99,26 @@ def _write(ep, module, out_dir: Path, params: dict, constants: dict[str, torch.T
     }
     ir.update(extra)
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_file({k: constants[k].contiguous() for k in sorted(used)}, str(out_dir / "constants.safetensors"))
-    tmp = out_dir / "ir.json.tmp"
-    tmp.write_text(json.dumps(ir, indent=None, separators=(",", ":")))
-    tmp.replace(out_dir / "ir.json")  # atomic: a crash never leaves a half-written IR
+    # Each file is written to a temporary of this process's own and renamed into place (atomic):
+    # a crash never leaves a half-written file, and two captures at once never share a temporary.
+    # The constants go first, so an ir.json that is in place always finds its constants.
+    _write_atomic(out_dir / "constants.safetensors",
+                  lambda tmp: save_file({k: constants[k].contiguous() for k in sorted(used)}, str(tmp)))
+    _write_atomic(out_dir / "ir.json", lambda tmp: tmp.write_text(json.dumps(ir, indent=None, separators=(",", ":"))))
     return out_dir / "ir.json"
+
+
+def _write_atomic(path: Path, write) -> None:
+    """write(tmp) to a unique temporary next to path, then renames it to path."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the IR is as readable as the model
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _parameter_table(ep, resolve) -> dict:

@@ -25,6 +25,7 @@ struct ModelArgs {
   std::string dtype = "auto";
   bool no_capture = false;
   int64_t max_context = 0;
+  bool allow_unused_weights = false;
   FuserArgs fusers;
 };
 

@@ -11,6 +11,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "weights/unused_tensors.h"
+
 namespace fuselm::engine {
 namespace {
 
@@ -181,6 +183,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   weights::LoadOptions lo;
   lo.dtype = options.dtype;
   m->params_.emplace(weights::load_parameters(m->graph_.parameters, checkpoint, lo));
+  weights::check_unused_tensors(m->graph_.parameters, checkpoint, options.allow_unused_weights);
 
   std::map<std::string, Tensor> params, constants;
   std::map<const void*, int64_t> seen;

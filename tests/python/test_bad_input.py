@@ -109,6 +109,7 @@ def test_copy_runs(fuselm_bin, model):
     proc = gen(fuselm_bin, model, "--no-capture")
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout.splitlines()[-1])["token_ids"]) == 2
+    assert "warning" not in proc.stderr, proc.stderr  # every checkpoint tensor is read
 
 
 # 1. a shard named by the index is missing
@@ -348,3 +349,54 @@ def test_stale_config_no_capture(fuselm_bin, model):
     cfg["rms_norm_eps"] = 1e-3
     (model / "config.json").write_text(json.dumps(cfg))
     expect_error(gen(fuselm_bin, model, "--no-capture"), "config.json", "fuselm_capture")
+
+
+# 12. checkpoint tensors no graph parameter reads
+def _fewer_layers(model: Path, n: int) -> None:
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["num_hidden_layers"] = n
+    (model / "config.json").write_text(json.dumps(cfg))
+
+
+def test_fewer_layers_than_checkpoint(fuselm_bin, model):
+    # The checkpoint has layers 0..2; a config.json of 2 layers captures and would run 2 of 3.
+    _fewer_layers(model, 2)
+    line = expect_error(gen(fuselm_bin, model), "--allow-unused-weights", "model.layers.2.", "model.layers.1.")
+    n_layer = sum(1 for k in json.loads((model / INDEX).read_text())["weight_map"] if k.startswith("model.layers.2."))
+    assert f"{n_layer} checkpoint tensors" in line, line
+
+
+def test_fewer_layers_allowed(fuselm_bin, model):
+    _fewer_layers(model, 2)
+    proc = gen(fuselm_bin, model, "--allow-unused-weights")
+    assert proc.returncode == 0, proc.stderr
+    warning = next(line for line in proc.stderr.splitlines() if line.startswith("fuselm: warning:"))
+    n_layer = sum(1 for k in json.loads((model / INDEX).read_text())["weight_map"] if k.startswith("model.layers.2."))
+    assert f"{n_layer} checkpoint tensors are read by no graph parameter" in warning, warning
+    assert "model.layers.2." in warning, warning
+
+
+def test_unread_tensor_is_reported(fuselm_bin, model):
+    # An extra tensor that is no missing layer: a warning naming it, and the run goes on.
+    rewrite_tensor(model, VICTIM, lambda t: t)
+    shard = model / json.loads((model / INDEX).read_text())["weight_map"][VICTIM]
+    tensors = load_file(shard)
+    tensors["extra.unread_buffer"] = torch.zeros(3)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    index = json.loads((model / INDEX).read_text())
+    index["weight_map"]["extra.unread_buffer"] = shard.name
+    (model / INDEX).write_text(json.dumps(index))
+    proc = gen(fuselm_bin, model, "--no-capture")
+    assert proc.returncode == 0, proc.stderr
+    assert "fuselm: warning:" in proc.stderr and "1 checkpoint tensors" in proc.stderr, proc.stderr
+    assert "extra.unread_buffer" in proc.stderr, proc.stderr
+
+
+# 13. the IR is keyed on the parsed config.json, not its bytes
+def test_config_reformatted_keeps_the_ir(fuselm_bin, model):
+    cfg = json.loads((model / "config.json").read_text())
+    reordered = dict(reversed(list(cfg.items())))
+    (model / "config.json").write_text(json.dumps(reordered, indent=4) + "\n\n")
+    proc = gen(fuselm_bin, model, "--no-capture")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout.splitlines()[-1])["token_ids"]) == 2
