@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint_keys, ops
+from . import checkpoint_keys, messages, ops
 from .ir_writer import Writer, dtype_name
 from .meta_init import parameters_on_meta
 
@@ -33,7 +33,7 @@ def _progress(msg: str) -> None:
 
 def _first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, with its type."""
-    first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    first = messages.reason(str(e))
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
@@ -58,7 +58,7 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
         inner = _innermost_module(e, names)
         where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = messages.reason(str(e)) or type(e).__name__
         # An experts-shaped module that transformers does not route through ExpertsInterface and
         # the structural rule (ops.identify_experts) did not take: say why it did not.
         not_experts = getattr(inner, "_fuselm_not_experts", None)

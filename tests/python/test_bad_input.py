@@ -314,6 +314,10 @@ def test_no_subcommand(fuselm_bin):
     expect_error(run(fuselm_bin))
 
 
+def test_unknown_subcommand(fuselm_bin):
+    expect_error(run(fuselm_bin, "bogus"), "'bogus'", "generate")
+
+
 def test_help_is_not_an_error(fuselm_bin):
     proc = run(fuselm_bin, "generate", "--help")
     assert proc.returncode == 0, proc.stderr
@@ -400,3 +404,46 @@ def test_config_reformatted_keeps_the_ir(fuselm_bin, model):
     proc = gen(fuselm_bin, model, "--no-capture")
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout.splitlines()[-1])["token_ids"]) == 2
+
+
+# 14. what the CLI says
+def test_prompt_ids_without_tokenizer_prints_the_ids(fuselm_bin, model):
+    assert not (model / "tokenizer.json").exists()
+    plain = run(fuselm_bin, "generate", model, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--no-capture")
+    assert plain.returncode == 0, plain.stderr
+    as_json = run(fuselm_bin, "generate", model, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--no-capture", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    ids = json.loads(as_json.stdout.splitlines()[-1])["token_ids"]
+    assert plain.stdout == ",".join(map(str, ids)) + "\n"
+
+
+def test_max_context_too_small_names_the_flag(fuselm_bin, model):
+    proc = run(fuselm_bin, "generate", model, "--prompt-ids", "1,2,3,4", "--max-tokens", "30", "--max-context", "2",
+               "--no-capture")
+    expect_error(proc, "--max-context 2", "--max-tokens 30", "34")
+    assert proc.stdout == ""
+
+
+def test_config_disagrees_with_the_checkpoint(fuselm_bin, model):
+    # A vocabulary size the checkpoint does not have: capture follows config.json, the checkpoint
+    # is as it was; re-capturing is not the way out.
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["vocab_size"] = 600
+    (model / "config.json").write_text(json.dumps(cfg))
+    line = expect_error(gen(fuselm_bin, model), "config.json disagrees with the checkpoint", "[600, 64]", "[512, 64]")
+    assert "re-run capture" not in line, line
+
+
+def test_checkpoint_changed_since_capture_says_recapture(fuselm_bin, model):
+    shard = rewrite_tensor(model, VICTIM, lambda t: t[:120])
+    line = expect_error(gen(fuselm_bin, model, "--no-capture"), shard.name, "re-run capture")
+    assert "disagrees" not in line, line
+
+
+def test_hidden_size_message_keeps_its_reason(fuselm_bin, model):
+    # transformers' validator puts the reason on the line after "... 'validate_architecture':"
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["hidden_size"] = 30  # 4 heads do not divide it
+    (model / "config.json").write_text(json.dumps(cfg))
+    line = expect_error(gen(fuselm_bin, model), "capture", "hidden size (30)", "attention heads (4)")
+    assert not line.rstrip().endswith(":"), line
