@@ -14,14 +14,20 @@
 #include <stdexcept>
 #include <vector>
 
+#include "ir/json_depth.h"
+
 namespace fuselm::engine {
 namespace fs = std::filesystem;
 
 std::string canonical_config(const fs::path& config_json) {
   std::ifstream in(config_json, std::ios::binary);
   if (!in) throw std::runtime_error(config_json.string() + ": cannot be read");
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw std::runtime_error(config_json.string() + ": not valid JSON");
+  nlohmann::json j;
+  try {
+    j = ir::parse_json_limited(in);
+  } catch (const std::exception&) {  // nlohmann's parse_error, or ir::JsonTooDeep
+    throw std::runtime_error(config_json.string() + ": not valid JSON");
+  }
   return j.dump();  // nlohmann keeps object keys sorted: the dump is canonical
 }
 

@@ -447,3 +447,27 @@ def test_hidden_size_message_keeps_its_reason(fuselm_bin, model):
     (model / "config.json").write_text(json.dumps(cfg))
     line = expect_error(gen(fuselm_bin, model), "capture", "hidden size (30)", "attention heads (4)")
     assert not line.rstrip().endswith(":"), line
+
+
+# 15. JSON nested 100,000 deep: an error naming the file, no stack overflow
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_deep_ir_json(fuselm_bin, model):
+    ir = model / "fuselm-ir" / "ir.json"
+    j = json.loads(ir.read_text())
+    text = json.dumps(j).replace('"outputs": [', '"outputs": [' + DEEP + ", ", 1)
+    ir.write_text(text)
+    expect_error(gen(fuselm_bin, model, "--no-capture"), "ir.json", "nested deeper than")
+
+
+def test_deep_config_json(fuselm_bin, model):
+    (model / "config.json").write_text('{"model_type": "llama", "deep": ' + DEEP + "}")
+    expect_error(gen(fuselm_bin, model), "config.json")
+
+
+def test_deep_safetensors_header(fuselm_bin, model):
+    shard = model / SHARDS[0]
+    header = ('{"x": ' + DEEP + "}").encode()
+    shard.write_bytes(len(header).to_bytes(8, "little") + header)
+    expect_error(gen(fuselm_bin, model, "--no-capture"), shard.name, "nested deeper than")
