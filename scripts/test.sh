@@ -2,10 +2,29 @@
 # Every test: set up, prepare the default model, the function-length check (lizard: no function in
 # src/ over 120 lines), then the C++ unit tests (ctest) and the Python tests that compare fuselm
 # with transformers and the tokenizers library (pytest).
+#   scripts/test.sh [PYTEST ARGS]   the tests, on the Release build (build/)
+#   scripts/test.sh --sanitize      long mode: the C++ unit tests, then the bad-input tests against
+#                                   the fuselm binary, built with AddressSanitizer and
+#                                   UndefinedBehaviorSanitizer (build-asan/); any report fails
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/prepare_default_model.sh >/dev/null
+if [ "${1:-}" = "--sanitize" ]; then
+  shift
+  echo "test: building with ASan and UBSan (build-asan/)"
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELM_SANITIZE=ON "${launcher[@]}" >/dev/null
+  ninja -C build-asan fuselm fuselm_tests >/dev/null
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  echo "test: C++ unit tests under ASan and UBSan"
+  ctest --test-dir build-asan --output-on-failure -j2
+  echo "test: bad-input tests against the sanitized fuselm"
+  FUSELM_BIN="$PWD/build-asan/fuselm" .venv/bin/python -m pytest -q tests/python/test_bad_input.py "$@"
+  exit 0
+fi
 echo "test: function length (no function in src/ over 120 lines)"
 .venv/bin/python -m lizard -L 120 -C 100000 -a 1000 -w src
 echo "test: C++ unit tests"

@@ -15,8 +15,9 @@ def main(argv=None) -> int:
         if type(e).__name__ == "CaptureError":  # CaptureError itself may not have imported
             msg = str(e)
         else:
-            first = next((line for line in str(e).splitlines() if line.strip()), "")
-            msg = f"{type(e).__name__}: {first.strip()}" if first else type(e).__name__
+            from .messages import reason
+            first = reason(str(e))
+            msg = f"{type(e).__name__}: {first}" if first else type(e).__name__
         print(f"fuselm capture: error: {' '.join(msg.split())}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -7,14 +7,16 @@ off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 import torch
 
-from . import checkpoint_keys, ops
+from . import checkpoint_keys, messages, ops
 from .ir_writer import Writer, dtype_name
 from .meta_init import parameters_on_meta
 
@@ -31,7 +33,7 @@ def _progress(msg: str) -> None:
 
 def _first_line(e: BaseException) -> str:
     """The first non-empty line of an exception's message, with its type."""
-    first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    first = messages.reason(str(e))
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
@@ -56,7 +58,7 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
         inner = _innermost_module(e, names)
         where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = messages.reason(str(e)) or type(e).__name__
         # An experts-shaped module that transformers does not route through ExpertsInterface and
         # the structural rule (ops.identify_experts) did not take: say why it did not.
         not_experts = getattr(inner, "_fuselm_not_experts", None)
@@ -97,11 +99,26 @@ def _write(ep, module, out_dir: Path, params: dict, constants: dict[str, torch.T
     }
     ir.update(extra)
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_file({k: constants[k].contiguous() for k in sorted(used)}, str(out_dir / "constants.safetensors"))
-    tmp = out_dir / "ir.json.tmp"
-    tmp.write_text(json.dumps(ir, indent=None, separators=(",", ":")))
-    tmp.replace(out_dir / "ir.json")  # atomic: a crash never leaves a half-written IR
+    # Each file is written to a temporary of this process's own and renamed into place (atomic):
+    # a crash never leaves a half-written file, and two captures at once never share a temporary.
+    # The constants go first, so an ir.json that is in place always finds its constants.
+    _write_atomic(out_dir / "constants.safetensors",
+                  lambda tmp: save_file({k: constants[k].contiguous() for k in sorted(used)}, str(tmp)))
+    _write_atomic(out_dir / "ir.json", lambda tmp: tmp.write_text(json.dumps(ir, indent=None, separators=(",", ":"))))
     return out_dir / "ir.json"
+
+
+def _write_atomic(path: Path, write) -> None:
+    """write(tmp) to a unique temporary next to path, then renames it to path."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the IR is as readable as the model
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _parameter_table(ep, resolve) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
@@ -278,6 +279,7 @@ def gguf_to_hf_dir(gguf_path, out_dir) -> Path:
     if not gguf_path.is_file():
         raise GgufPrepError(f"no GGUF file at {gguf_path}")
     if is_prepared(gguf_path, out_dir):
+        _make_readable(out_dir)  # also an earlier conversion, written before files were made readable
         return out_dir
     if out_dir.exists() and _read_marker(out_dir) is None:
         raise GgufPrepError(f"{out_dir} exists and is not a fuselm conversion; remove it or "
@@ -295,11 +297,24 @@ def gguf_to_hf_dir(gguf_path, out_dir) -> Path:
         _write_weights(gguf_path, meta, tmp)
         _write_tokenizer_and_generation(meta, tmp)
         _write_json(tmp / MARKER, {**_source_stamp(gguf_path), "source": str(gguf_path)})
+        _make_readable(tmp)
         _install(tmp, out_dir, gguf_path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {out_dir} ({_dir_size(out_dir) / 2**20:.0f} MiB) in {time.monotonic() - start:.1f} s")
     return out_dir
+
+
+def _make_readable(out_dir: Path) -> None:
+    """Every file readable and the directory searchable by all users, as a shared model must be
+    (transformers' save_pretrained leaves model.safetensors 0600)."""
+    for p in [out_dir, *out_dir.iterdir()]:
+        mode = p.stat().st_mode
+        want = mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+        if p.is_dir():
+            want |= stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+        if want != mode:
+            os.chmod(p, stat.S_IMODE(want))
 
 
 def _install(tmp: Path, out_dir: Path, gguf_path: Path) -> None:

@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -94,6 +95,17 @@ CLI::Validator real_in(double lo, double hi, bool lo_open) {
       fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi));
 }
 
+/// With --max-context, the prompt and --max-tokens must fit the KV cache it sizes: say so naming
+/// the flags before any output, not when the cache runs out (generate reserves them up front).
+void check_kv_fits(const GenerateArgs& a, size_t n_prompt, int64_t model_context) {
+  if (a.model.max_context <= 0) return;
+  const int64_t want = std::min(static_cast<int64_t>(n_prompt) + a.max_tokens, model_context);
+  if (want > a.model.max_context)
+    throw std::runtime_error(fmt::format("--max-context {} is too small: the prompt ({} tokens) and --max-tokens {} "
+                                         "need a KV cache of {} tokens",
+                                         a.model.max_context, n_prompt, a.max_tokens, want));
+}
+
 void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& prompt_ids) {
   // A rendered chat template holds its special tokens already: transformers tokenizes it with
   // add_special_tokens=False. Rendered before the model loads, so a template error shows at once.
@@ -115,13 +127,17 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   std::optional<tokenizer::StreamDecoder> stop_decoder;
   if (!a.stop.empty()) stop_decoder.emplace(*loaded.tokenizer, true);
 
+  check_kv_fits(a, req.prompt_ids.size(), loaded.model->max_context());  // before any output
+
   std::unique_ptr<tokenizer::StreamDecoder> stream;
   engine::StopMatcher shown(a.stop);  // the streamed text, cut the same way
+  const bool ids_out = !loaded.tokenizer && !a.json;  // no tokenizer: the generated ids are the output
   if (loaded.tokenizer && !a.json) {
     stream = std::make_unique<tokenizer::StreamDecoder>(*loaded.tokenizer, true);
     if (!a.chat) std::fputs(a.prompt.c_str(), stdout);  // a chat prints only the reply
     std::fflush(stdout);
   }
+  size_t res_count = 0;
   std::FILE* logits_file = nullptr;
   if (!a.logits_out.empty()) {
     logits_file = std::fopen(a.logits_out.c_str(), "wb");
@@ -131,6 +147,10 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
       *loaded.model, req,
       [&](int64_t tok) {
         if (stop_decoder) stops.feed(stop_decoder->step(static_cast<uint32_t>(tok)));
+        if (ids_out) {
+          std::printf("%s%lld", res_count++ ? "," : "", static_cast<long long>(tok));
+          std::fflush(stdout);
+        }
         if (!stream) return;
         std::string piece = stream->step(static_cast<uint32_t>(tok));
         if (!stops.empty()) piece = shown.feed(piece);
@@ -142,6 +162,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
       });
   if (logits_file) std::fclose(logits_file);
   if (stream) std::fputs((shown.feed(stream->flush()) + shown.flush() + "\n").c_str(), stdout);
+  if (ids_out) std::fputs("\n", stdout);
   std::fflush(stdout);  // the stats line on stderr comes after the text, also when both are piped
 
   const size_t n = res.token_ids.size();

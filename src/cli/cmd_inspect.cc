@@ -87,6 +87,7 @@ void run(const InspectArgs& a) {
     j["kv_cache"] = kv;
     std::puts(j.dump(1).c_str());
   } else {
+    std::printf("ir: %s\n", (ir_dir / "ir.json").c_str());  // the model dir's, or the cache's (read-only dirs)
     std::fputs(fusers::format_report(plan.report).c_str(), stdout);
     if (kv.contains("bytes_per_token")) {
       int latent = 0;

@@ -11,6 +11,17 @@ int main(int argc, char** argv) {
   CLI::App app{"fuselm: run Hugging Face causal LMs from their own captured graph on a C++ CPU engine"};
   app.require_subcommand(1);
   fuselm::cli::add_commands(app);
+  // CLI11 would answer a misspelt subcommand with "a subcommand is required": name it instead.
+  std::string names;
+  bool known = false;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->check_name(argv[1]));
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "fuselm: error: unknown subcommand '%s' (choose one of: %s; see --help)\n", argv[1], names.c_str());
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

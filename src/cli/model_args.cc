@@ -22,6 +22,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-context", a.max_context, "KV cache tokens (default: the model's context length)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd.add_flag("--no-capture", a.no_capture, "fail instead of capturing when the IR is missing or stale");
+  cmd.add_flag("--allow-unused-weights", a.allow_unused_weights,
+               "run although the checkpoint holds numbered blocks (layers, experts) beyond those the graph reads");
   add_fuser_options(cmd, a.fusers);
 }
 
@@ -59,6 +61,7 @@ LoadedModel load_model(const ModelArgs& a) {
   mo.kv_cache_bytes = a.kv_cache_bytes;
   mo.kv_max_seqs = a.kv_max_seqs;
   mo.fusers = a.fusers.options();
+  mo.allow_unused_weights = a.allow_unused_weights;
   LoadedModel out;
   out.model = engine::Model::load(dir, ir_dir, mo);
   if (fs::exists(dir / "tokenizer.json")) out.tokenizer.emplace(tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string()));

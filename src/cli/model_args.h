@@ -25,6 +25,7 @@ struct ModelArgs {
   std::string dtype = "auto";
   bool no_capture = false;
   int64_t max_context = 0;
+  bool allow_unused_weights = false;
   FuserArgs fusers;
   int64_t kv_cache_bytes = 0;  // set by serve and chat (--kv-cache-memory), not an option here
   int32_t kv_max_seqs = 1;

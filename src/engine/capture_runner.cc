@@ -11,6 +11,9 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "engine/file_lock.h"
+#include "engine/ir_cache.h"
+#include "ir/json_depth.h"
 #include "ir/load.h"
 
 #ifndef FUSELM_SOURCE_DIR
@@ -37,14 +40,16 @@ static std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-std::string ir_stale_reason(const fs::path& model_dir) {
-  const fs::path ir = model_dir / "fuselm-ir" / "ir.json";
+std::string ir_stale_reason(const fs::path& model_dir) { return ir_stale_reason(model_dir, model_dir / "fuselm-ir"); }
+
+std::string ir_stale_reason(const fs::path& model_dir, const fs::path& ir_dir) {
+  const fs::path ir = ir_dir / "ir.json";
   if (!fs::exists(ir)) return "no IR yet";
   nlohmann::json j;
   try {
     std::ifstream in(ir);
     if (!in) return "the IR cannot be opened";
-    j = nlohmann::json::parse(in);
+    j = ir::parse_json_limited(in);
   } catch (const std::exception& e) {
     std::string why = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
     if (auto at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);
@@ -64,9 +69,16 @@ std::string ir_stale_reason(const fs::path& model_dir) {
   const auto model = j.find("model");
   if (model == j.end() || !model->is_object()) return "the IR has no 'model' object";
   const auto config = model->find("config_json");
-  if (config == model->end() || !config->is_string() ||
-      config->get<std::string>() != read_text(model_dir / "config.json"))
-    return "config.json changed since capture";
+  if (config == model->end() || !config->is_string()) return "the IR records no config.json";
+  // Compared parsed: a trailing newline, other whitespace or another key order is the same config.
+  nlohmann::json recorded, current;
+  try {
+    recorded = ir::parse_json_limited(config->get<std::string>());
+    current = ir::parse_json_limited(read_text(model_dir / "config.json"));
+  } catch (const std::exception&) {
+    return "config.json changed since capture";  // is no JSON now (capture will say what is wrong)
+  }
+  if (recorded != current) return "config.json changed since capture";
   return "";
 }
 
@@ -76,17 +88,10 @@ static std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
-  if (!fs::exists(model_dir / "config.json"))
-    throw std::runtime_error(fmt::format("{}: no config.json (is this a Hugging Face model directory?)", model_dir.string()));
-  const fs::path ir_dir = model_dir / "fuselm-ir";
-  std::string why = ir_stale_reason(model_dir);
-  if (why.empty()) return ir_dir;
-  if (!allow_capture)
-    throw std::runtime_error(fmt::format("{}: {}; re-capture by running without --no-capture, or with: "
-                                         "PYTHONPATH={}/python {} -m fuselm_capture {}",
-                                         (ir_dir / "ir.json").string(), why, source_dir().string(), capture_python(),
-                                         model_dir.string()));
+namespace {
+
+/// Runs python -m fuselm_capture model_dir --out ir_dir; throws with capture's own error line.
+void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::string& why) {
   const std::string python = capture_python();
   if (!fs::exists(python))
     throw std::runtime_error(fmt::format("capture of {} needs Python at {} (set FUSELM_PYTHON, or run scripts/setup.sh)",
@@ -94,9 +99,9 @@ fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
   std::fprintf(stderr, "fuselm: capturing %s (%s)\n", model_dir.c_str(), why.c_str());
   // Capture's progress lines (stdout and stderr) stream to our stderr as they come; its one
   // "fuselm capture: error: ..." line is held back and becomes our one error line.
-  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} 2>&1 </dev/null",
+  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} --out {} 2>&1 </dev/null",
                                 shell_quote((source_dir() / "python").string()), shell_quote(python),
-                                shell_quote(model_dir.string()));
+                                shell_quote(model_dir.string()), shell_quote(ir_dir.string()));
   std::fflush(stderr);
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) throw std::runtime_error(fmt::format("capture of {} failed: cannot start {}", model_dir.string(), python));
@@ -129,6 +134,45 @@ fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
   }
   if (!fs::exists(ir_dir / "ir.json"))
     throw std::runtime_error(fmt::format("capture of {} wrote no {}", model_dir.string(), (ir_dir / "ir.json").string()));
+}
+
+/// cache_ir_dir(model_dir), or "" when it cannot be known (config.json is no JSON, no HOME):
+/// capture then reports what is wrong with the model, not with the cache.
+fs::path cache_dir_or_empty(const fs::path& model_dir) {
+  try {
+    return cache_ir_dir(model_dir);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+}  // namespace
+
+fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
+  if (!fs::exists(model_dir / "config.json"))
+    throw std::runtime_error(fmt::format("{}: no config.json (is this a Hugging Face model directory?)", model_dir.string()));
+  const fs::path local = model_dir / "fuselm-ir";
+  const std::string why = ir_stale_reason(model_dir, local);
+  if (why.empty()) return local;
+  // A model directory that could not hold its IR had it captured to the cache.
+  const fs::path cached = cache_dir_or_empty(model_dir);
+  if (!cached.empty() && ir_stale_reason(model_dir, cached).empty()) return cached;
+  if (!allow_capture)
+    throw std::runtime_error(fmt::format("{}: {}; re-capture by running without --no-capture, or with: "
+                                         "PYTHONPATH={}/python {} -m fuselm_capture {}",
+                                         (local / "ir.json").string(), why, source_dir().string(), capture_python(),
+                                         model_dir.string()));
+  const bool writable = dir_is_writable(fs::is_directory(local) ? local : model_dir);
+  const fs::path ir_dir = writable ? local : cached.empty() ? cache_ir_dir(model_dir) : cached;  // throws why
+  if (!writable) std::fprintf(stderr, "fuselm: %s is not writable; the IR goes to %s\n", model_dir.c_str(), ir_dir.c_str());
+  std::error_code ec;
+  fs::create_directories(ir_dir, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot create the IR directory: {}", ir_dir.string(), ec.message()));
+  // One capture at a time per IR directory; whoever waited finds the IR current and reuses it.
+  FileLock lock(ir_dir / ".capture.lock", "another capture of this model");
+  const std::string why_now = ir_stale_reason(model_dir, ir_dir);
+  if (why_now.empty()) return ir_dir;
+  run_capture(model_dir, ir_dir, why_now);
   return ir_dir;
 }
 

@@ -6,13 +6,18 @@
 
 namespace fuselm::engine {
 
-/// Why an IR needs capturing, or "" when model_dir/fuselm-ir/ir.json is current: same IR
-/// version, same capture version, and the config.json it was captured from.
+/// Why an IR needs capturing, or "" when ir_dir/ir.json (default model_dir/fuselm-ir) is current:
+/// same IR version, same capture version, and the config.json it was captured from (compared
+/// parsed, so whitespace and key order do not count).
 std::string ir_stale_reason(const std::filesystem::path& model_dir);
+std::string ir_stale_reason(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir);
 
-/// The IR directory of model_dir, capturing first when ir_stale_reason() says so (progress goes
-/// to stderr). With allow_capture false a stale IR is an error that says how to capture.
-/// Throws std::runtime_error when capture fails (its last error line is included).
+/// The IR directory of model_dir: model_dir/fuselm-ir, or when that is not current the cache's
+/// (ir_cache.h) if that is. Otherwise captures (progress to stderr) into model_dir/fuselm-ir, or
+/// into the cache when model_dir is not writable. Capture holds a lock in the IR directory: a
+/// second process waits, then reuses the first one's IR. With allow_capture false a stale IR is an
+/// error that says how to capture. Throws std::runtime_error when capture fails (its last error
+/// line is included).
 std::filesystem::path ensure_ir(const std::filesystem::path& model_dir, bool allow_capture);
 
 /// The Python interpreter used for capture: $FUSELM_PYTHON, else the repository's .venv.

@@ -14,6 +14,7 @@
 
 #include "weights/dtypes.h"
 #include "weights/stack.h"
+#include "weights/unused_tensors.h"
 
 namespace fuselm::engine {
 namespace {
@@ -94,6 +95,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   weights::LoadOptions lo;
   lo.dtype = options.dtype;
   m->params_.emplace(weights::load_parameters(m->graph_.parameters, checkpoint, lo));
+  weights::check_unused_tensors(m->graph_.parameters, checkpoint, options.allow_unused_weights);
 
   std::map<std::string, Tensor> params, constants;
   std::map<const void*, int64_t> seen;

@@ -28,6 +28,9 @@ struct ModelOptions {
   int32_t kv_max_seqs = 1;
   /// Fusers to run over the graph before it executes (on by default; --no-fuse, --disable-fuser).
   fusers::Options fusers;
+  /// Run although checkpoint tensors in numbered blocks beyond the graph's go unread
+  /// (--allow-unused-weights; weights/unused_tensors.h).
+  bool allow_unused_weights = false;
 };
 
 class Model {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ir/json_depth.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/model.h"
 #include "tokenizer/decoder.h"
@@ -40,9 +41,11 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& source) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(json_text);
+    doc = ir::parse_json_limited(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error(source + ": malformed JSON: " + e.what());
+  } catch (const ir::JsonTooDeep& e) {
+    throw std::runtime_error(source + ": " + e.what());
   }
   const Field root(doc, "", source);
   if (!root.is_object()) root.fail("must be a JSON object");

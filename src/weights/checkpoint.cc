@@ -1,3 +1,4 @@
+#include "ir/json_depth.h"
 #include "weights/checkpoint.h"
 
 #include <nlohmann/json.hpp>
@@ -32,9 +33,11 @@ nlohmann::json read_json(const fs::path& path) {
   if (!in) fail(path, "cannot open");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    return nlohmann::json::parse(text);
+    return ir::parse_json_limited(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, fmt::format("not valid JSON: {}", one_line(e.what())));
+  } catch (const ir::JsonTooDeep& e) {
+    fail(path, e.what());
   }
 }
 

@@ -33,6 +33,7 @@ struct ParamEntry {
   std::optional<std::string> recorded_dtype;  // checkpoint dtype at capture ("BF16")
   std::string recorded_file;                  // may be empty
   std::string tied_to;                        // may be empty
+  std::optional<std::vector<int64_t>> recorded_shape;  // checkpoint shape at capture
   // Per-expert checkpoint tensors stacked into one [E, ...] parameter (capture's "stack"): `keys`
   // holds experts × parts keys, expert-major; part p of expert e is concatenated along
   // `concat_dim` of the stacked tensor (-1: one part per expert).
@@ -98,6 +99,12 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
   e.recorded_dtype = str_field("dtype");
   e.recorded_file = str_field("file").value_or("");
   e.tied_to = str_field("tied_to").value_or("");
+  if (auto rs = ck->find("shape"); rs != ck->end() && rs->is_array()) {
+    std::vector<int64_t> shape;
+    for (const auto& d : *rs)
+      if (d.is_number_integer()) shape.push_back(d.get<int64_t>());
+    if (shape.size() == rs->size()) e.recorded_shape = std::move(shape);
+  }
   return e;
 }
 
@@ -258,9 +265,18 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
     if (e.recorded_dtype && *e.recorded_dtype != actual)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {} but the IR expects {} {}", e.key, file, actual,
                                      *e.recorded_dtype, kRecapture));
-    if (!std::equal(e.shape.begin(), e.shape.end(), t->shape.begin(), t->shape.end()))
-      throw WeightsError(fmt::format("tensor '{}' in {} has shape {} but the IR expects {} for parameter '{}' {}",
-                                     e.key, file, format_shape(t->shape), format_shape(e.shape), target, kRecapture));
+    if (!std::equal(e.shape.begin(), e.shape.end(), t->shape.begin(), t->shape.end())) {
+      // Capture recorded the checkpoint's shape: when the file still has it, re-capturing cannot
+      // help; the model config.json describes is what disagrees with the checkpoint.
+      const bool unchanged = e.recorded_shape && std::equal(e.recorded_shape->begin(), e.recorded_shape->end(),
+                                                            t->shape.begin(), t->shape.end());
+      throw WeightsError(fmt::format(
+          "tensor '{}' in {} has shape {} but the IR expects {} for parameter '{}' {}", e.key, file,
+          format_shape(t->shape), format_shape(e.shape), target,
+          unchanged ? "(config.json disagrees with the checkpoint, which is as it was at capture: check the sizes "
+                      "in config.json; re-capturing will not help)"
+                    : kRecapture));
+    }
     const std::optional<kernels::DType> from = storage_dtype(t->dtype);
     if (!from)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", e.key,

@@ -13,11 +13,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ir/json_depth.h"
 #include "weights/error.h"
 
 namespace fuselm::weights {
 
 namespace {
+
+/// A header is {name: {"dtype", "shape": [..], "data_offsets": [..]}, "__metadata__": {..}}: three
+/// levels. Deeper JSON is no header, and would overflow the stack of dump() in our messages.
+constexpr int kMaxHeaderDepth = 8;
 
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& msg) {
   throw WeightsError(fmt::format("{}: {}", path.string(), msg));
@@ -142,9 +147,11 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, const O
   nlohmann::json header;
   const auto* hbegin = reinterpret_cast<const char*>(base + 8);
   try {
-    header = nlohmann::json::parse(hbegin, hbegin + header_len, cb);
+    header = ir::parse_json_limited(hbegin, hbegin + header_len, kMaxHeaderDepth, cb);
   } catch (const nlohmann::json::exception& e) {
     fail(path, fmt::format("the {}-byte header is not valid JSON: {}", header_len, one_line(e.what())));
+  } catch (const ir::JsonTooDeep& e) {
+    fail(path, fmt::format("the {}-byte header is not a safetensors header: {}", header_len, e.what()));
   }
   if (!header.is_object()) fail(path, fmt::format("the header is JSON {}, not an object of tensors", header.type_name()));
   if (!duplicate.empty()) fail(path, fmt::format("tensor '{}' appears twice in the header", duplicate));

@@ -109,6 +109,7 @@ def test_copy_runs(fuselm_bin, model):
     proc = gen(fuselm_bin, model, "--no-capture")
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout.splitlines()[-1])["token_ids"]) == 2
+    assert "warning" not in proc.stderr, proc.stderr  # every checkpoint tensor is read
 
 
 # 1. a shard named by the index is missing
@@ -340,6 +341,10 @@ def test_no_subcommand(fuselm_bin):
     expect_error(run(fuselm_bin))
 
 
+def test_unknown_subcommand(fuselm_bin):
+    expect_error(run(fuselm_bin, "bogus"), "'bogus'", "generate")
+
+
 def test_help_is_not_an_error(fuselm_bin):
     proc = run(fuselm_bin, "generate", "--help")
     assert proc.returncode == 0, proc.stderr
@@ -375,3 +380,121 @@ def test_stale_config_no_capture(fuselm_bin, model):
     cfg["rms_norm_eps"] = 1e-3
     (model / "config.json").write_text(json.dumps(cfg))
     expect_error(gen(fuselm_bin, model, "--no-capture"), "config.json", "fuselm_capture")
+
+
+# 12. checkpoint tensors no graph parameter reads
+def _fewer_layers(model: Path, n: int) -> None:
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["num_hidden_layers"] = n
+    (model / "config.json").write_text(json.dumps(cfg))
+
+
+def test_fewer_layers_than_checkpoint(fuselm_bin, model):
+    # The checkpoint has layers 0..2; a config.json of 2 layers captures and would run 2 of 3.
+    _fewer_layers(model, 2)
+    line = expect_error(gen(fuselm_bin, model), "--allow-unused-weights", "model.layers.2.", "model.layers.1.")
+    n_layer = sum(1 for k in json.loads((model / INDEX).read_text())["weight_map"] if k.startswith("model.layers.2."))
+    assert f"{n_layer} checkpoint tensors" in line, line
+
+
+def test_fewer_layers_allowed(fuselm_bin, model):
+    _fewer_layers(model, 2)
+    proc = gen(fuselm_bin, model, "--allow-unused-weights")
+    assert proc.returncode == 0, proc.stderr
+    warning = next(line for line in proc.stderr.splitlines() if line.startswith("fuselm: warning:"))
+    n_layer = sum(1 for k in json.loads((model / INDEX).read_text())["weight_map"] if k.startswith("model.layers.2."))
+    assert f"{n_layer} checkpoint tensors are read by no graph parameter" in warning, warning
+    assert "model.layers.2." in warning, warning
+
+
+def test_unread_tensor_is_reported(fuselm_bin, model):
+    # An extra tensor that is no missing layer: a warning naming it, and the run goes on.
+    rewrite_tensor(model, VICTIM, lambda t: t)
+    shard = model / json.loads((model / INDEX).read_text())["weight_map"][VICTIM]
+    tensors = load_file(shard)
+    tensors["extra.unread_buffer"] = torch.zeros(3)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    index = json.loads((model / INDEX).read_text())
+    index["weight_map"]["extra.unread_buffer"] = shard.name
+    (model / INDEX).write_text(json.dumps(index))
+    proc = gen(fuselm_bin, model, "--no-capture")
+    assert proc.returncode == 0, proc.stderr
+    assert "fuselm: warning:" in proc.stderr and "1 checkpoint tensors" in proc.stderr, proc.stderr
+    assert "extra.unread_buffer" in proc.stderr, proc.stderr
+
+
+# 13. the IR is keyed on the parsed config.json, not its bytes
+def test_config_reformatted_keeps_the_ir(fuselm_bin, model):
+    cfg = json.loads((model / "config.json").read_text())
+    reordered = dict(reversed(list(cfg.items())))
+    (model / "config.json").write_text(json.dumps(reordered, indent=4) + "\n\n")
+    proc = gen(fuselm_bin, model, "--no-capture")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout.splitlines()[-1])["token_ids"]) == 2
+
+
+# 14. what the CLI says
+def test_prompt_ids_without_tokenizer_prints_the_ids(fuselm_bin, model):
+    assert not (model / "tokenizer.json").exists()
+    plain = run(fuselm_bin, "generate", model, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--no-capture")
+    assert plain.returncode == 0, plain.stderr
+    as_json = run(fuselm_bin, "generate", model, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--no-capture", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    ids = json.loads(as_json.stdout.splitlines()[-1])["token_ids"]
+    assert plain.stdout == ",".join(map(str, ids)) + "\n"
+
+
+def test_max_context_too_small_names_the_flag(fuselm_bin, model):
+    proc = run(fuselm_bin, "generate", model, "--prompt-ids", "1,2,3,4", "--max-tokens", "30", "--max-context", "2",
+               "--no-capture")
+    expect_error(proc, "--max-context 2", "--max-tokens 30", "34")
+    assert proc.stdout == ""
+
+
+def test_config_disagrees_with_the_checkpoint(fuselm_bin, model):
+    # A vocabulary size the checkpoint does not have: capture follows config.json, the checkpoint
+    # is as it was; re-capturing is not the way out.
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["vocab_size"] = 600
+    (model / "config.json").write_text(json.dumps(cfg))
+    line = expect_error(gen(fuselm_bin, model), "config.json disagrees with the checkpoint", "[600, 64]", "[512, 64]")
+    assert "re-run capture" not in line, line
+
+
+def test_checkpoint_changed_since_capture_says_recapture(fuselm_bin, model):
+    shard = rewrite_tensor(model, VICTIM, lambda t: t[:120])
+    line = expect_error(gen(fuselm_bin, model, "--no-capture"), shard.name, "re-run capture")
+    assert "disagrees" not in line, line
+
+
+def test_hidden_size_message_keeps_its_reason(fuselm_bin, model):
+    # transformers' validator puts the reason on the line after "... 'validate_architecture':"
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["hidden_size"] = 30  # 4 heads do not divide it
+    (model / "config.json").write_text(json.dumps(cfg))
+    line = expect_error(gen(fuselm_bin, model), "capture", "hidden size (30)", "attention heads (4)")
+    assert not line.rstrip().endswith(":"), line
+
+
+# 15. JSON nested 100,000 deep: an error naming the file, no stack overflow
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_deep_ir_json(fuselm_bin, model):
+    ir = model / "fuselm-ir" / "ir.json"
+    j = json.loads(ir.read_text())
+    text = json.dumps(j).replace('"outputs": [', '"outputs": [' + DEEP + ", ", 1)
+    ir.write_text(text)
+    expect_error(gen(fuselm_bin, model, "--no-capture"), "ir.json", "nested deeper than")
+
+
+def test_deep_config_json(fuselm_bin, model):
+    (model / "config.json").write_text('{"model_type": "llama", "deep": ' + DEEP + "}")
+    expect_error(gen(fuselm_bin, model), "config.json")
+
+
+def test_deep_safetensors_header(fuselm_bin, model):
+    shard = model / SHARDS[0]
+    header = ('{"x": ' + DEEP + "}").encode()
+    shard.write_bytes(len(header).to_bytes(8, "little") + header)
+    expect_error(gen(fuselm_bin, model, "--no-capture"), shard.name, "nested deeper than")

@@ -159,3 +159,13 @@ def test_refuses_to_overwrite_a_foreign_directory(gguf_path, tmp_path):
     (tmp_path / "model").mkdir()
     with pytest.raises(GgufPrepError, match="not a fuselm conversion"):
         gguf_prep.gguf_to_hf_dir(gguf_path, tmp_path / "model")
+
+
+def test_prepared_files_are_readable_by_all(model_dir):
+    # A model prepared by one user is read by others (a shared models/ directory, a service user).
+    import stat
+    assert model_dir.stat().st_mode & stat.S_IXOTH, oct(model_dir.stat().st_mode)
+    for f in model_dir.iterdir():
+        if f.is_file():
+            mode = f.stat().st_mode
+            assert mode & stat.S_IRGRP and mode & stat.S_IROTH, f"{f.name} is {oct(stat.S_IMODE(mode))}"
