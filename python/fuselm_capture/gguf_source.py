@@ -11,7 +11,6 @@ the plan (q/k rows, quantized weights).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 
 class GgufSourceError(RuntimeError):
