@@ -12,7 +12,6 @@ the plan (q/k rows, quantized weights).
 from __future__ import annotations
 
 
-
 class GgufSourceError(RuntimeError):
     pass
 
