@@ -43,7 +43,7 @@ class BertNormalizer final : public Normalizer {
     if (strip_accents_) {
       std::string stripped;
       for (char32_t c : unicode::code_points(unicode_normalize(s, "NFD"))) {
-        if (!unicode::is_mark(c)) utf8::append(stripped, c);
+        if (!unicode::is_nonspacing_mark(c)) utf8::append(stripped, c);
       }
       s = std::move(stripped);
     }

@@ -122,8 +122,9 @@ class MetaspacePre final : public PreTokenizer {
         if (c == ' ') replaced += replacement_;
         else replaced.push_back(c);
       }
+      // HF's prepend does nothing on an empty string.
       const bool starts = replaced.compare(0, replacement_.size(), replacement_) == 0;
-      if (!starts && (scheme_ == Scheme::Always ||
+      if (!replaced.empty() && !starts && (scheme_ == Scheme::Always ||
                       (scheme_ == Scheme::First && i == 0 && words.at_origin))) {
         replaced.insert(0, replacement_);
       }

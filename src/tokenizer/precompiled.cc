@@ -43,7 +43,8 @@ PrecompiledCharsmap::PrecompiledCharsmap(std::string_view blob, const std::strin
   }
 }
 
-std::optional<std::uint32_t> PrecompiledCharsmap::shortest_prefix_value(std::string_view key) const {
+std::optional<std::uint32_t> PrecompiledCharsmap::shortest_prefix_value(
+    std::string_view key) const {
   std::size_t pos = offset(units_[0]);
   for (unsigned char c : key) {
     if (c == 0) break;
@@ -65,7 +66,8 @@ std::optional<std::string_view> PrecompiledCharsmap::transform(std::string_view 
   if (!index) return std::nullopt;
   if (*index >= normalized_.size()) return std::string_view();
   const std::size_t end = normalized_.find('\0', *index);
-  return std::string_view(normalized_).substr(*index, end == std::string::npos ? end : end - *index);
+  const std::size_t length = end == std::string::npos ? end : end - *index;
+  return std::string_view(normalized_).substr(*index, length);
 }
 
 std::string PrecompiledCharsmap::normalize(std::string_view text) const {

@@ -34,6 +34,9 @@ bool in_table(const CodeRange (&table)[N], char32_t c) {
 bool is_bert_punctuation(char32_t c) { return in_table(kPunctuation, c); }
 bool is_bert_removed(char32_t c) { return in_table(kBertRemoved, c); }
 bool is_mark(char32_t c) { return in_table(kMarks, c); }
+bool is_nonspacing_mark(char32_t c) {
+  return utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_MN;
+}
 
 void append_lowercase(std::string& out, char32_t c) {
   if (c == 0x130) {  // the only unconditional multi-character lowercase mapping

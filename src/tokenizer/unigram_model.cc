@@ -1,6 +1,9 @@
 #include "tokenizer/unigram_model.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
@@ -10,6 +13,41 @@ namespace fuselm::tokenizer {
 
 // HF's K_UNK_PENALTY: an unknown character scores this far below the worst piece.
 constexpr double kUnkPenalty = 10.0;
+
+namespace {
+
+// The score HF holds for a JSON number: serde_json without float_roundtrip reads the decimal
+// digits as a u64 significand s and exponent e and computes s as f64 times or divided by 10^|e|,
+// which can be one ulp off the correctly rounded value nlohmann gives. Scores tie often (runs of
+// "▁"), so that ulp decides segmentations. The digits are recovered as the shortest round-trip
+// form of the value, which is what serde_json (ryu) and Python write.
+double serde_json_f64(double v) {
+  if (!std::isfinite(v) || v == 0) return v;
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  const std::string_view text(buf, static_cast<std::size_t>(r.ptr - buf));  // -d.ddde-XX
+  const std::size_t e_pos = text.find('e');
+  std::uint64_t significand = 0;
+  int digits = 0;
+  for (char c : text.substr(0, e_pos)) {
+    if (c >= '0' && c <= '9') {
+      significand = significand * 10 + static_cast<std::uint64_t>(c - '0');
+      ++digits;
+    }
+  }
+  int exponent = std::stoi(std::string(text.substr(e_pos + 1))) - (digits - 1);
+  auto pow10 = [](int k) { return std::strtod(("1e" + std::to_string(k)).c_str(), nullptr); };
+  double f = static_cast<double>(significand);
+  while (exponent < -308) {
+    if (f == 0) break;
+    f /= 1e308;
+    exponent += 308;
+  }
+  f = exponent >= 0 ? f * pow10(exponent) : f / pow10(-exponent);
+  return v < 0 ? -f : f;
+}
+
+}  // namespace
 
 UnigramModel::UnigramModel(std::vector<std::pair<std::string, double>> pieces,
                            std::optional<std::uint32_t> unk_id, bool byte_fallback)
@@ -42,7 +80,7 @@ std::unique_ptr<UnigramModel> UnigramModel::load(const Field& spec) {
     if (!j.is_array() || j.size() != 2 || !j[0].is_string() || !j[1].is_number()) {
       e.fail("must be a pair [piece, score]");
     }
-    pieces.emplace_back(j[0].get<std::string>(), j[1].get<double>());
+    pieces.emplace_back(j[0].get<std::string>(), serde_json_f64(j[1].get<double>()));
   }
   std::optional<std::uint32_t> unk_id;
   if (auto u = spec.get("unk_id")) {

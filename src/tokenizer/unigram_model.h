@@ -23,8 +23,8 @@ class UnigramModel final : public Model {
   static std::unique_ptr<UnigramModel> load(const Field& spec);
 
   /// Builds a model directly (for tests): pieces with their scores, ids in order.
-  UnigramModel(std::vector<std::pair<std::string, double>> pieces, std::optional<std::uint32_t> unk_id,
-               bool byte_fallback);
+  UnigramModel(std::vector<std::pair<std::string, double>> pieces,
+               std::optional<std::uint32_t> unk_id, bool byte_fallback);
 
   /// Appends the ids of the best segmentation of `word`. Throws std::runtime_error when a
   /// character has no piece and the model has no unk_id (HF's MissingUnkId).

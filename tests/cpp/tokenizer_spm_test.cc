@@ -107,8 +107,8 @@ TEST(TokenizerCharsmap, MalformedBlobs) {
   EXPECT_THROW(base64_decode("e*", "b"), std::runtime_error);
 }
 
-// A SentencePiece-style BPE: pieces ▁, a, b, ▁a, ▁b, byte tokens for 中 and "<s>" as an added
-// token.
+// A SentencePiece-style BPE: pieces ▁, a, b, ▁a, ▁b, byte tokens for 中, and "<s>" as an
+// added token.
 json spm_spec(const std::string& scheme) {
   json vocab = {{"<s>", 0}, {kSpace, 1}, {"a", 2}, {"b", 3}, {kSpace + "a", 4}, {kSpace + "b", 5},
                 {"<0xE4>", 6}, {"<0xB8>", 7}, {"<0xAD>", 8}};
@@ -183,7 +183,8 @@ TEST(TokenizerWordPiece, GreedyLongestMatch) {
 
 TEST(TokenizerUnicode, ClassesOfHfTokenizers) {
   EXPECT_TRUE(unicode::is_mark(0x301));   // Mn
-  EXPECT_TRUE(unicode::is_mark(0x93F));   // Mc: unicode_categories counts it as nonspacing
+  EXPECT_TRUE(unicode::is_mark(0x93F));   // Mc: a combining mark, which StripAccents removes
+  EXPECT_FALSE(unicode::is_nonspacing_mark(0x93F));  // BertNormalizer keeps it
   EXPECT_FALSE(unicode::is_mark('a'));
   EXPECT_TRUE(unicode::is_bert_punctuation('$'));  // ASCII punctuation, though Sc
   EXPECT_TRUE(unicode::is_bert_punctuation(0x3002));

@@ -1,9 +1,10 @@
-"""Writes src/tokenizer/unicode_tables.inc: the character classes HF tokenizers takes from the
-unicode_categories crate, whose tables are of an older Unicode version than utf8proc's (its
-"is_mark_nonspacing" holds every mark of that version, Mc and Me included, and none added since).
+"""Writes src/tokenizer/unicode_tables.inc: character classes HF tokenizers takes from Rust crates
+(unicode-normalization's is_combining_mark, unicode_categories) whose tables are of an older
+Unicode version than utf8proc's (is_combining_mark holds every mark of that version, Mc and Me
+included, and none added since).
 They are read off the installed `tokenizers` itself, one class per normalizer/pre-tokenizer that
 uses it:
-  kMarks        StripAccents (and BertNormalizer's strip_accents) removes these;
+  kMarks        StripAccents removes these;
   kBertRemoved  BertNormalizer's clean_text removes these (NUL, U+FFFD, is_other but \\t\\n\\r);
   kPunctuation  the Punctuation pre-tokenizer (and BertPreTokenizer) isolates these.
 Run: .venv/bin/python tests/python/make_unicode_tables.py (test_tokenizer_spm checks the classes
