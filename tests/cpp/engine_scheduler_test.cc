@@ -219,6 +219,21 @@ TEST(Engine, RefusesWhatCannotFit) {
   EXPECT_EQ(status(make_request(3, 3, 1)), 200);
 }
 
+TEST(Engine, AFullQueueAnswers503) {
+  FakeBackend be(64, 4);
+  Engine eng(be, nullptr, EngineOptions{4, 64, 2, true});
+  eng.submit(make_request(3, 3, 1));
+  eng.submit(make_request(3, 3, 2));
+  try {
+    eng.submit(make_request(3, 3, 3));
+    FAIL() << "a third request was queued";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.status, 503);
+  }
+  run_until_idle(eng);
+  EXPECT_NO_THROW(eng.submit(make_request(3, 3, 4)));
+}
+
 TEST(Engine, ThreadServesStreamsAndShutsDown) {
   FakeBackend be(64, 4);
   Engine eng(be, nullptr, EngineOptions{4, 32, 100, true});
