@@ -18,14 +18,13 @@
 //              (fused nodes in place of the matched roots, dead nodes removed, refs renumbered)
 //              and reports every fusion and fallback.
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <stdexcept>
 #include <string_view>
 #include <type_traits>
 #include <vector>

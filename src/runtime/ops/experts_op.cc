@@ -31,13 +31,14 @@ kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
 }
 
 void experts(OpCall& c) {
-  const Tensor& x = c.tensor(0);
-  const Tensor& ids = c.tensor(1);
-  const Tensor& wts = c.tensor(2);
-  const Tensor& gate_up = c.tensor(3);
-  const Tensor& down = c.tensor(4);
-  const bool concatenated = c.boolean(8), transposed = c.boolean(9), has_gate = c.boolean(10);
-  const Value& act = c.arg(7);
+  const Tensor& x = c.tensor("hidden");
+  const Tensor& ids = c.tensor("top_k_index");
+  const Tensor& wts = c.tensor("top_k_weights");
+  const Tensor& gate_up = c.tensor("gate_up");
+  const Tensor& down = c.tensor("down");
+  const bool concatenated = c.boolean("is_concatenated"), transposed = c.boolean("is_transposed"),
+             has_gate = c.boolean("has_gate");
+  const Value& act = c.arg("activation");
   if (act.kind != Value::Kind::string || !act.s) c.fail("activation is not a string");
   const std::string a = act.s;
 
@@ -53,8 +54,8 @@ void experts(OpCall& c) {
     k.gate = kernels::ExpertsGate::act_only;
   }
   k.interleaved = !concatenated;
-  k.alpha = static_cast<float>(c.real(11));
-  k.limit = static_cast<float>(c.real(12));
+  k.alpha = static_cast<float>(c.real("alpha"));
+  k.limit = static_cast<float>(c.real("limit"));
 
   if (x.ndim != 2) c.fail("hidden states must be [T, H], got " + x.describe());
   if (ids.ndim != 2 || ids.shape[0] != x.shape[0] || wts.ndim != 2 || wts.shape[0] != x.shape[0] ||
@@ -84,20 +85,20 @@ void experts(OpCall& c) {
   Tensor xc = contiguous_as(x, DType::f32, sx);
   Tensor ic = contiguous_as(ids, DType::i64, si);
   Tensor wc = contiguous_as(wts, DType::f32, sw);
-  if (c.has(5)) {
-    Tensor b = contiguous_as(c.tensor(5), DType::f32, sb1);
+  if (c.has("gate_up_bias")) {
+    Tensor b = contiguous_as(c.tensor("gate_up_bias"), DType::f32, sb1);
     if (b.numel() != k.e * n_up) c.fail("gate_up bias " + b.describe() + " is not [E, n_up]");
     k.gate_up_bias = b.ptr<float>();
   }
-  if (c.has(6)) {
-    Tensor b = contiguous_as(c.tensor(6), DType::f32, sb2);
+  if (c.has("down_bias")) {
+    Tensor b = contiguous_as(c.tensor("down_bias"), DType::f32, sb2);
     if (b.numel() != k.e * k.h) c.fail("down bias " + b.describe() + " is not [E, H]");
     k.down_bias = b.ptr<float>();
   }
-  if (c.args.size() > 13) {  // the shared expert of fuselm.experts_shared
-    const Tensor& up = c.tensor(14);
-    const Tensor& dn = c.tensor(15);
-    const Value& sa = c.arg(17);
+  if (c.node.op == "fuselm.experts_shared.default") {  // the block's shared expert
+    const Tensor& up = c.tensor("shared_up");
+    const Tensor& dn = c.tensor("shared_down");
+    const Value& sa = c.arg("shared_activation");
     if (sa.kind != Value::Kind::string || !sa.s) c.fail("shared activation is not a string");
     k.shared_act = act_named(c, sa.s);
     k.shared_i = up.ndim == 2 ? up.shape[0] : -1;
@@ -108,13 +109,13 @@ void experts(OpCall& c) {
     };
     check(up, k.shared_i, k.h, "up");
     check(dn, k.h, k.shared_i, "down");
-    if (c.has(13)) {
-      check(c.tensor(13), k.shared_i, k.h, "gate");
-      k.shared_gate = c.tensor(13).data;
+    if (c.has("shared_gate")) {
+      check(c.tensor("shared_gate"), k.shared_i, k.h, "gate");
+      k.shared_gate = c.tensor("shared_gate").data;
     }
-    if (c.has(16)) {
-      check(c.tensor(16), 1, k.h, "scale");
-      k.shared_scale = c.tensor(16).data;
+    if (c.has("shared_scale")) {
+      check(c.tensor("shared_scale"), 1, k.h, "scale");
+      k.shared_scale = c.tensor("shared_scale").data;
     }
     k.shared_dtype = weight_kind(c, up, dn);
     k.shared_up = up.data;

@@ -13,20 +13,20 @@
 namespace fuselm::runtime::ops {
 namespace {
 
-std::string str_arg(OpCall& c, size_t i, const char* what) {
-  const Value& v = c.arg(i);
-  if (v.kind != Value::Kind::string || !v.s) c.fail(std::string(what) + " is not a string");
+std::string str_arg(OpCall& c, const char* name) {
+  const Value& v = c.arg(name);
+  if (v.kind != Value::Kind::string || !v.s) c.fail(std::string(name) + " is not a string");
   return v.s;
 }
 
 void moe_route(OpCall& c) {
-  const Tensor& x = c.tensor(0);
-  const Tensor& w = c.tensor(1);
+  const Tensor& x = c.tensor("input");
+  const Tensor& w = c.tensor("gate_weight");
   if (w.ndim != 2 || x.ndim < 1 || x.shape[x.ndim - 1] != w.shape[1])
     c.fail("gate weight " + w.describe() + " does not match input " + x.describe());
   if (!w.is_contiguous()) c.fail("gate weight " + w.describe() + " is not contiguous");
   kernels::MoeRouteArgs a;
-  const std::string scoring = str_arg(c, 3, "scoring"), group_score = str_arg(c, 6, "group_score");
+  const std::string scoring = str_arg(c, "scoring"), group_score = str_arg(c, "group_score");
   if (scoring == "softmax") a.scoring = kernels::MoeScoring::softmax;
   else if (scoring == "sigmoid") a.scoring = kernels::MoeScoring::sigmoid;
   else if (scoring == "softmax_of_topk") a.scoring = kernels::MoeScoring::softmax_of_topk;
@@ -38,17 +38,17 @@ void moe_route(OpCall& c) {
   const int64_t h = w.shape[1], e = w.shape[0];
   a.t = h ? x.numel() / h : 0;
   a.e = e;
-  a.groups = c.integer(4);
-  a.topk_group = c.integer(5);
-  a.k = c.integer(7);
-  a.renorm = c.boolean(8);
-  a.renorm_eps = static_cast<float>(c.real(9));
-  a.scaling = static_cast<float>(c.real(10));
+  a.groups = c.integer("groups");
+  a.topk_group = c.integer("topk_group");
+  a.k = c.integer("top_k");
+  a.renorm = c.boolean("renorm");
+  a.renorm_eps = static_cast<float>(c.real("renorm_eps"));
+  a.scaling = static_cast<float>(c.real("scaling"));
 
   Scratch sx(c.ctx), sb(c.ctx), sl(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
-  if (c.has(2)) {
-    Tensor b = contiguous_as(c.tensor(2), DType::f32, sb);
+  if (c.has("correction_bias")) {
+    Tensor b = contiguous_as(c.tensor("correction_bias"), DType::f32, sb);
     if (b.numel() != e) c.fail("correction bias " + b.describe() + " does not have one value per expert");
     a.correction = b.ptr<float>();
   }
