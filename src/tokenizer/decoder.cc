@@ -1,6 +1,7 @@
 #include "tokenizer/decoder.h"
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/pattern_field.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
@@ -234,16 +235,6 @@ class SequenceDecoder final : public Decoder {
   std::vector<std::unique_ptr<Decoder>> steps_;
 };
 
-Regex replace_pattern(const Field& pattern) {
-  try {
-    if (auto s = pattern.get("String")) return Regex(s->str(), true);
-    if (auto r = pattern.get("Regex")) return Regex(r->str(), false);
-  } catch (const std::runtime_error& e) {
-    pattern.fail(e.what());
-  }
-  pattern.fail("must hold \"String\" or \"Regex\"");
-}
-
 char32_t one_char(const Field& f) {
   const std::string& s = f.str();
   if (s.empty() || utf8::char_length(s, 0) != s.size()) f.fail("must be one character");
@@ -273,7 +264,7 @@ std::unique_ptr<Decoder> make_step(const Field& spec, bool& fused) {
   }
   if (t == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (t == "Replace") {
-    return std::make_unique<ReplaceDecoder>(replace_pattern(spec["pattern"]),
+    return std::make_unique<ReplaceDecoder>(pattern_regex(spec["pattern"]),
                                             spec["content"].str());
   }
   if (t == "Strip") return make_strip(spec, fused);

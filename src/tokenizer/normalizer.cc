@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tokenizer/precompiled.h"
+#include "tokenizer/pattern_field.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
@@ -130,16 +131,6 @@ class PrecompiledNormalizer final : public Normalizer {
  private:
   PrecompiledCharsmap map_;
 };
-
-Regex pattern_regex(const Field& pattern) {
-  try {
-    if (auto s = pattern.get("String")) return Regex(s->str(), true);
-    if (auto r = pattern.get("Regex")) return Regex(r->str(), false);
-  } catch (const std::runtime_error& e) {
-    pattern.fail(e.what());
-  }
-  pattern.fail("must hold \"String\" or \"Regex\"");
-}
 
 std::unique_ptr<Normalizer> make_precompiled(const Field& spec) {
   const Field map = spec["precompiled_charsmap"];
