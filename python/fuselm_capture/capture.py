@@ -6,6 +6,7 @@ off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, 
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -149,6 +150,59 @@ def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes
     return _write(ep, module, Path(out_dir), params, constants, names, {"model": {"class": type(module).__name__}})
 
 
+def _refuse_attention_by_hand(config) -> None:
+    """A model class that does not dispatch attention through transformers' AttentionInterface
+    (its _supports_attention_backend flag, set by every class that does) computes attention by
+    hand with a mask tensor it builds itself; captured as it is, its graph would attend over the
+    flattened batch with no KV cache. fuselm cannot yet find such attention by structure, so it
+    refuses the model rather than run it wrong."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.auto_factory import _get_model_class
+    try:
+        cls = _get_model_class(config, AutoModelForCausalLM._model_mapping)
+    except Exception:  # noqa: BLE001 - no causal LM class: from_config reports it
+        return
+    if not getattr(cls, "_supports_attention_backend", False):
+        raise CaptureError(f"{cls.__name__} computes attention by hand (it does not dispatch through transformers' "
+                           "AttentionInterface); fuselm does not yet find such attention by structure, and its graph "
+                           "would run without the model's mask and KV cache")
+
+
+def forward_inputs(model: torch.nn.Module, n: int, tokens) -> tuple[dict, dict]:
+    """(example kwargs, dynamic shapes) for exporting a causal LM, following its forward's signature.
+
+    The token positions are passed as position_ids [1, T] when the forward names that argument or
+    takes **kwargs, else as cache_position [T] when it names that, else not at all (the model
+    computes them; the engine then supplies none). use_cache=False is passed where the forward
+    takes it, bound in a shim forward with exactly the graph's inputs as parameters: torch.export
+    names a graph input by its parameter and cannot take dynamic shapes for **kwargs entries.
+    """
+    sig = inspect.signature(model.forward)
+    params = sig.parameters
+    var_kw = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if "input_ids" not in params and not var_kw:
+        raise CaptureError(f"{type(model).__name__}.forward{sig} takes no input_ids")
+    fixed = {"use_cache": False} if "use_cache" in params or var_kw else {}
+    forward = model.forward
+    ids = torch.zeros(1, n, dtype=torch.long, device="meta")
+    pos = torch.arange(n, device="meta")
+    if "position_ids" in params or (var_kw and "cache_position" not in params):
+        def shim(input_ids, position_ids):
+            return forward(input_ids=input_ids, position_ids=position_ids, **fixed)
+        kwargs, dynamic = {"input_ids": ids, "position_ids": pos.unsqueeze(0)}, {"position_ids": {1: tokens}}
+    elif "cache_position" in params:
+        def shim(input_ids, cache_position):
+            return forward(input_ids=input_ids, cache_position=cache_position, **fixed)
+        kwargs, dynamic = {"input_ids": ids, "cache_position": pos}, {"cache_position": {0: tokens}}
+    else:
+        def shim(input_ids):
+            return forward(input_ids=input_ids, **fixed)
+        kwargs, dynamic = {"input_ids": ids}, {}
+    model.forward = shim
+    dynamic["input_ids"] = {1: tokens}
+    return kwargs, dynamic
+
+
 def ir_dir_for(model_dir: Path) -> Path:
     return model_dir / IR_DIR_NAME
 
@@ -174,6 +228,7 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
     except Exception as e:  # noqa: BLE001 - unknown model_type, malformed JSON, missing fields, ...
         raise CaptureError(f"{config_path}: transformers cannot build a config from it: {_first_line(e)}") from e
     _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
+    _refuse_attention_by_hand(config)
     kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32}
     try:
         with parameters_on_meta():
@@ -192,15 +247,12 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
     constants = _non_persistent_buffers(model)
     model.to("meta")
 
-    n = 8
-    ids = torch.zeros(1, n, dtype=torch.long, device="meta")
-    pos = torch.arange(n, device="meta").unsqueeze(0)
     # No default context length: the engine refuses a record without one (it sizes the KV cache).
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 0) or None
     tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16))
-    _progress(f"exporting {type(model).__name__} with torch.export")
-    ep = export_module(model, {"input_ids": ids, "position_ids": pos, "use_cache": False},
-                       {"input_ids": {1: tokens}, "position_ids": {1: tokens}, "use_cache": None})
+    example, dynamic = forward_inputs(model, 8, tokens)
+    _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
+    ep = export_module(model, example, dynamic)
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
     found = checkpoint_keys.resolve(model, model_keys, ckpt)

@@ -1,9 +1,10 @@
 """The opaque fuselm ops that capture puts in the graph, and their transformers interface hooks.
 
 fuselm::attention stands for a whole attention call: transformers hands it q, k, v after rope and
-the module's own scale, window, softcap and sinks. It is registered in AttentionInterface only (not
-in the mask interface), so transformers builds no mask: the engine owns causality, windows and
-sequence boundaries. fuselm::experts stands for a whole experts call (ExpertsInterface).
+the module's own scale, window, softcap and sinks. It is registered in AttentionInterface and in
+the mask interface (masks.py), whose builder returns the mask's kind instead of a tensor: the
+engine owns causality, windows, chunks and sequence boundaries, and reads each layer's mask kind
+from its op. fuselm::experts stands for a whole experts call (ExpertsInterface).
 Neither op is ever executed in Python; capture only needs their fake (shape) functions.
 """
 from __future__ import annotations
@@ -26,13 +27,18 @@ def attention(
     sliding_window: int,
     softcap: float,
     layer_idx: int,
+    chunk_size: int = -1,
+    mask: str = "causal",
 ) -> torch.Tensor:
-    """q [B,Hq,S,Dqk], k [B,Hkv,S,Dqk], v [B,Hkv,S,Dv] -> [B,S,Hq,Dv]. Runs only in the engine."""
+    """q [B,Hq,S,Dqk], k [B,Hkv,S,Dqk], v [B,Hkv,S,Dv] -> [B,S,Hq,Dv]. Runs only in the engine.
+
+    mask: causal | sliding | chunked (with sliding_window / chunk_size) or a kind the engine
+    refuses (bidirectional, unknown), with the reason after a colon (masks.MaskKind)."""
     raise RuntimeError("fuselm::attention runs only in the fuselm engine")
 
 
 @attention.register_fake
-def _attention_fake(q, k, v, sinks, scaling, sliding_window, softcap, layer_idx):
+def _attention_fake(q, k, v, sinks, scaling, sliding_window, softcap, layer_idx, chunk_size=-1, mask="causal"):
     b, h, s, _ = q.shape
     return q.new_empty(b, s, h, v.shape[-1])
 
@@ -239,21 +245,56 @@ def _none_or(value, default):
     return default if value is None else value
 
 
+class MaskCaptureError(RuntimeError):
+    """An attention call whose mask capture cannot describe (names the module and layer)."""
+
+
+def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
+    """(sliding_window, chunk_size, mask) of one attention call, from the mask kind transformers'
+    mask interface handed it (masks.py); with no mask, causal as sdpa's is_causal (the module's
+    own flag) and the call's window. A window passed at the call must agree with the mask's."""
+    from .masks import MaskKind
+    call_window = int(sliding_window) if sliding_window is not None and int(sliding_window) > 0 else -1
+    where = f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)})"
+    if isinstance(attention_mask, torch.Tensor):
+        raise MaskCaptureError(f"{where} was given a mask tensor the model built itself; fuselm cannot tell "
+                               "which positions it hides, so it refuses to run it without that mask")
+    if attention_mask is None:
+        if getattr(module, "is_causal", True) is False:
+            return call_window, -1, "bidirectional: the module is not causal and gets no mask"
+        return call_window, -1, "sliding" if call_window > 0 else "causal"
+    m: MaskKind = attention_mask
+    if m.kind == "sliding":
+        if call_window not in (-1, m.size):
+            raise MaskCaptureError(f"{where}: its mask is a sliding window of {m.size} but the call passes "
+                                   f"sliding_window={call_window}")
+        return m.size, -1, "sliding"
+    if call_window > 0:
+        raise MaskCaptureError(f"{where}: its mask is {m.describe()} but the call passes sliding_window={call_window}")
+    if m.kind == "chunked":
+        return -1, m.size, "chunked"
+    if m.kind == "causal":
+        return -1, -1, "causal"
+    return -1, -1, f"{m.kind}: {m.why}" if m.why else m.kind
+
+
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,
                       softcap=None, s_aux=None, dropout=0.0, **kwargs):
     """AttentionInterface entry: the module's call becomes one fuselm::attention op.
 
     The scale is the one transformers passes at the call (OPT passes 1.0 after pre-scaling q);
     None means the callee default head_dim**-0.5, which transformers' sdpa applies too.
+    attention_mask is the masks.MaskKind the mask interface returned for this layer's mask.
     """
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     layer_idx = getattr(module, "layer_idx", None)
     if layer_idx is None:
         layer_idx = -1  # the engine's attention fuser reports modules without an index
+    window, chunk, mask = _layer_mask(module, attention_mask, sliding_window)
     out = torch.ops.fuselm.attention(
-        query, key, value, s_aux, float(scaling), int(_none_or(sliding_window, -1)),
-        float(_none_or(softcap, 0.0)), int(layer_idx))
+        query, key, value, s_aux, float(scaling), window,
+        float(_none_or(softcap, 0.0)), int(layer_idx), chunk, mask)
     return out, None
 
 
@@ -279,12 +320,16 @@ _registered = False
 
 
 def register_interfaces() -> None:
-    """Registers the fuselm attention and experts functions in transformers (idempotent)."""
+    """Registers the fuselm attention, mask and experts functions in transformers (idempotent)."""
     global _registered
     if _registered:
         return
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from .masks import mask_forward
     AttentionInterface.register(ATTENTION_NAME, attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, mask_forward)
     try:
         from transformers.integrations.moe import ExpertsInterface
         ExpertsInterface.register(ATTENTION_NAME, experts_forward)

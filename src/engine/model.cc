@@ -132,6 +132,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   for (const auto& target : m->executor_->input_targets()) {
     if (target == "input_ids") m->input_roles_.push_back(0);
     else if (target == "position_ids") m->input_roles_.push_back(1);
+    else if (target == "cache_position") m->input_roles_.push_back(2);  // a forward without position_ids
     else throw std::runtime_error("the graph takes an input '" + target + "' that the engine does not provide");
   }
   m->inputs_.resize(m->input_roles_.size());
@@ -160,8 +161,10 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
   ids_buf_.assign(input_ids.begin(), input_ids.end());
   pos_buf_.assign(positions.begin(), positions.end());
   const int64_t shape[2] = {1, n};
-  for (size_t i = 0; i < input_roles_.size(); ++i)
-    inputs_[i] = Tensor::contiguous_view(input_roles_[i] == 0 ? ids_buf_.data() : pos_buf_.data(), runtime::DType::i64, shape);
+  for (size_t i = 0; i < input_roles_.size(); ++i)  // cache_position is [T], the others [1, T]
+    inputs_[i] = Tensor::contiguous_view(input_roles_[i] == 0 ? ids_buf_.data() : pos_buf_.data(), runtime::DType::i64,
+                                         input_roles_[i] == 2 ? std::span<const int64_t>(shape + 1, 1)
+                                                              : std::span<const int64_t>(shape, 2));
   runtime::Batch batch{sequences, kv_.get()};
   return executor_->run(inputs_, batch);
 }

@@ -68,7 +68,7 @@ class Model {
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<kv::PagedKvCache> kv_;
   std::vector<int64_t> ids_buf_, pos_buf_;
-  std::vector<int> input_roles_;  // per graph input: 0 = token ids, 1 = positions
+  std::vector<int> input_roles_;  // per graph input: 0 = token ids, 1 = positions [1, T], 2 = positions [T]
   std::vector<runtime::Tensor> inputs_;
   int64_t vocab_size_ = 0, max_context_ = 0, weight_bytes_ = 0;
   std::vector<int64_t> eos_ids_;

@@ -6,6 +6,10 @@
 //   scale:    the op's scaling argument as passed at the call (OPT passes 1.0, Gemma2
 //             query_pre_attn_scalar**-0.5); anything but a number is an error, never a default
 //   heads:    from the operands' own shapes: q [1, Hq, T, D], k [1, Hkv, T, D], v [1, Hkv, T, Dv]
+//   mask:     the op's mask argument, the kind capture read from the layer's mask function
+//             (python/fuselm_capture/masks.py): causal, sliding (sliding_window) or chunked
+//             (chunk_size); any other kind is an error naming the module and layer, never a
+//             silent causal attention
 //   Two modules with one layer index, or an index no module serves, are errors naming both
 //   (checked over the rewritten graph's KV layers by the driver, kv_layers.cc).
 #include "fusers/pattern.h"
@@ -38,6 +42,12 @@ class AttentionFuser final : public Fuser {
     s.scale = *scale;
     s.sliding_window = static_cast<int64_t>(number_arg(n, def.arg("sliding_window")).value_or(-1));
     s.softcap = number_arg(n, def.arg("softcap")).value_or(0.0);
+    s.chunk_size = static_cast<int64_t>(number_arg(n, def.arg("chunk_size")).value_or(-1));
+    const auto& mask = n.args[def.arg("mask")];
+    if (mask.kind != ir::Arg::Kind::string)
+      throw FusionError(fmt::format("attention in module {} (node '{}'): the mask argument is not a string",
+                                    sg.mod().path, n.name));
+    s.mask = mask.s;
     Fusion f;
     f.attention = s;
     // The op stays; validate writes this instance's resolved layer into it (and reads its operands).
@@ -63,6 +73,10 @@ class AttentionFuser final : public Fuser {
     if (s.layer < 0)
       throw FusionError(fmt::format("attention in module {} has no layer index (no layer_idx attribute or argument)",
                                     sg.mod().path));
+    if (s.mask != "causal" && s.mask != "sliding" && s.mask != "chunked")
+      throw FusionError(fmt::format("attention in module {} (layer {}): its mask is '{}', which the engine cannot "
+                                    "express (it runs causal, sliding-window and chunked masks)",
+                                    sg.mod().path, s.layer, s.mask));
     f.updates[0].value = integer(s.layer);
     const auto& q = g.nodes[ref_arg(n, def.arg("q"))].out;
     const auto& k = g.nodes[ref_arg(n, def.arg("k"))].out;
@@ -75,9 +89,10 @@ class AttentionFuser final : public Fuser {
     s.kv_heads = *hk;
     s.head_dim = *d;
     s.v_head_dim = *dv;
-    f.detail = fmt::format("layer={} ({}) scale={:g} (op argument) heads={}/{}x{}{}{}", s.layer, s.layer_source,
-                           s.scale, s.q_heads, s.kv_heads, s.head_dim,
+    f.detail = fmt::format("layer={} ({}) scale={:g} (op argument) heads={}/{}x{} mask={}{}{}{}", s.layer,
+                           s.layer_source, s.scale, s.q_heads, s.kv_heads, s.head_dim, s.mask,
                            s.sliding_window >= 0 ? fmt::format(" window={}", s.sliding_window) : "",
+                           s.chunk_size > 0 ? fmt::format(" chunk={}", s.chunk_size) : "",
                            s.softcap != 0.0 ? fmt::format(" softcap={:g}", s.softcap) : "");
     return true;
   }

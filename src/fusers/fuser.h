@@ -164,6 +164,8 @@ struct AttentionSite {
   int64_t layer = -1;
   double scale = 0.0;
   int64_t sliding_window = -1;
+  int64_t chunk_size = -1;
+  std::string mask;  // the layer's mask kind read at capture: causal | sliding | chunked
   double softcap = 0.0;
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
   std::string layer_source;  // "module attribute" | "op argument"

@@ -48,6 +48,8 @@ std::optional<Widths> widths(const ir::Graph& g, const Roles& r, Why& why) {
   if (number_arg(att, "sliding_window").value_or(-1) >= 0)
     return why.reject("sliding window with latent attention is not supported");
   if (number_arg(att, "softcap").value_or(0) != 0) return why.reject("softcap with latent attention is not supported");
+  if (number_arg(att, "chunk_size").value_or(-1) > 0)
+    return why.reject("chunked masks with latent attention are not supported");
   const auto& qm = g.nodes[r.q].out;
   const auto& km = g.nodes[r.k_rot].out;
   const auto H = static_dim(qm, 1), Dqk = static_dim(qm, 3), Dr = static_dim(km, -1);

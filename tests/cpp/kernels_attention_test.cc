@@ -25,9 +25,10 @@ struct AttnCase {
   int64_t head_pad = 0;      // extra floats between heads of q, k, v (views)
   bool kv_in_cache = false;  // k = v = nullptr: the caller already wrote them
   int threads = 0;
+  int64_t chunk = 0;  // chunked mask: keys of the query's own chunk of this many positions
   std::string name() const {
-    return fmt::format("hq{}_hkv{}_dqk{}_dv{}_ctx{}_t{}{}{}{}{}{}{}", hq, hkv, dqk, dv, ctx, t,
-                       window ? fmt::format("_win{}", window) : "",
+    return fmt::format("hq{}_hkv{}_dqk{}_dv{}_ctx{}_t{}{}{}{}{}{}{}{}", hq, hkv, dqk, dv, ctx, t,
+                       window ? fmt::format("_win{}", window) : "", chunk ? fmt::format("_chunk{}", chunk) : "",
                        softcap ? fmt::format("_cap{}", softcap) : "", sinks ? "_sinks" : "",
                        head_pad ? "_strided" : "", kv_in_cache ? "_cached" : "",
                        threads ? fmt::format("_t{}", threads) : "");
@@ -93,6 +94,7 @@ void check_attention(const AttnCase& c, uint32_t seed) {
   a.hq = c.hq, a.hkv = c.hkv, a.dqk = c.dqk, a.dv = c.dv;
   a.scale = scale;
   a.sliding_window = c.window;
+  a.chunk_size = c.chunk;
   a.softcap = c.softcap;
   a.sinks = c.sinks ? sinks.data() : nullptr;
   {
@@ -127,7 +129,7 @@ void check_attention(const AttnCase& c, uint32_t seed) {
           s += static_cast<double>(qkv[i * width + h * qh + d]) * k_all[j * k_row + g * c.dqk + d];
         s *= scale;
         if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
-        const bool masked = j > p || (c.window > 0 && j <= p - c.window);
+        const bool masked = j > p || (c.window > 0 && j <= p - c.window) || (c.chunk > 0 && j / c.chunk != p / c.chunk);
         logits[j] = masked ? -inf : s;
         mx = std::max(mx, logits[j]);
       }
@@ -164,6 +166,12 @@ std::vector<AttnCase> attention_cases() {
   // softcap, with a large scale so that it bites
   v.push_back({4, 2, 32, 32, 80, 80, 0, 5.f, false, 1.f});
   v.push_back({8, 4, 32, 16, 90, 7, 16, 50.f});
+  // chunked masks: prefill across chunk boundaries, decode at and after a boundary, with a window
+  for (AttnCase c : {AttnCase{4, 2, 16, 16, 100, 100}, AttnCase{4, 2, 16, 16, 64, 1}, AttnCase{4, 2, 16, 16, 65, 1},
+                     AttnCase{6, 3, 16, 8, 90, 17, 7}}) {
+    c.chunk = 16;
+    v.push_back(c);
+  }
   // sinks (gpt_oss), with a window and GQA
   v.push_back({8, 2, 16, 16, 75, 75, 0, 0, true});
   v.push_back({8, 2, 16, 16, 75, 10, 8, 0, true});

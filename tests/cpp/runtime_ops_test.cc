@@ -1250,6 +1250,8 @@ void add_scalar_cases(Cases& m) {
 struct AttnConfig {
   int64_t hq = 4, hkv = 2, d = 8, dv = 6;
   int64_t window = -1;
+  int64_t chunk = -1;
+  std::string mask = "causal";
   double softcap = 0;
   bool sinks = false;
   double scale = 0.35;
@@ -1284,6 +1286,7 @@ std::vector<double> attend_ref(const AttnConfig& c, const SeqData& s, int64_t po
   std::vector<int64_t> keys;
   for (int64_t j = 0; j <= pos; ++j) {
     if (c.window > 0 && pos - j >= c.window) continue;
+    if (c.chunk > 0 && j / c.chunk != pos / c.chunk) continue;
     double dot = 0;
     for (int64_t e = 0; e < c.d; ++e) dot += s.q[pos][h * c.d + e] * s.k[j][kh * c.d + e];
     double l = dot * c.scale;
@@ -1351,7 +1354,8 @@ void check_attention(const AttnConfig& c) {
   if (c.k_head_broadcast) kt = g.op("aten.expand.default", {R(kt), Ints({1, c.hkv, -1, c.d}), B(false)}, DType::f32, {1, c.hkv, t0, c.d});
   Arg sink_arg = None();
   if (c.sinks) sink_arg = R(g.param(make_host(DType::f32, {c.hq}, sinks)));
-  int att = g.op("fuselm.attention.default", {R(qt), R(kt), R(vn), sink_arg, F(c.scale), I(c.window), F(c.softcap), I(c.layer)},
+  int att = g.op("fuselm.attention.default", {R(qt), R(kt), R(vn), sink_arg, F(c.scale), I(c.window), F(c.softcap), I(c.layer),
+                                                   I(c.chunk), S(c.mask)},
                  DType::f32, {1, t0, c.hq, c.dv});
   // The module the attention op sits in, as capture records it.
   g.graph().modules.push_back(ir::Module{"model.layers.1.self_attn", "test.Attention", {{"layer_idx", 1}}});
@@ -1955,6 +1959,32 @@ TEST(Attention, QueryHeadDimNotUnitStride) {
   check_attention(c);
 }
 
+TEST(Attention, ChunkedMask) {
+  AttnConfig c;
+  c.chunk = 3;
+  c.mask = "chunked";
+  check_attention(c);
+}
+
+// A mask kind the kernel does not run (capture read it from the layer's mask function) is an
+// error naming the layer and the kind, never causal attention.
+TEST(Attention, MaskTheEngineCannotExpressFails) {
+  OpGraph g;
+  int q = g.input(rand_host(DType::f32, {1, 2, 3, 4}, 421));
+  int k = g.input(rand_host(DType::f32, {1, 1, 3, 4}, 422));
+  int v = g.input(rand_host(DType::f32, {1, 1, 3, 4}, 423));
+  g.output(g.op("fuselm.attention.default",
+                {R(q), R(k), R(v), None(), F(0.5), I(-1), F(0.0), I(4), I(-1), S("bidirectional: query 0 sees key 1")},
+                DType::f32, {1, 3, 2, 4}));
+  try {
+    g.run();
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 4: its mask is 'bidirectional: query 0 sees key 1'"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Attention, KeyHeadBroadcastByExpand) {
   AttnConfig c;
   c.k_head_broadcast = true;
@@ -1967,7 +1997,7 @@ TEST(Attention, WithoutKvCacheFails) {
   int q = g.input(rand_host(DType::f32, {1, 2, 3, 4}, 421));
   int k = g.input(rand_host(DType::f32, {1, 1, 3, 4}, 422));
   int v = g.input(rand_host(DType::f32, {1, 1, 3, 4}, 423));
-  g.output(g.op("fuselm.attention.default", {R(q), R(k), R(v), None(), F(0.5), I(-1), F(0.0), I(0)}, DType::f32, {1, 3, 2, 4}));
+  g.output(g.op("fuselm.attention.default", {R(q), R(k), R(v), None(), F(0.5), I(-1), F(0.0), I(0), I(-1), S("causal")}, DType::f32, {1, 3, 2, 4}));
   try {
     g.run();
     FAIL() << "attention ran without a KV cache";

@@ -69,7 +69,8 @@ void attention(const AttentionArgs& args) {
   const int64_t group = a.hq / a.hkv, dv = a.dv;
   const int64_t first = a.ctx_len - a.t;  // position of new token 0
   auto key_lo = [&](int64_t pos) {
-    return a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
+    const int64_t window = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
+    return a.chunk_size > 0 ? std::max(window, pos / a.chunk_size * a.chunk_size) : window;
   };
 
   // work: keys visited · (dqk + dv) over all (token, head) pairs

@@ -17,7 +17,8 @@
 // (b) for each new token i and q head h (kv head h / (hq / hkv): GQA, MQA), with p its position:
 //   s_j  = scale · q·k_j                               for keys j = 0 .. ctx_len-1
 //   s_j  = softcap · tanh(s_j / softcap)               if softcap > 0 (after scaling, before masking)
-//   keep j <= p (causal) and, if sliding_window W > 0, j > p - W (itself and W-1 before)
+//   keep j <= p (causal) and, if sliding_window W > 0, j > p - W (itself and W-1 before), and if
+//   chunk_size C > 0, j >= (p / C) · C (keys of its own chunk only)
 //   out  = sum_j softmax_j(s) · v_j, where with sinks the softmax has one more logit, sinks[h]
 //          (unscaled, not softcapped), in its denominator only
 // which is transformers' eager_attention_forward (gemma2: scaling, softcap; gpt_oss: sinks; sliding
@@ -51,6 +52,7 @@ struct AttentionArgs {
   int64_t k_row_stride = 0, v_row_stride = 0;
   float scale = 1.f;
   int64_t sliding_window = 0;    // <= 0: none
+  int64_t chunk_size = 0;        // <= 0: none; else keys j with j / C == p / C only (chunked masks)
   float softcap = 0.f;           // <= 0: none
   const float* sinks = nullptr;  // [hq] or nullptr
 };

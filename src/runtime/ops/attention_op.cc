@@ -1,6 +1,12 @@
 // fuselm.attention(q [1,Hq,T,Dqk], k [1,Hkv,T,Dqk], v [1,Hkv,T,Dv], sinks?, scaling,
-// sliding_window, softcap, layer_idx) -> [1, T, Hq, Dv]. The only op that knows sequences: it
-// writes each sequence's new K/V into its KV slots and attends over the sequence's context.
+// sliding_window, softcap, layer_idx, chunk_size, mask) -> [1, T, Hq, Dv]. The only op that knows
+// sequences: it writes each sequence's new K/V into its KV slots and attends over the sequence's
+// context. mask is the layer's mask kind read at capture (docs/ir.md): causal, sliding or chunked
+// run; any other kind (bidirectional, unknown) is refused, never run as causal attention.
+#include <fmt/core.h>
+
+#include <string_view>
+
 #include "kernels/cpu/attention.h"
 #include "kv/paged_kv_cache.h"
 #include "runtime/ops/common.h"
@@ -8,7 +14,19 @@
 namespace fuselm::runtime::ops {
 namespace {
 
+/// The mask kinds the kernel runs (kernels/cpu/attention.h); fails naming the kind otherwise.
+void check_mask(const OpCall& c) {
+  const Value& m = c.arg("mask");
+  if (m.kind != Value::Kind::string || !m.s) c.fail("the mask kind is not a string");
+  const std::string_view kind = m.s;
+  if (kind != "causal" && kind != "sliding" && kind != "chunked")
+    c.fail(fmt::format("layer {}: its mask is '{}', which the engine cannot express (it runs causal, sliding-window "
+                       "and chunked masks)",
+                       c.integer("layer_idx"), kind));
+}
+
 void attention(OpCall& c) {
+  check_mask(c);
   const Tensor& q = c.tensor("q");
   const Tensor& k = c.tensor("k");
   const Tensor& v = c.tensor("v");
@@ -62,6 +80,7 @@ void attention(OpCall& c) {
     a.dv = Dv;
     a.scale = static_cast<float>(c.real("scaling"));
     a.sliding_window = c.integer("sliding_window");
+    a.chunk_size = c.integer("chunk_size");
     a.softcap = static_cast<float>(c.real("softcap"));
     a.sinks = sinks;
     kernels::attention(a);
