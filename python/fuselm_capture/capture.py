@@ -253,6 +253,11 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
     example, dynamic = forward_inputs(model, 8, tokens)
     _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
     ep = export_module(model, example, dynamic)
+    if not any(n.op == "call_function" and str(n.target).startswith("fuselm.attention") for n in ep.graph.nodes):
+        # Each step runs the new tokens only, over the engine's KV cache; a causal LM whose tokens
+        # meet anywhere but in the attention op (attention by hand, a recurrence) would run wrong.
+        raise CaptureError(f"{type(model).__name__}: the graph has no fuselm.attention op, so the model mixes "
+                           "tokens by other ops, which the engine cannot carry across steps")
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
     found = checkpoint_keys.resolve(model, model_keys, ckpt)

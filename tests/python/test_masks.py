@@ -115,3 +115,25 @@ def test_unexpressible_mask_is_refused(fuselm_bin, model_cache, tmp_path):
     assert "cannot express" in last, last
     ops = attention_ops(d)
     assert all(o["mask"].startswith("bidirectional") for o in ops), ops
+
+
+@pytest.mark.parametrize("family", ["bloom", "gpt_neo"])
+def test_attention_by_hand_is_refused(family, fuselm_bin, model_cache):
+    """transformers 5.18's bloom (ALiBi through baddbmm), falcon, gpt_neo and gptj compute attention
+    by hand: captured as they are, their graphs would attend over the flattened batch without their
+    mask and with no KV cache. Capture refuses them with one line naming the class."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    d = model_cache / f"{family}_by_hand"
+    if not (d / "config.json").exists():
+        cfg = {"bloom": lambda: transformers.BloomConfig(vocab_size=512, hidden_size=64, n_layer=2, n_head=4),
+               "gpt_neo": lambda: transformers.GPTNeoConfig(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4,
+                                                            attention_types=[[["global", "local"], 1]],
+                                                            max_position_embeddings=256)}[family]()
+        AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    proc = subprocess.run([str(fuselm_bin), "generate", str(d), "--prompt-ids", "1,2,3", "--max-tokens", "2",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0, proc.stdout
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("fuselm: error: ") and "computes attention by hand" in last, proc.stderr
+    assert "ForCausalLM" in last, last
