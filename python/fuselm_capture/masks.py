@@ -13,7 +13,8 @@ Kinds, over the absolute positions q (query) and k (key) of one sequence:
   causal         k <= q
   sliding (W)    k <= q and k > q - W     (the query and the W-1 keys before it)
   chunked (C)    k <= q and k // C == q // C
-  bidirectional  some query sees a later key (full, prefix-LM or windowed bidirectional masks)
+  bidirectional_prefix (P)  k <= q or k < P (a prefix-LM: the first P positions see each other)
+  bidirectional  any other mask where some query sees a later key (full, windowed bidirectional)
   unknown        anything else, or a function that reads tensors computed from the inputs
 The kind is read from the function's values alone (the window by a binary search for the first
 visible key at a far position, then the whole form is checked on a dense grid, at the window's
@@ -45,9 +46,10 @@ class MaskKind:
     why: str = ""
 
     def describe(self) -> str:
-        if self.kind in ("sliding", "chunked"):
-            return f"{self.kind} {self.size}"
-        return f"{self.kind} ({self.why})" if self.why else self.kind
+        """kind, its size when it has one, and the reason after a colon: `bidirectional_prefix 3`,
+        `bidirectional: query 0 sees key 1` (the form the IR's mask argument takes)."""
+        text = f"{self.kind} {self.size}" if self.size > 0 else self.kind
+        return f"{text}: {self.why}" if self.why else text
 
 
 class _Unprobeable(Exception):
@@ -114,6 +116,8 @@ def _predicate(fn, codes):
 
 
 def _expected(kind: str, size: int, q: int, k: int) -> bool:
+    if kind == "bidirectional_prefix":
+        return k <= q or k < size
     if k > q:
         return False
     if kind == "sliding":
@@ -141,7 +145,7 @@ def _candidate(p) -> MaskKind:
     for q in (0, 1, 5, 63, FAR):
         for d in (1, 2, 7, 1000):
             if p(q, q + d):
-                return MaskKind("bidirectional", why=f"query {q} sees key {q + d}")
+                return _bidirectional(p, f"query {q} sees key {q + d}")
     for q in (0, 1, 2, 31, FAR):
         if not p(q, q):
             return MaskKind("unknown", why=f"query {q} does not see itself")
@@ -163,6 +167,22 @@ def _candidate(p) -> MaskKind:
         else:
             hi = mid
     return MaskKind("chunked", hi - first)
+
+
+def _bidirectional(p, why: str) -> MaskKind:
+    """A prefix-LM mask when query 0 sees exactly the keys 0 .. P-1 and the rest is causal."""
+    if p(0, 0) and not p(0, FAR):
+        lo, hi = 0, FAR  # query 0 sees key lo, not key hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if p(0, mid):
+                lo = mid
+            else:
+                hi = mid
+        m = MaskKind("bidirectional_prefix", hi)
+        if _check(p, m) is None:
+            return m
+    return MaskKind("bidirectional", why=why)
 
 
 def _check(p, m: MaskKind) -> str | None:

@@ -275,7 +275,7 @@ def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
         return -1, m.size, "chunked"
     if m.kind == "causal":
         return -1, -1, "causal"
-    return -1, -1, f"{m.kind}: {m.why}" if m.why else m.kind
+    return -1, -1, m.describe()
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,

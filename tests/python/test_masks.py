@@ -45,7 +45,8 @@ def test_classify_reads_the_kind_from_the_function():
     assert classify(mu.bidirectional_mask_function).kind == "bidirectional"
     assert classify(mu.sliding_window_bidirectional_mask_function(5)).kind == "bidirectional"
     # prefix-LM style: the first 3 keys visible to every query
-    assert classify(mu.or_masks(mu.causal_mask_function, lambda b, h, q, k: k < 3)).kind == "bidirectional"
+    m = classify(mu.or_masks(mu.causal_mask_function, lambda b, h, q, k: k < 3))
+    assert (m.kind, m.size) == ("bidirectional_prefix", 3)
     # every other key: no run of keys, so neither causal nor a window
     m = classify(mu.and_masks(mu.causal_mask_function, lambda b, h, q, k: k % 2 == 0))
     assert m.kind == "unknown"
