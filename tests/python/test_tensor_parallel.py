@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fuselm_runner
+from fuselm_server import Server, free_port
+from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 import mla_models
 import moe_models
 import parity
@@ -27,7 +30,7 @@ PROMPT = [3, 17, 101, 7, 42, 250, 9]
 NEW = 12
 # One thread per rank: the ranks share this machine's cores.
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
 
 tiny_models.FAMILIES.setdefault("llama_kv4", ("LlamaConfig", {"num_key_value_heads": 4}))
 moe_models.MOE_FAMILIES.setdefault("olmoe", ("OlmoeConfig", dict(num_experts=8, num_experts_per_tok=2,
@@ -101,7 +104,7 @@ def test_plan_replicates_mqa_kv(fuselm_bin, model_cache):
     """gpt_bigcode MQA: one packed c_attn, its single KV head kept whole on every rank."""
     proc = inspect_tp(fuselm_bin, build("gpt_bigcode_mqa", model_cache), 2)
     assert proc.returncode == 0, proc.stderr
-    assert "column parallel (dim 1) q:4x16->32 k:1x16->16 v:1x16->16" in proc.stdout
+    assert "c_attn.weight: column parallel (dim 0) q:4x16->32 k:1x16->16 v:1x16->16" in proc.stdout
 
 
 def test_plan_replicates_full_width_qk_norm(fuselm_bin, model_cache):
@@ -134,3 +137,71 @@ def test_world_size_must_match(fuselm_bin, model_cache):
                           capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode != 0
     assert "--tensor-parallel-size 2 but the MPI job has 1 processes" in proc.stderr
+
+
+class MpiServer(Server):
+    """fuselm_server.Server, started as `mpirun -np n fuselm serve ... --tensor-parallel-size n`."""
+
+    def __init__(self, fuselm_bin: Path, model_dir: Path, n: int, log: Path):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self.log = open(log, "w")
+        cmd = [MPIRUN, "--oversubscribe", "-np", str(n), str(fuselm_bin), "serve", str(model_dir), "--port",
+               str(self.port), "--tensor-parallel-size", str(n)]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=ENV)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"mpirun fuselm serve exited: {log.read_text()[-2000:]}"
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"mpirun fuselm serve did not come up: {log.read_text()[-2000:]}")
+
+
+def tiny_with_tokenizer(model_cache: Path, tokenizer_dir: Path) -> Path:
+    """A tiny llama over SmolLM2's tokenizer (vocabulary 49152), so serve can take text."""
+    out = model_cache / "llama_tok"
+    if (out / "config.json").exists():
+        return out
+    tiny_models.FAMILIES.setdefault("llama_v49152", ("LlamaConfig", {"vocab_size": 49152, "bos_token_id": 1,
+                                                                      "eos_token_id": 2}))
+    tiny_models.build("llama_v49152", out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / name, out / name)
+    return out
+
+
+def test_serve_under_mpirun_answers_as_tp1(fuselm_bin, model_cache, smollm2_dir, tmp_path):  # noqa: F811
+    """`mpirun -np 2 fuselm serve --tensor-parallel-size 2` answers the openai client with the greedy
+    text of `fuselm serve` alone, which is transformers' greedy text."""
+    import openai
+    from transformers import AutoTokenizer
+
+    model_dir = tiny_with_tokenizer(model_cache, smollm2_dir)
+    prompts = ["The capital of France is", "Once upon a time"]
+
+    def answers(server):
+        c = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
+        return [c.completions.create(model="m", prompt=p, max_tokens=10, temperature=0).choices[0].text for p in prompts]
+
+    alone = Server(fuselm_bin, model_dir, [], tmp_path / "tp1.log")
+    try:
+        want = answers(alone)
+    finally:
+        alone.stop()
+    tp = MpiServer(fuselm_bin, model_dir, 2, tmp_path / "tp2.log")
+    try:
+        got = answers(tp)
+    finally:
+        tp.stop()
+    assert "tensor parallel: 2 ranks" in tp.log_path.read_text()
+    assert got == want
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = parity.hf_model(model_dir)
+    for p, text in zip(prompts, got):
+        ids = tok(p)["input_ids"]
+        assert text == tok.decode(parity.hf_greedy(model, ids, 10)), p
