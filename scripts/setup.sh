@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev libcpp-httplib-dev
-              libfmt-dev libutf8proc-dev)
+              libfmt-dev libutf8proc-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

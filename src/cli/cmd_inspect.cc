@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "dist/shard_plan.h"
 #include "engine/capture_runner.h"
 #include "engine/model.h"
 #include "fusers/plan.h"
@@ -23,6 +24,7 @@ struct InspectArgs {
   std::string model_dir;
   bool json = false;
   bool no_capture = false;
+  int tensor_parallel_size = 1;
   FuserArgs fusers;
 };
 
@@ -79,16 +81,22 @@ nlohmann::json kv_cache_json(const ir::Graph& g, const ir::Graph& captured) {
 void run(const InspectArgs& a) {
   const fs::path ir_dir = ir_dir_of(a);
   const ir::Graph g = ir::load(ir_dir / "ir.json");
-  const auto plan = fusers::apply(g, a.fusers.options());
+  auto plan = fusers::apply(g, a.fusers.options());
+  // Rank 0's plan under --tensor-parallel-size N: what is sharded, what is replicated and why.
+  std::string tp;
+  if (a.tensor_parallel_size > 1 && plan.report.errors.empty())
+    tp = dist::format_shard_plan(dist::shard_plan(plan, a.tensor_parallel_size, 0));
   const auto kv = kv_cache_json(plan.graph, g);
   if (a.json) {
     auto j = fusers::report_json(plan.report);
     j["ir"] = (ir_dir / "ir.json").string();
     j["kv_cache"] = kv;
+    if (!tp.empty()) j["tensor_parallel"] = tp;
     std::puts(j.dump(1).c_str());
   } else {
     std::printf("ir: %s\n", (ir_dir / "ir.json").c_str());  // the model dir's, or the cache's (read-only dirs)
     std::fputs(fusers::format_report(plan.report).c_str(), stdout);
+    std::fputs(tp.c_str(), stdout);
     if (kv.contains("bytes_per_token")) {
       int latent = 0;
       for (const auto& l : kv["layers"]) latent += l["kind"] == "latent";
@@ -116,6 +124,9 @@ void add_inspect_command(CLI::App& app) {
                   "model directory (Hugging Face, or holding fuselm-ir/ir.json); default: SmolLM2-135M-Instruct");
   cmd->add_flag("--json", a->json, "print one JSON object: modules, totals, errors");
   cmd->add_flag("--no-capture", a->no_capture, "fail instead of capturing when the IR is missing or stale");
+  cmd->add_option("--tensor-parallel-size", a->tensor_parallel_size,
+                  "also show the sharding plan for N ranks (rank 0's; per-rank KV cache)")
+      ->check(CLI::Range(1, 1 << 16));
   add_fuser_options(*cmd, a->fusers);
   cmd->callback([a] { run(*a); });
 }

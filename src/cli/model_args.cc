@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "dist/communicator.h"
+#include "dist/step.h"
 #include "engine/capture_runner.h"
 #include "fusers/plan.h"
 
@@ -25,7 +27,27 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_flag("--allow-unused-weights", a.allow_unused_weights,
                "run although the checkpoint holds numbered blocks (layers, experts) beyond those the graph reads");
   add_fuser_options(cmd, a.fusers);
+  cmd.add_option("--tensor-parallel-size", a.tensor_parallel_size,
+                 "split the model over N ranks of an MPI job (mpirun -np N fuselm ...); docs/tensor-parallel.md")
+      ->check(CLI::Range(1, 1 << 16));
 }
+
+namespace {
+
+// Ranks other than 0 run rank 0's steps until it ends; a failure ends the whole job at once.
+[[noreturn]] void follow_rank0(dist::Communicator& world, engine::Model& model) {
+  try {
+    dist::follow(world, [&](const dist::Step& s) { model.forward(s.ids, s.positions, s.slices); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuselm: error: rank %d: %s\n", world.rank(), e.what());
+    world.abort(1);
+  }
+  std::exit(0);
+}
+
+void stop_followers() { dist::send_stop(dist::world()); }
+
+}  // namespace
 
 void add_fuser_options(CLI::App& cmd, FuserArgs& a) {
   cmd.add_flag("--no-fuse", a.no_fuse, "run the captured graph as is, without fusers");
@@ -62,8 +84,17 @@ LoadedModel load_model(const ModelArgs& a) {
   mo.kv_max_seqs = a.kv_max_seqs;
   mo.fusers = a.fusers.options();
   mo.allow_unused_weights = a.allow_unused_weights;
+  auto& world = dist::init_world(a.tensor_parallel_size);
+  mo.tp_size = world.size();
+  mo.tp_rank = world.rank();
   LoadedModel out;
   out.model = engine::Model::load(dir, ir_dir, mo);
+  if (world.size() > 1) {
+    if (world.rank() != 0) follow_rank0(world, *out.model);
+    out.model->set_before_forward([&world](auto ids, auto pos, auto seqs) { dist::send_step(world, ids, pos, seqs); });
+    std::atexit(stop_followers);  // runs before MPI's finalize (registered earlier)
+    std::fputs(out.model->shard_report().c_str(), stderr);
+  }
   if (fs::exists(dir / "tokenizer.json")) out.tokenizer.emplace(tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string()));
   std::fprintf(stderr, "fuselm: loaded %zu graph nodes, %.1f MB of weights in %.2f s\n", out.model->graph().nodes.size(),
                out.model->weight_bytes() / 1e6, std::chrono::duration<double>(clock::now() - t0).count());

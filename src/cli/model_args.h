@@ -29,6 +29,7 @@ struct ModelArgs {
   FuserArgs fusers;
   int64_t kv_cache_bytes = 0;  // set by serve and chat (--kv-cache-memory), not an option here
   int32_t kv_max_seqs = 1;
+  int tensor_parallel_size = 1;  // --tensor-parallel-size: ranks of the MPI job (mpirun -np N)
 };
 
 struct LoadedModel {
@@ -44,7 +45,8 @@ void add_fuser_options(CLI::App& cmd, FuserArgs& a);
 std::filesystem::path default_model_dir();
 
 /// Resolves the model directory, captures if needed, loads weights, KV cache and tokenizer,
-/// printing progress to stderr.
+/// printing progress to stderr. Under tensor parallelism every rank loads its shards; ranks other
+/// than 0 then follow rank 0's steps and exit when it ends (this call returns on rank 0 only).
 LoadedModel load_model(const ModelArgs& a);
 
 }  // namespace fuselm::cli

@@ -12,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "dist/communicator.h"
+#include "dist/shard_plan.h"
 #include "weights/dtypes.h"
 #include "weights/stack.h"
 #include "weights/unused_tensors.h"
@@ -37,9 +39,18 @@ nlohmann::json read_json(const std::filesystem::path& p) {
 }
 
 // The fusions' stacked weights as the weights pipeline makes them (weights/stack.h).
-std::vector<weights::StackSpec> stack_specs(const std::vector<fusers::WeightTransform>& transforms) {
+// Under TP each source is cut to this rank's slice first (dist::ShardPlan::stacked).
+std::vector<weights::StackSpec> stack_specs(const std::vector<fusers::WeightTransform>& transforms,
+                                            const dist::ShardPlan& shards) {
   std::vector<weights::StackSpec> specs;
-  for (const auto& w : transforms) specs.push_back({w.target, w.source_targets, w.axis, w.shape});
+  for (const auto& w : transforms) {
+    weights::StackSpec s{w.target, w.source_targets, w.axis, w.shape, {}};
+    if (auto it = shards.stacked.find(w.target); it != shards.stacked.end()) {
+      for (const auto& sl : it->second) s.source_slices.push_back({sl.axis, sl.pieces, sl.zero});
+      s.shape = shards.stacked_shape.at(w.target);
+    }
+    specs.push_back(std::move(s));
+  }
   return specs;
 }
 
@@ -87,6 +98,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   auto plan = fusers::apply(ir::load(ir_dir / "ir.json"), options.fusers);
   for (const auto& w : plan.report.warnings) std::fprintf(stderr, "fuselm: warning: %s\n", w.c_str());
   if (!plan.report.errors.empty()) throw std::runtime_error(plan.report.errors.front());
+  // TP: the plan rewritten for this rank; widths that do not divide fail here, before any weight.
+  const auto shards = dist::shard_plan(plan, options.tp_size, options.tp_rank);
+  if (options.tp_size > 1) m->shard_report_ = dist::format_shard_plan(shards);
   m->graph_ = std::move(plan.graph);
   if (options.fusers.enabled) m->fusion_report_ = std::move(plan.report);
   const auto fused_weights = std::move(plan.weights);
@@ -99,12 +113,18 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
 
   std::map<std::string, Tensor> params, constants;
   std::map<const void*, int64_t> seen;
-  for (const auto& [target, view] : m->params_->views()) {
-    Tensor t = Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
-    params[target] = t;
+  std::set<std::string, std::less<>> sliced;  // parameters this rank holds a slice of
+  for (const auto& [target, v] : m->params_->views()) {
+    weights::WeightView view = v;
+    if (auto it = shards.params.find(target); it != shards.params.end()) {
+      const auto& sl = it->second;
+      view = weights::slice(v, {sl.axis, sl.pieces, sl.zero}, target, m->fused_buffers_);
+      sliced.insert(target);
+    }
+    params[target] = Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
   }
-  for (const auto& [target, view] :
-       weights::stack_and_shard(stack_specs(fused_weights), *m->params_, weights::ShardSpec{}, m->fused_buffers_))
+  for (const auto& [target, view] : weights::stack_and_shard(stack_specs(fused_weights, shards), *m->params_,
+                                                             weights::ShardSpec{}, m->fused_buffers_))
     params[target] = Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
   // Bytes read per token: every parameter the (rewritten) graph still reads, once.
   std::set<std::string, std::less<>> read;
@@ -118,7 +138,11 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   // The sources of stacked weights are read no more: drop their converted copies (bf16 SmolLM2
   // would otherwise hold its q/k/v and gate/up weights twice).
   std::erase_if(params, [&](const auto& entry) { return !read.contains(entry.first); });
-  m->params_->retain_only(read);
+  // Sliced parameters: only this rank's slice stays (the full converted copy is freed).
+  std::set<std::string, std::less<>> keep_full;
+  for (const auto& t : read)
+    if (!sliced.contains(t)) keep_full.insert(t);
+  m->params_->retain_only(keep_full);
   for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
   if (!m->graph_.constants.empty()) {
     m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));
@@ -150,13 +174,15 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
                                          options.kv_tokens, m->max_context_));
   const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
-  const int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers), m->max_context_, options.kv_block_size);
+  int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers), m->max_context_, options.kv_block_size);
+  if (options.tp_size > 1) blocks = static_cast<int32_t>(dist::world().all_min(blocks));
   m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size);
   return m;
 }
 
 const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
                                       std::span<const runtime::SequenceSlice> sequences) {
+  if (before_forward_) before_forward_(input_ids, positions, sequences);
   const int64_t n = static_cast<int64_t>(input_ids.size());
   ids_buf_.assign(input_ids.begin(), input_ids.end());
   pos_buf_.assign(positions.begin(), positions.end());

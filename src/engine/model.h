@@ -2,6 +2,8 @@
 // A loaded model: its captured graph, weights mapped from the checkpoint, recomputed constants,
 // the executor and a KV cache. One forward() runs the graph on a flattened token batch.
 #include <filesystem>
+#include <functional>
+#include <span>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +33,10 @@ struct ModelOptions {
   /// Run although checkpoint tensors in numbered blocks beyond the graph's go unread
   /// (--allow-unused-weights; weights/unused_tensors.h).
   bool allow_unused_weights = false;
+  /// Tensor parallelism (src/dist): this process is rank tp_rank of tp_size; each rank holds its
+  /// shards of the weights and KV cache (dist/shard_plan.h). The KV pool size is agreed over the
+  /// ranks (the smallest), since rank 0's slots are used by all.
+  int64_t tp_size = 1, tp_rank = 0;
 };
 
 class Model {
@@ -45,6 +51,13 @@ class Model {
   /// next call.
   const runtime::Tensor& forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
                                  std::span<const runtime::SequenceSlice> sequences);
+
+  /// Called with every forward's inputs before it runs (rank 0 under TP broadcasts the step).
+  using StepHook = std::function<void(std::span<const int64_t>, std::span<const int64_t>,
+                                      std::span<const runtime::SequenceSlice>)>;
+  void set_before_forward(StepHook hook) { before_forward_ = std::move(hook); }
+  /// inspect's lines for the tensor-parallel plan (empty at TP size 1).
+  const std::string& shard_report() const { return shard_report_; }
 
   kv::PagedKvCache& kv_cache() { return *kv_; }
   const ir::Graph& graph() const { return graph_; }
@@ -73,6 +86,8 @@ class Model {
   int64_t vocab_size_ = 0, max_context_ = 0, weight_bytes_ = 0;
   std::vector<int64_t> eos_ids_;
   std::optional<int64_t> bos_id_;
+  StepHook before_forward_;
+  std::string shard_report_;
 };
 
 /// KV layout of every attention layer in the graph, indexed by the op's layer index

@@ -34,6 +34,7 @@ std::span<const OpDef> op_defs() {
       {"fuselm.moe_route.default",  // moe_route_op.cc; the moe fuser
        {"input", "gate_weight", "correction_bias", "scoring", "groups", "topk_group", "group_score", "top_k", "renorm",
         "renorm_eps", "scaling"}},
+      {"fuselm.all_reduce.default", {"input"}},  // dist_ops.cc; the TP sharding plan (src/dist)
   };
   return kDefs;
 }

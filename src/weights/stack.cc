@@ -8,9 +8,52 @@
 
 namespace fuselm::weights {
 
+WeightView slice(const WeightView& v, const SliceSpec& s, const std::string& what, std::vector<AlignedBuffer>& buffers) {
+  const int nd = static_cast<int>(v.shape.size());
+  if (s.axis < 0 || s.axis >= nd) throw WeightsError(fmt::format("{}: slice axis {} out of range", what, s.axis));
+  const size_t es = static_cast<size_t>(kernels::dtype_size(v.dtype));
+  int64_t outer = 1, inner = 1, total = 0;
+  for (int d = 0; d < s.axis; ++d) outer *= v.shape[d];
+  for (int d = s.axis + 1; d < nd; ++d) inner *= v.shape[d];
+  const int64_t along = v.shape[s.axis];
+  for (const auto& [off, len] : s.pieces) {
+    if (off < 0 || len <= 0 || off + len > along)
+      throw WeightsError(fmt::format("{}: slice [{}, {}) outside its {} rows along dim {}", what, off, off + len, along, s.axis));
+    total += len;
+  }
+  WeightView out = v;
+  out.shape[s.axis] = total;
+  AlignedBuffer buf(static_cast<size_t>(outer * total * inner) * es);
+  char* dst = static_cast<char*>(buf.data());
+  if (s.zero) std::memset(dst, 0, buf.size());
+  for (int64_t o = 0; o < outer && !s.zero; ++o)
+    for (const auto& [off, len] : s.pieces) {
+      const size_t bytes = static_cast<size_t>(len * inner) * es;
+      std::memcpy(dst, static_cast<const char*>(v.data) + static_cast<size_t>((o * along + off) * inner) * es, bytes);
+      dst += bytes;
+    }
+  out.data = buf.data();
+  out.owned = true;
+  buffers.push_back(std::move(buf));
+  return out;
+}
+
 WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector<AlignedBuffer>& buffers) {
   std::vector<const WeightView*> src;
-  for (const auto& t : w.sources) src.push_back(&params.at(t));
+  std::vector<WeightView> cut;  // this rank's slices of the sources
+  std::vector<AlignedBuffer> scratch;
+  if (!w.source_slices.empty() && w.source_slices.size() != w.sources.size())
+    throw WeightsError(fmt::format("fused weight {}: {} slices for {} sources", w.target, w.source_slices.size(), w.sources.size()));
+  cut.reserve(w.sources.size());
+  for (size_t i = 0; i < w.sources.size(); ++i) {
+    const WeightView& v = params.at(w.sources[i]);
+    if (w.source_slices.empty()) {
+      src.push_back(&v);
+      continue;
+    }
+    cut.push_back(slice(v, w.source_slices[i], w.sources[i], scratch));
+    src.push_back(&cut.back());
+  }
   if (src.empty()) throw WeightsError(fmt::format("fused weight {}: no sources", w.target));
   const auto dtype = src[0]->dtype;
   const size_t es = static_cast<size_t>(kernels::dtype_size(dtype));

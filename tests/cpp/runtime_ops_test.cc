@@ -1484,6 +1484,15 @@ void add_fused_cases(Cases& m) {
     }
     EXPECT_CONTAINS(run_error(op, {{gu}}, [](auto n) { return std::vector<Arg>{R(n[0]), S("relu6")}; }, DType::f32, {2, 3, 10}), "relu6");
   };
+  // One process (dist::world() without MPI): the sum over one rank is the input; the MPI sum is
+  // tested under mpirun (tests/python/test_tensor_parallel.py).
+  m["fuselm.all_reduce.default"] = [] {
+    const std::string op = "fuselm.all_reduce.default";
+    Host x = rand_host(DType::f32, {1, 5, 12}, 513, -3, 3);
+    auto args = [](const std::vector<int>& n) { return std::vector<Arg>{R(n[0])}; };
+    check_op(op, {{x}}, args, x, "one rank", 0, 0);
+    EXPECT_CONTAINS(run_error(op, {{x, Layout::transposed}}, args, DType::f32, {1, 5, 12}), "non-contiguous");
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,602 @@
+#include "dist/shard_plan.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "ir/op_defs.h"
+
+namespace fuselm::dist {
+namespace {
+
+using fusers::HeadSection;
+using fusers::Shard;
+
+// A block along the split dim: global and local width.
+struct Sec {
+  int64_t g = 0, l = 0;
+  bool operator==(const Sec&) const = default;
+};
+
+// How a value is split across ranks: along `dim` in blocks `secs` (none: every rank holds all of it).
+struct Sh {
+  int dim = -1;
+  std::vector<Sec> secs;
+  int origin = -1;  // the seed it came from
+  bool split() const { return dim >= 0; }
+  int64_t global() const {
+    int64_t s = 0;
+    for (const auto& x : secs) s += x.g;
+    return s;
+  }
+  int64_t local() const {
+    int64_t s = 0;
+    for (const auto& x : secs) s += x.l;
+    return s;
+  }
+};
+
+// A seed: a weight the fusions annotated, with the sections it is split by.
+struct Seed {
+  std::string target;
+  Shard kind = Shard::none;
+  int axis = 0;
+  std::vector<HeadSection> sections;  // column: one per block (stacked: one per source)
+  bool stacked = false;
+  int sources = 0;
+};
+
+// A failure of the walk: the seed to replicate and why.
+struct Failure {
+  int origin = -1;
+  std::string why;
+};
+
+// The product of dims [0, n) as (static part, sorted symbols): comparable across views.
+std::pair<int64_t, std::vector<std::string>> prefix(const std::vector<ir::Dim>& s, int n) {
+  std::pair<int64_t, std::vector<std::string>> p{1, {}};
+  for (int i = 0; i < n; ++i)
+    if (s[i].symbolic()) p.second.push_back(s[i].expr);
+    else p.first *= s[i].value;
+  std::sort(p.second.begin(), p.second.end());
+  return p;
+}
+
+int wrap(int64_t d, size_t rank) { return static_cast<int>(d < 0 ? d + static_cast<int64_t>(rank) : d); }
+
+bool is_pointwise(const std::string& op) {
+  static const std::set<std::string, std::less<>> k = {
+      "aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor", "aten.div.Tensor", "aten.mul.Scalar",
+      "aten.add.Scalar", "aten.sub.Scalar", "aten.div.Scalar", "aten.neg.default", "aten.rsqrt.default",
+      "aten.pow.Tensor_Scalar", "aten.silu.default", "aten.gelu.default", "aten.tanh.default",
+      "aten.sigmoid.default", "aten.relu.default", "aten.exp.default", "aten.erf.default", "aten.sin.default",
+      "aten.cos.default", "aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout", "aten.to.device",
+      "aten.contiguous.default", "aten.clone.default", "aten.alias.default", "aten.detach.default",
+      "aten.dropout.default", "aten.type_as.default", "aten.sqrt.default", "aten.abs.default"};
+  return k.contains(op);
+}
+
+bool is_reduction(const std::string& op) {
+  return op == "aten.mean.dim" || op == "aten.sum.dim_IntList" || op == "aten.amax.default";
+}
+
+class Walk {
+ public:
+  Walk(ir::Graph& g, const std::vector<Seed>& seeds, const std::set<int>& off, int64_t n)
+      : g_(g), seeds_(seeds), off_(off), n_(n), sh_(g.nodes.size()), tuple_(g.nodes.size()) {}
+
+  std::optional<Failure> run() {
+    std::map<std::string, int> seed_of;
+    for (size_t s = 0; s < seeds_.size(); ++s)
+      if (!off_.contains(static_cast<int>(s))) seed_of[seeds_[s].target] = static_cast<int>(s);
+    for (auto& node : g_.nodes) {
+      if (node.op == "placeholder") {
+        auto it = seed_of.find(node.target);
+        if (it != seed_of.end()) seed_value(node, it->second);
+        continue;
+      }
+      if (auto f = step(node)) return f;
+    }
+    for (int o : g_.outputs)
+      if (sh_[o].split()) return Failure{sh_[o].origin, "a graph output would stay split across ranks"};
+    return std::nullopt;
+  }
+
+  // Literal edits, meta edits, all-reduce sites and zeroed biases of a walk that succeeded.
+  std::vector<std::pair<ir::Arg*, int64_t>> edits;
+  std::vector<int> reduce_after;
+  std::set<std::string> zero_bias;
+  std::set<int> used;  // seeds some op read
+  const std::vector<Sh>& values() const { return sh_; }
+  const std::vector<std::vector<Sh>>& tuples() const { return tuple_; }
+
+ private:
+  void seed_value(const ir::Node& node, int s) {
+    const Seed& sd = seeds_[s];
+    Sh v;
+    v.origin = s;
+    v.dim = sd.axis;
+    if (sd.kind == Shard::row) {
+      const int64_t k = node.out.shape.at(sd.axis).value;
+      v.secs = {{k, k / n_}};
+    } else {
+      for (const auto& h : sd.sections) v.secs.push_back({h.size(), *h.per_rank(n_)});
+    }
+    row_[node.index] = sd.kind == Shard::row;
+    sh_[node.index] = v;
+  }
+
+  Failure fail(const ir::Node& node, int origin, const std::string& why) const {
+    const std::string mod = node.module_stack.empty() ? "<root>" : g_.modules[node.module_stack.back()].path;
+    return Failure{origin, fmt::format("{} (node '{}' in {}) {}", node.op, node.name, mod, why)};
+  }
+
+  const Sh& in(const ir::Arg& a) const {
+    static const Sh none;
+    return a.kind == ir::Arg::Kind::ref ? sh_[a.ref] : none;
+  }
+
+  std::optional<Failure> step(ir::Node& node);
+  std::optional<Failure> linear(ir::Node& node, int x, int w, int b, bool kn);
+  std::optional<Failure> view(ir::Node& node);
+  std::optional<Failure> pointwise(ir::Node& node);
+  std::optional<Failure> attention(ir::Node& node);
+  std::optional<Failure> split_sizes(ir::Node& node);
+  std::optional<Failure> dims_op(ir::Node& node, const Sh& x);
+
+  ir::Graph& g_;
+  const std::vector<Seed>& seeds_;
+  const std::set<int>& off_;
+  int64_t n_;
+  std::vector<Sh> sh_;
+  std::vector<std::vector<Sh>> tuple_;
+  std::map<int, bool> row_;  // seed placeholder -> row parallel
+};
+
+std::optional<Failure> Walk::step(ir::Node& node) {
+  // Which inputs are split; an op with none is replicated as it is.
+  int origin = -1;
+  auto note = [&](const ir::Arg& a) {
+    if (in(a).split()) origin = in(a).origin;
+    if (a.kind == ir::Arg::Kind::ref)
+      for (const auto& t : tuple_[a.ref])
+        if (t.split()) origin = t.origin;
+  };
+  for (const auto& a : node.args) {
+    note(a);
+    for (const auto& x : a.list) note(x);
+  }
+  if (origin < 0) return std::nullopt;
+  const auto& op = node.op;
+  if (op == "aten.linear.default") return linear(node, node.args[0].ref, node.args[1].ref,
+                                                  node.args.size() > 2 && !node.args[2].is_none() ? node.args[2].ref : -1, false);
+  if (op == "aten.addmm.default")
+    return linear(node, node.args[1].ref, node.args[2].ref, node.args[0].is_none() ? -1 : node.args[0].ref, true);
+  for (const auto& a : node.args)
+    if (a.kind == ir::Arg::Kind::ref && row_.contains(a.ref) && sh_[a.ref].split())
+      return fail(node, origin, "reads a split weight other than as a projection's");
+  if (op == "aten.view.default" || op == "aten.reshape.default" || op == "aten._unsafe_view.default") return view(node);
+  if (is_pointwise(op)) return pointwise(node);
+  if (op == "fuselm.attention.default") return attention(node);
+  if (op == "aten.split_with_sizes.default") return split_sizes(node);
+  if (op == "getitem") {
+    const int t = node.args[0].ref;
+    const auto i = node.args[1].i;
+    if (i < 0 || i >= static_cast<int64_t>(tuple_[t].size())) return fail(node, origin, "reads an unknown piece");
+    sh_[node.index] = tuple_[t][i];
+    return std::nullopt;
+  }
+  if (op == "aten.cat.default") {
+    const auto& l = node.args[0].list;
+    const Sh& x = in(l.at(0));
+    const int d = wrap(node.args.size() > 1 ? node.args[1].i : 0, g_.nodes[l[0].ref].out.shape.size());
+    for (const auto& a : l)
+      if (in(a).dim != x.dim || in(a).secs != x.secs) return fail(node, origin, "concatenates values split differently");
+    if (d == x.dim) return fail(node, origin, "concatenates along the split dim");
+    sh_[node.index] = x;
+    return std::nullopt;
+  }
+  if (op == "fuselm.act_and_mul.default") {
+    const Sh& x = in(node.args[0]);
+    const int last = static_cast<int>(g_.nodes[node.args[0].ref].out.shape.size()) - 1;
+    if (x.dim != last || x.secs.size() != 2 || !(x.secs[0] == x.secs[1]))
+      return fail(node, origin, "reads a [gate | up] input not split as [gate_r | up_r]");
+    sh_[node.index] = Sh{x.dim, {x.secs[0]}, x.origin};
+    return std::nullopt;
+  }
+  if (op == "fuselm.rms_norm.default") {
+    const Sh& x = in(node.args[0]);
+    if (in(node.args[1]).split()) return fail(node, origin, "has a split weight");
+    if (x.dim == static_cast<int>(node.out.shape.size()) - 1)
+      return fail(node, origin, "normalizes over a width split across ranks (its statistic would be per rank)");
+    sh_[node.index] = x;
+    return std::nullopt;
+  }
+  return dims_op(node, in(node.args.empty() ? ir::Arg{} : node.args[0]));
+}
+
+std::optional<Failure> Walk::linear(ir::Node& node, int x, int w, int b, bool kn) {
+  const Sh& xs = sh_[x];
+  const Sh& ws = sh_[w];
+  const int origin = xs.split() ? xs.origin : ws.split() ? ws.origin : sh_[b].origin;
+  const int out_axis = kn ? 1 : 0, in_axis = kn ? 0 : 1;
+  const bool w_row = ws.split() && row_.contains(w) && row_[w];
+  if (ws.split() && !w_row && ws.dim == out_axis && !xs.split()) {
+    if (b >= 0 && !(sh_[b].split() && sh_[b].secs == ws.secs)) return fail(node, origin, "has a bias not split as its weight");
+    used.insert(ws.origin);
+    if (b >= 0) used.insert(sh_[b].origin);
+    sh_[node.index] = Sh{static_cast<int>(node.out.shape.size()) - 1, ws.secs, ws.origin};
+    return std::nullopt;
+  }
+  if (w_row && ws.dim == in_axis && xs.split() && xs.dim == static_cast<int>(g_.nodes[x].out.shape.size()) - 1) {
+    if (xs.local() != ws.secs[0].l || xs.global() != ws.secs[0].g)
+      return fail(node, ws.origin, fmt::format("reads {} of {} columns per rank; its row-parallel weight expects {}",
+                                               xs.local(), xs.global(), ws.secs[0].l));
+    if (b >= 0 && sh_[b].split()) return fail(node, origin, "has a split bias");
+    if (b >= 0) zero_bias.insert(g_.nodes[b].target);
+    used.insert(ws.origin);
+    used.insert(xs.origin);
+    reduce_after.push_back(node.index);
+    return std::nullopt;  // replicated after the all-reduce
+  }
+  if (w_row && !xs.split()) return fail(node, ws.origin, "is row parallel but its input is not split (its producer is replicated)");
+  return fail(node, origin, "is a projection whose input and weight are not split as column or row parallel");
+}
+
+std::optional<Failure> Walk::view(ir::Node& node) {
+  const Sh& x = in(node.args[0]);
+  const auto& is = g_.nodes[node.args[0].ref].out.shape;
+  const auto& os = node.out.shape;
+  if (x.secs.size() != 1) return fail(node, x.origin, "reshapes a dim made of several split blocks");
+  const int64_t G = x.secs[0].g, L = x.secs[0].l;
+  const auto p = prefix(is, x.dim);
+  int e = -1;
+  for (int k = 0; k <= static_cast<int>(os.size()); ++k)
+    if (prefix(os, k) == p) {
+      e = k;
+      break;
+    }
+  if (e < 0 || e >= static_cast<int>(os.size()) || os[e].symbolic()) return fail(node, x.origin, "moves the split dim");
+  const int64_t oe = os[e].value;
+  int64_t local = 0;
+  if (oe == G) local = L;
+  else if (oe > 0 && G % oe == 0 && (L * oe) % G == 0) local = L * oe / G;  // [w] -> [heads, head_dim]
+  else if (G > 0 && oe % G == 0) local = L * (oe / G);                       // [heads, head_dim] -> [w]
+  else return fail(node, x.origin, fmt::format("reshapes a split width {} into {}", G, oe));
+  // The local inner size must be whole (heads x head_dim: the heads split, never a head).
+  if (local <= 0) return fail(node, x.origin, "would leave a rank no columns");
+  auto& list = node.args.at(1).list;
+  if (node.args.at(1).kind != ir::Arg::Kind::list || e >= static_cast<int>(list.size()))
+    return fail(node, x.origin, "has a shape argument that is not a list of sizes");
+  auto& lit = list[e];
+  if (lit.kind == ir::Arg::Kind::integer && lit.i != -1) edits.push_back({&lit, local});
+  else if (!(lit.kind == ir::Arg::Kind::integer && lit.i == -1))
+    return fail(node, x.origin, "gives the split dim's size as a symbol");
+  sh_[node.index] = Sh{e, {{oe, local}}, x.origin};
+  return std::nullopt;
+}
+
+std::optional<Failure> Walk::pointwise(ir::Node& node) {
+  const size_t rank = node.out.shape.size();
+  Sh out;
+  for (const auto& a : node.args) {
+    if (a.kind != ir::Arg::Kind::ref) continue;
+    const auto& meta = g_.nodes[a.ref].out.shape;
+    const Sh& s = sh_[a.ref];
+    if (!s.split()) continue;
+    Sh aligned = s;
+    aligned.dim = s.dim + static_cast<int>(rank - meta.size());
+    if (out.split() && (out.dim != aligned.dim || out.secs != aligned.secs))
+      return fail(node, s.origin, "combines values split in different ways");
+    out = aligned;
+  }
+  for (const auto& a : node.args) {
+    if (a.kind != ir::Arg::Kind::ref || sh_[a.ref].split() || g_.nodes[a.ref].out_kind != ir::Node::Out::tensor) continue;
+    const auto& meta = g_.nodes[a.ref].out.shape;
+    const int d = out.dim - static_cast<int>(rank - meta.size());
+    if (d >= 0 && !(meta[d].value == 1 && !meta[d].symbolic()))
+      return fail(node, out.origin, "combines a split value with a replicated one of full width on the split dim");
+  }
+  sh_[node.index] = out;
+  return std::nullopt;
+}
+
+std::optional<Failure> Walk::attention(ir::Node& node) {
+  const auto& def = ir::op_def(node.op);
+  const Sh& q = in(node.args[def.arg("q")]);
+  const Sh& k = in(node.args[def.arg("k")]);
+  const Sh& v = in(node.args[def.arg("v")]);
+  const int origin = q.split() ? q.origin : k.split() ? k.origin : v.origin;
+  if (q.dim != 1 || q.secs.size() != 1) return fail(node, origin, "has its query heads not split by heads");
+  for (const Sh* s : {&k, &v})
+    if (s->split() && (s->dim != 1 || s->secs.size() != 1)) return fail(node, origin, "has k/v not split by heads");
+  if (in(node.args[def.arg("sinks")]).split() || !node.args[def.arg("sinks")].is_none())
+    return fail(node, origin, "has attention sinks (per-head values the plan does not split yet)");
+  const int64_t hq = q.secs[0].l;
+  const auto& kmeta = g_.nodes[node.args[def.arg("k")].ref].out.shape;
+  const int64_t hk = k.split() ? k.secs[0].l : kmeta.at(1).value;
+  if (hk <= 0 || hq % hk != 0) return fail(node, origin, fmt::format("would hold {} query heads over {} kv heads", hq, hk));
+  sh_[node.index] = Sh{2, {q.secs[0]}, q.origin};
+  return std::nullopt;
+}
+
+std::optional<Failure> Walk::split_sizes(ir::Node& node) {
+  const Sh& x = in(node.args[0]);
+  const int d = wrap(node.args.size() > 2 ? node.args[2].i : 0, g_.nodes[node.args[0].ref].out.shape.size());
+  auto& sizes = node.args[1].list;
+  std::vector<Sh> items(sizes.size(), x);
+  if (d == x.dim) {
+    if (sizes.size() != x.secs.size()) return fail(node, x.origin, "splits the split dim other than by its sections");
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i].kind != ir::Arg::Kind::integer || sizes[i].i != x.secs[i].g)
+        return fail(node, x.origin, "splits the split dim other than by its sections");
+      edits.push_back({&sizes[i], x.secs[i].l});
+      // A block every rank holds whole (MQA's one KV head) is replicated from here on.
+      items[i] = x.secs[i].l == x.secs[i].g ? Sh{} : Sh{x.dim, {x.secs[i]}, x.origin};
+    }
+  }
+  tuple_[node.index] = items;
+  return std::nullopt;
+}
+
+// Ops that move or drop dims but never touch the split one.
+std::optional<Failure> Walk::dims_op(ir::Node& node, const Sh& x) {
+  const auto& op = node.op;
+  const int o = x.origin;
+  if (!x.split()) return fail(node, o, "reads a split value in an argument the plan does not follow");
+  const size_t in_rank = g_.nodes[node.args[0].ref].out.shape.size();
+  Sh out = x;
+  if (op == "aten.transpose.int") {
+    const int a = wrap(node.args[1].i, in_rank), b = wrap(node.args[2].i, in_rank);
+    out.dim = x.dim == a ? b : x.dim == b ? a : x.dim;
+  } else if (op == "aten.permute.default") {
+    const auto& l = node.args[1].list;
+    for (size_t i = 0; i < l.size(); ++i)
+      if (wrap(l[i].i, in_rank) == x.dim) out.dim = static_cast<int>(i);
+  } else if (op == "aten.unsqueeze.default") {
+    if (wrap(node.args[1].i, in_rank + 1) <= x.dim) ++out.dim;
+  } else if (op == "aten.slice.Tensor" || op == "aten.select.int" || op == "aten.squeeze.dim") {
+    const int d = wrap(node.args[1].i, in_rank);
+    if (d == x.dim) return fail(node, o, "slices the split dim");
+    if (op != "aten.slice.Tensor" && d < x.dim) --out.dim;
+  } else if (op == "aten.expand.default") {
+    out.dim = x.dim + static_cast<int>(node.out.shape.size() - in_rank);
+    auto& lit = node.args[1].list.at(out.dim);
+    if (lit.kind == ir::Arg::Kind::integer && lit.i == x.global()) edits.push_back({&lit, x.local()});
+    else if (!(lit.kind == ir::Arg::Kind::integer && lit.i == -1)) return fail(node, o, "expands the split dim");
+  } else if (is_reduction(op)) {
+    const auto& l = node.args[1].list;
+    const bool keep = node.args.size() > 2 && node.args[2].kind == ir::Arg::Kind::boolean && node.args[2].b;
+    int below = 0;
+    for (const auto& a : l) {
+      const int d = wrap(a.i, in_rank);
+      if (d == x.dim) return fail(node, o, "reduces over the split dim (its result would be per rank)");
+      below += d < x.dim;
+    }
+    if (!keep) out.dim -= below;
+  } else if (op == "aten.sym_size.int") {
+    if (wrap(node.args[1].i, in_rank) == x.dim) return fail(node, o, "reads the size of the split dim");
+    return std::nullopt;  // a replicated scalar
+  } else {
+    return fail(node, o, "reads a value split across ranks, and the plan does not know this op");
+  }
+  sh_[node.index] = out;
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace {
+
+// The seeds of the fusion plan; notes without per-rank sizes are replicated with the reason.
+std::vector<Seed> collect_seeds(const fusers::Plan& plan, int64_t n, ShardPlan& out) {
+  std::vector<Seed> seeds;
+  auto check = [&](const std::string& target, const std::vector<HeadSection>& secs) {
+    for (const auto& h : secs)
+      if (!h.per_rank(n))
+        throw std::runtime_error(fmt::format("tensor parallel size {}: {} ({}) has {} {} x {} = {} columns, which do "
+                                             "not divide among {} ranks",
+                                             n, target, h.role, h.heads, h.head_dim == 1 ? "columns" : "heads",
+                                             h.head_dim, h.size(), n));
+  };
+  for (const auto& w : plan.weights) {
+    if (w.shard != Shard::column) continue;
+    if (w.sections.empty() || w.sections.size() != w.sources.size()) {
+      out.replicated.push_back(fmt::format("{}: its fusion gives no per-rank sections", w.target));
+      continue;
+    }
+    check(w.target, w.sections);
+    seeds.push_back(Seed{w.target, Shard::column, w.axis, w.sections, true, static_cast<int>(w.sources.size())});
+  }
+  for (const auto& s : plan.shards) {
+    if (s.shard == Shard::column && s.sections.empty()) {
+      out.replicated.push_back(fmt::format("{}: its fusion gives no per-rank sections", s.target));
+      continue;
+    }
+    if (s.shard == Shard::column) check(s.target, s.sections);
+    seeds.push_back(Seed{s.target, s.shard, s.axis, s.sections, false, 1});
+  }
+  return seeds;
+}
+
+// Row seeds must divide their input width; checked on the graph's parameter shapes.
+void check_rows(const ir::Graph& g, const std::vector<Seed>& seeds, int64_t n) {
+  for (const auto& node : g.nodes) {
+    if (node.op != "placeholder") continue;
+    for (const auto& s : seeds)
+      if (s.target == node.target && s.kind == Shard::row) {
+        const int64_t k = node.out.shape.at(s.axis).value;
+        if (k % n != 0)
+          throw std::runtime_error(fmt::format("tensor parallel size {}: {} (row parallel) has {} input columns, which "
+                                               "do not divide among {} ranks",
+                                               n, s.target, k, n));
+      }
+  }
+}
+
+// fuselm.all_reduce after each node of `after`; its readers (and the outputs) read the sum.
+void insert_all_reduces(ir::Graph& g, const std::vector<int>& after) {
+  const std::set<int> at(after.begin(), after.end());
+  std::vector<int> map(g.nodes.size()), reduced(g.nodes.size(), -1);
+  std::vector<ir::Node> nodes;
+  for (auto& node : g.nodes) {
+    map[node.index] = static_cast<int>(nodes.size());
+    nodes.push_back(node);
+    if (!at.contains(node.index)) continue;
+    ir::Node r;
+    r.op = "fuselm.all_reduce.default";
+    r.name = node.name + "_all_reduce";
+    r.out_kind = ir::Node::Out::tensor;
+    r.out = node.out;
+    r.module_stack = node.module_stack;
+    ir::Arg a;
+    a.kind = ir::Arg::Kind::ref;
+    a.ref = node.index;  // renumbered below with the rest, but never redirected
+    r.args = {a};
+    r.index = -2;
+    reduced[node.index] = static_cast<int>(nodes.size());
+    nodes.push_back(std::move(r));
+  }
+  std::function<void(ir::Arg&, bool)> fix = [&](ir::Arg& a, bool own) {
+    if (a.kind == ir::Arg::Kind::ref) a.ref = (!own && reduced[a.ref] >= 0) ? reduced[a.ref] : map[a.ref];
+    for (auto& x : a.list) fix(x, own);
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const bool own = nodes[i].index == -2;
+    for (auto& a : nodes[i].args) fix(a, own);
+    nodes[i].index = static_cast<int>(i);
+  }
+  for (auto& o : g.outputs) o = reduced[o] >= 0 ? reduced[o] : map[o];
+  g.nodes = std::move(nodes);
+  g.index_by_name.clear();
+  for (const auto& n : g.nodes) g.index_by_name[n.name] = n.index;
+  g.op_args["fuselm.all_reduce.default"] = {"input"};
+}
+
+// The metas of split values hold this rank's sizes (the KV layers are read from them).
+void local_metas(ir::Graph& g, const Walk& w) {
+  for (auto& node : g.nodes) {
+    const auto& s = w.values()[node.index];
+    if (s.split() && s.dim < static_cast<int>(node.out.shape.size())) node.out.shape[s.dim].value = s.local();
+    const auto& t = w.tuples()[node.index];
+    for (size_t i = 0; i < t.size() && i < node.outs.size(); ++i)
+      if (t[i].split() && t[i].dim < static_cast<int>(node.outs[i].shape.size()))
+        node.outs[i].shape[t[i].dim].value = t[i].local();
+  }
+}
+
+// This rank's pieces of one column block set: each section's heads [rank*H/n, +per_rank).
+std::vector<std::pair<int64_t, int64_t>> column_pieces(const std::vector<HeadSection>& secs, int64_t n, int64_t rank,
+                                                       bool offsets) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = 0;
+  for (const auto& h : secs) {
+    const int64_t local = *h.per_rank(n);
+    const int64_t first = rank * h.heads / n;
+    out.push_back({(offsets ? at : 0) + first * h.head_dim, local});
+    at += h.size();
+  }
+  return out;
+}
+
+void record_slices(const fusers::Plan& plan, const std::vector<Seed>& seeds, const std::set<int>& active,
+                   const Walk& w, ShardPlan& out) {
+  const int64_t n = out.size, rank = out.rank;
+  for (int s : active) {
+    const Seed& sd = seeds[s];
+    if (sd.kind == Shard::row) {
+      int64_t k = 0;
+      for (const auto& node : plan.graph.nodes)
+        if (node.op == "placeholder" && node.target == sd.target) k = node.out.shape.at(sd.axis).value * n;
+      out.params[sd.target] = Slice{sd.axis, {{rank * (k / n), k / n}}, false};
+      out.sharded.push_back(fmt::format("{}: row parallel (input dim {}: {} of {} per rank), then all-reduce",
+                                        sd.target, sd.axis, k / n, k));
+      continue;
+    }
+    std::string secs;
+    for (const auto& h : sd.sections)
+      secs += fmt::format("{}{}:{}x{}->{}", secs.empty() ? "" : " ", h.role, h.heads, h.head_dim, *h.per_rank(n));
+    out.sharded.push_back(fmt::format("{}: column parallel (dim {}) {}", sd.target, sd.axis, secs));
+    if (!sd.stacked) {
+      out.params[sd.target] = Slice{sd.axis, column_pieces(sd.sections, n, rank, true), false};
+      continue;
+    }
+    for (const auto& tr : plan.weights)
+      if (tr.target == sd.target) {
+        std::vector<Slice> per;
+        for (size_t i = 0; i < tr.sources.size(); ++i)
+          per.push_back(Slice{tr.axis, column_pieces({sd.sections[i]}, n, rank, false), false});
+        out.stacked[tr.target] = per;
+        auto shape = tr.shape;
+        int64_t local = 0;
+        for (const auto& h : sd.sections) local += *h.per_rank(n);
+        if (!shape.empty()) shape[tr.axis] = local;
+        out.stacked_shape[tr.target] = shape;
+      }
+  }
+  for (const auto& b : w.zero_bias) {
+    for (const auto& node : plan.graph.nodes)
+      if (node.op == "placeholder" && node.target == b)
+        out.params[b] = Slice{0, {{0, node.out.shape.at(0).value}}, rank != 0};
+    out.sharded.push_back(fmt::format("{}: bias of a row-parallel projection, added on rank 0 only", b));
+  }
+}
+
+}  // namespace
+
+ShardPlan shard_plan(fusers::Plan& plan, int64_t size, int64_t rank) {
+  ShardPlan out;
+  out.size = size;
+  out.rank = rank;
+  if (size == 1) return out;
+  const auto seeds = collect_seeds(plan, size, out);
+  check_rows(plan.graph, seeds, size);
+  std::set<int> off;
+  std::map<int, std::string> why;
+  ir::Graph g;
+  std::optional<Walk> ok;
+  for (size_t tries = 0; tries <= seeds.size(); ++tries) {
+    g = plan.graph;
+    Walk w(g, seeds, off, size);
+    auto f = w.run();
+    if (!f) {
+      ok.emplace(std::move(w));
+      break;
+    }
+    if (f->origin < 0 || off.contains(f->origin)) throw std::logic_error("shard plan: a failure without a seed");
+    off.insert(f->origin);
+    why[f->origin] = f->why;
+  }
+  if (!ok) throw std::logic_error("shard plan: the walk did not settle");
+  for (auto& [arg, v] : ok->edits) arg->i = v;
+  std::set<int> active;
+  for (size_t s = 0; s < seeds.size(); ++s)
+    if (!off.contains(static_cast<int>(s))) active.insert(static_cast<int>(s));
+  for (const auto& [s, text] : why) out.replicated.push_back(fmt::format("{}: {}", seeds[s].target, text));
+  // Seed placeholders hold this rank's slices; their metas say so.
+  local_metas(g, *ok);
+  plan.graph = std::move(g);
+  record_slices(plan, seeds, active, *ok, out);
+  insert_all_reduces(plan.graph, ok->reduce_after);
+  out.all_reduces = static_cast<int>(ok->reduce_after.size());
+  std::vector<std::string> errors;
+  plan.kv = fusers::kv_layers(plan.graph, errors);
+  if (!errors.empty()) throw std::runtime_error(errors.front());
+  return out;
+}
+
+std::string format_shard_plan(const ShardPlan& p) {
+  std::string s = fmt::format("tensor parallel: {} ranks, {} weights sharded, {} replicated by the plan's notes, {} "
+                              "all-reduces per forward; everything else (embeddings, LM head, norms, routers, "
+                              "experts) is replicated\n",
+                              p.size, p.sharded.size(), p.replicated.size(), p.all_reduces);
+  for (const auto& l : p.sharded) s += "  sharded     " + l + "\n";
+  for (const auto& l : p.replicated) s += "  replicated  " + l + "\n";
+  return s;
+}
+
+}  // namespace fuselm::dist

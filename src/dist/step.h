@@ -1,0 +1,35 @@
+#pragma once
+// The step every rank runs under tensor parallelism. Rank 0 owns the tokenizer, scheduler,
+// sampler and server; before each forward it broadcasts the step (token ids, positions, the
+// sequence slices and their KV slots); the other ranks receive it and run the same forward on
+// their shards, so the collectives inside the graph line up. Sampling happens on rank 0 only
+// (every rank ends the forward with the full logits), so no sampling state has to travel.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "runtime/batch.h"
+
+namespace fuselm::dist {
+
+/// One forward's inputs as a follower holds them (slices point into `slots`).
+struct Step {
+  std::vector<int64_t> ids, positions;
+  std::vector<runtime::SequenceSlice> slices;
+  std::vector<int32_t> slots;
+};
+
+/// Rank 0: sends the step to the other ranks (a no-op at size 1). Collective with receive_step.
+void send_step(Communicator& c, std::span<const int64_t> ids, std::span<const int64_t> positions,
+               std::span<const runtime::SequenceSlice> slices);
+/// Rank 0: tells the other ranks to leave follow(). Collective with receive_step.
+void send_stop(Communicator& c);
+/// A follower: the next step from rank 0; false when rank 0 sent stop.
+bool receive_step(Communicator& c, Step& out);
+
+/// A follower's loop: runs `forward` on every step rank 0 sends, until it sends stop.
+void follow(Communicator& c, const std::function<void(const Step&)>& forward);
+
+}  // namespace fuselm::dist

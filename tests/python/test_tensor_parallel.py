@@ -1,0 +1,207 @@
+"""Tensor parallelism over MPI (docs/tensor-parallel.md): `mpirun -np N fuselm generate
+--tensor-parallel-size N` must give transformers' greedy tokens and logits (fp32, the parity
+tolerance) and the same tokens as one process, on tiny random models of each family; inspect says
+what the plan shards and what it replicates and why; widths that do not divide fail in one line.
+Skipped when mpirun is missing (a build without MPI runs TP size 1 only).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fuselm_runner
+from fuselm_server import Server, free_port
+from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
+import mla_models
+import moe_models
+import parity
+import tiny_models
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)")
+
+PROMPT = [3, 17, 101, 7, 42, 250, 9]
+NEW = 12
+# One thread per rank: the ranks share this machine's cores.
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1")
+
+tiny_models.FAMILIES.setdefault("llama_kv4", ("LlamaConfig", {"num_key_value_heads": 4}))
+moe_models.MOE_FAMILIES.setdefault("olmoe", ("OlmoeConfig", dict(num_experts=8, num_experts_per_tok=2,
+                                                                  norm_topk_prob=False)))
+
+
+def build(family: str, cache: Path) -> Path:
+    out = cache / family
+    if (out / "config.json").exists():
+        return out
+    if family in tiny_models.FAMILIES:
+        return tiny_models.build(family, out)
+    if family in moe_models.MOE_FAMILIES:
+        return moe_models.build(family, out)
+    return mla_models.build(family, out)
+
+
+def run_tp(fuselm_bin: Path, model_dir: Path, n: int, tmp: Path) -> tuple[dict, np.ndarray]:
+    """fuselm_runner.generate under mpirun -np n (rank 0 prints the result)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    logits = tmp / "logits.f32"
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(n), str(fuselm_bin), "generate", str(model_dir), "--prompt-ids",
+           ",".join(map(str, PROMPT)), "--max-tokens", str(NEW), "--json", "--ignore-eos", "--logits-out", str(logits),
+           "--tensor-parallel-size", str(n)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV)
+    assert proc.returncode == 0, f"mpirun -np {n} failed ({proc.returncode}): {proc.stderr[-3000:]}"
+    import json
+    result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    raw = np.fromfile(logits, dtype=np.float32)
+    return result, raw.reshape(len(PROMPT) + len(result["token_ids"]) - 1, -1)
+
+
+def check_family(family: str, n: int, fuselm_bin, model_cache, tmp_path):
+    model_dir = build(family, model_cache)
+    one, one_logits = fuselm_runner.generate(fuselm_bin, model_dir, PROMPT, NEW, tmp_path, extra=[])
+    many, many_logits = run_tp(fuselm_bin, model_dir, n, tmp_path / f"tp{n}")
+    assert many["token_ids"] == one["token_ids"], f"{family}: TP={n} tokens differ from TP=1"
+    scale = float(np.abs(one_logits).max())
+    assert float(np.abs(many_logits - one_logits).max()) <= 1e-4 * scale, f"{family}: TP={n} logits differ from TP=1"
+    parity.check_against_oracle(f"{family}-tp{n}", parity.hf_model(model_dir), PROMPT, many["token_ids"], many_logits)
+
+
+def inspect_tp(fuselm_bin, model_dir: Path, n: int) -> subprocess.CompletedProcess:
+    return subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--tensor-parallel-size", str(n)],
+                          capture_output=True, text=True, timeout=600, env=ENV)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_bigcode_mqa", "qwen2", "qwen3", "phi3", "gemma2", "mixtral", "olmoe",
+                                    "v3_style"])
+def test_tp2_matches_tp1_and_transformers(family, fuselm_bin, model_cache, tmp_path):
+    check_family(family, 2, fuselm_bin, model_cache, tmp_path)
+
+
+@pytest.mark.parametrize("family", ["llama_kv4", "llama"])
+def test_tp4(family, fuselm_bin, model_cache, tmp_path):
+    """4 ranks: 4 KV heads split one per rank; 2 KV heads replicated over pairs of ranks."""
+    check_family(family, 4, fuselm_bin, model_cache, tmp_path)
+
+
+def test_plan_shards_attention_and_mlp(fuselm_bin, model_cache):
+    proc = inspect_tp(fuselm_bin, build("llama", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "__fused_qkv.weight: column parallel (dim 0) q:4x16->32 k:2x16->16 v:2x16->16" in out
+    assert "o_proj.weight: row parallel (input dim 1: 32 of 64 per rank)" in out
+    assert "down_proj.weight: row parallel (input dim 1: 64 of 128 per rank)" in out
+    assert "6 all-reduces per forward" in out
+
+
+def test_plan_replicates_mqa_kv(fuselm_bin, model_cache):
+    """gpt_bigcode MQA: one packed c_attn, its single KV head kept whole on every rank."""
+    proc = inspect_tp(fuselm_bin, build("gpt_bigcode_mqa", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    assert "c_attn.weight: column parallel (dim 0) q:4x16->32 k:1x16->16 v:1x16->16" in proc.stdout
+
+
+def test_plan_replicates_full_width_qk_norm(fuselm_bin, model_cache):
+    """OLMoE normalizes q and k over the full width: not provable per rank, so replicated, with why."""
+    proc = inspect_tp(fuselm_bin, build("olmoe", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    assert "replicated  model.layers.0.self_attn.__fused_qkv.weight" in proc.stdout
+    assert "normalizes over a width split across ranks" in proc.stdout
+
+
+def test_heads_that_do_not_divide_fail_in_one_line(fuselm_bin, model_cache, tmp_path):
+    model_dir = build("llama", model_cache)
+    proc = inspect_tp(fuselm_bin, model_dir, 3)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == ("fuselm: error: tensor parallel size 3: model.layers.0.self_attn.__fused_qkv.weight (q) has "
+                         "4 heads x 16 = 64 columns, which do not divide among 3 ranks")
+    # The same under mpirun, before any weight is read.
+    proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "3", str(fuselm_bin), "generate", str(model_dir),
+                           "--prompt-ids", "1,2", "--max-tokens", "1", "--tensor-parallel-size", "3"],
+                          capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode != 0
+    assert "4 heads x 16 = 64 columns, which do not divide among 3 ranks" in proc.stderr
+    assert "loaded" not in proc.stderr
+
+
+def test_world_size_must_match(fuselm_bin, model_cache):
+    proc = subprocess.run([str(fuselm_bin), "generate", str(build("llama", model_cache)), "--prompt-ids", "1,2",
+                           "--max-tokens", "1", "--tensor-parallel-size", "2"],
+                          capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode != 0
+    assert "--tensor-parallel-size 2 but the MPI job has 1 processes" in proc.stderr
+
+
+class MpiServer(Server):
+    """fuselm_server.Server, started as `mpirun -np n fuselm serve ... --tensor-parallel-size n`."""
+
+    def __init__(self, fuselm_bin: Path, model_dir: Path, n: int, log: Path):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self.log = open(log, "w")
+        cmd = [MPIRUN, "--oversubscribe", "-np", str(n), str(fuselm_bin), "serve", str(model_dir), "--port",
+               str(self.port), "--tensor-parallel-size", str(n)]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=ENV)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"mpirun fuselm serve exited: {log.read_text()[-2000:]}"
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"mpirun fuselm serve did not come up: {log.read_text()[-2000:]}")
+
+
+def tiny_with_tokenizer(model_cache: Path, tokenizer_dir: Path) -> Path:
+    """A tiny llama over SmolLM2's tokenizer (vocabulary 49152), so serve can take text."""
+    out = model_cache / "llama_tok"
+    if (out / "config.json").exists():
+        return out
+    tiny_models.FAMILIES.setdefault("llama_v49152", ("LlamaConfig", {"vocab_size": 49152, "bos_token_id": 1,
+                                                                      "eos_token_id": 2}))
+    tiny_models.build("llama_v49152", out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / name, out / name)
+    return out
+
+
+def test_serve_under_mpirun_answers_as_tp1(fuselm_bin, model_cache, smollm2_dir, tmp_path):  # noqa: F811
+    """`mpirun -np 2 fuselm serve --tensor-parallel-size 2` answers the openai client with the greedy
+    text of `fuselm serve` alone, which is transformers' greedy text."""
+    import openai
+    from transformers import AutoTokenizer
+
+    model_dir = tiny_with_tokenizer(model_cache, smollm2_dir)
+    prompts = ["The capital of France is", "Once upon a time"]
+
+    def answers(server):
+        c = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
+        return [c.completions.create(model="m", prompt=p, max_tokens=10, temperature=0).choices[0].text for p in prompts]
+
+    alone = Server(fuselm_bin, model_dir, [], tmp_path / "tp1.log")
+    try:
+        want = answers(alone)
+    finally:
+        alone.stop()
+    tp = MpiServer(fuselm_bin, model_dir, 2, tmp_path / "tp2.log")
+    try:
+        got = answers(tp)
+    finally:
+        tp.stop()
+    assert "tensor parallel: 2 ranks" in tp.log_path.read_text()
+    assert got == want
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = parity.hf_model(model_dir)
+    for p, text in zip(prompts, got):
+        ids = tok(p)["input_ids"]
+        assert text == tok.decode(parity.hf_greedy(model, ids, 10)), p
