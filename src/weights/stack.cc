@@ -2,16 +2,67 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "weights/error.h"
+#include "weights/quantized.h"
 
 namespace fuselm::weights {
 
-WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector<AlignedBuffer>& buffers) {
-  std::vector<const WeightView*> src;
-  for (const auto& t : w.sources) src.push_back(&params.at(t));
-  if (src.empty()) throw WeightsError(fmt::format("fused weight {}: no sources", w.target));
+WeightView stack_plain(const StackSpec& w, const std::vector<const WeightView*>& src, std::vector<AlignedBuffer>& buffers);
+
+namespace {
+
+// Quantized sources stacked along dim 0: blocks run along the rows, so the stacked tensor is the
+// sources' bytes one after another. Sources of different block types (a Q4_K_M file's q and v)
+// or a plain one among them are dequantized to f32 and stacked as floats.
+WeightView stack_quantized(const StackSpec& w, const std::vector<const WeightView*>& src,
+                           std::vector<AlignedBuffer>& buffers) {
+  const auto type = src[0]->quant;
+  bool same = w.axis == 0;
+  int64_t rows = 0;
+  for (const auto* v : src) {
+    same = same && v->quant == type && v->shape.size() == 2 && v->shape[1] == src[0]->shape[1];
+    rows += v->shape.at(0);
+  }
+  std::vector<int64_t> shape = {rows, src[0]->shape.at(1)};
+  if (!same) {
+    // Dequantized copies of the quantized sources, then the float stack of those.
+    std::vector<AlignedBuffer> scratch;
+    std::vector<WeightView> plain;
+    for (const auto* v : src) {
+      if (!v->quant && v->dtype != kernels::DType::f32)
+        throw WeightsError(fmt::format("fused weight {}: cannot stack {} with quantized sources", w.target,
+                                       kernels::dtype_name(v->dtype)));
+      plain.push_back(v->quant ? dequantize_tensor(v->data, *v->quant, v->shape, kernels::DType::f32, scratch) : *v);
+    }
+    std::vector<const WeightView*> ptrs;
+    for (const auto& v : plain) ptrs.push_back(&v);
+    return stack_plain(w, ptrs, buffers);
+  }
+  if (!w.shape.empty() && shape != w.shape)
+    throw WeightsError(fmt::format("fused weight {}: stacked shape differs from the fusion's plan", w.target));
+  size_t bytes = 0;
+  for (const auto* v : src) bytes += v->nbytes();
+  AlignedBuffer buf(bytes);
+  char* dst = static_cast<char*>(buf.data());
+  for (const auto* v : src) {
+    std::memcpy(dst, v->data, v->nbytes());
+    dst += v->nbytes();
+  }
+  WeightView out;
+  out.shape = shape;
+  out.quant = type;
+  out.data = buf.data();
+  out.owned = true;
+  buffers.push_back(std::move(buf));
+  return out;
+}
+
+}  // namespace
+
+WeightView stack_plain(const StackSpec& w, const std::vector<const WeightView*>& src, std::vector<AlignedBuffer>& buffers) {
   const auto dtype = src[0]->dtype;
   const size_t es = static_cast<size_t>(kernels::dtype_size(dtype));
   const auto& s0 = src[0]->shape;
@@ -48,6 +99,15 @@ WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector
   out.owned = true;
   buffers.push_back(std::move(buf));
   return out;
+}
+
+WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector<AlignedBuffer>& buffers) {
+  std::vector<const WeightView*> src;
+  for (const auto& t : w.sources) src.push_back(&params.at(t));
+  if (src.empty()) throw WeightsError(fmt::format("fused weight {}: no sources", w.target));
+  if (std::any_of(src.begin(), src.end(), [](const WeightView* v) { return v->quant.has_value(); }))
+    return stack_quantized(w, src, buffers);
+  return stack_plain(w, src, buffers);
 }
 
 WeightView shard(const WeightView& v, const ShardSpec& s) {
