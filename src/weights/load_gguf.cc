@@ -76,6 +76,9 @@ WeightView load_one(const GgufFile& f, const GgufTensor& t, const std::string& t
   const void* src = t.bytes.data();
   if (e.unpermute_heads > 0) {
     const int64_t rows = shape.empty() ? 0 : shape[0];
+    if (rows <= 0)
+      throw WeightsError(fmt::format("{}: tensor '{}' of shape {} has no rows to unpermute", file, t.name,
+                                     format_shape(shape)));
     std::vector<int64_t> order;
     try {
       order = rope_unpermute_rows(rows, e.unpermute_heads);
