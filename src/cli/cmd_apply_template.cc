@@ -52,7 +52,7 @@ Source resolve(const ApplyTemplateArgs& a, bool with_tools) {
   const bool have_model = !a.model_dir.empty() || a.template_file.empty();
   fs::path dir;
   if (have_model) {
-    dir = a.model_dir.empty() ? default_model_dir() : fs::path(a.model_dir);
+    dir = model_dir_of(a.model_dir);
     if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
     auto mt = tmpl::find_model_template(dir, a.template_name, with_tools);
     if (mt) {

@@ -75,7 +75,7 @@ std::string reply(engine::Engine& eng, engine::Request req) {
 
 void run(ChatArgs& a) {
   apply_pool_sizing(a.engine, a.model);
-  const std::filesystem::path dir = a.model.model_dir.empty() ? default_model_dir() : std::filesystem::path(a.model.model_dir);
+  const std::filesystem::path dir = model_dir_of(a.model.model_dir);
   auto render = make_chat_renderer(dir);
   if (!render) throw std::runtime_error(dir.string() + ": the model has no chat template (chat_template.jinja or tokenizer_config.json); use fuselm generate");
   auto loaded = load_model(a.model);

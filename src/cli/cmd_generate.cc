@@ -45,7 +45,7 @@ struct GenerateArgs {
 /// add_generation_prompt, as transformers' apply_chat_template renders it.
 std::string chat_prompt(const GenerateArgs& a) {
   namespace fs = std::filesystem;
-  fs::path dir = a.model.model_dir.empty() ? default_model_dir() : fs::path(a.model.model_dir);
+  fs::path dir = model_dir_of(a.model.model_dir);
   auto mt = tmpl::find_model_template(dir);
   if (!mt)
     throw std::runtime_error(dir.string() + ": --chat needs a chat template (chat_template.jinja or tokenizer_config.json "

@@ -31,7 +31,7 @@ struct InspectArgs {
 // A Hugging Face model dir (captured when needed), or any dir holding fuselm-ir/ir.json (a module
 // captured by fuselm_capture.capture_module, with its checkpoint).
 fs::path ir_dir_of(const InspectArgs& a) {
-  fs::path dir = a.model_dir.empty() ? default_model_dir() : fs::path(a.model_dir);
+  fs::path dir = model_dir_of(a.model_dir);
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
   if (fs::exists(dir / "config.json")) return engine::ensure_ir(dir, !a.no_capture);
   if (fs::exists(dir / "fuselm-ir" / "ir.json")) return dir / "fuselm-ir";

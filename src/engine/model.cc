@@ -14,6 +14,7 @@
 
 #include "dist/communicator.h"
 #include "dist/shard_plan.h"
+#include "engine/quant_weights.h"
 #include "weights/dtypes.h"
 #include "weights/stack.h"
 #include "weights/unused_tensors.h"
@@ -82,6 +83,24 @@ void add_ids(const nlohmann::json& v, std::vector<int64_t>& out) {
       if (x.is_number_integer()) out.push_back(x.get<int64_t>());
 }
 
+// The GGUF a model directory prepared from one holds (python/fuselm_capture/gguf_dir.py links it
+// as model.gguf), or nullopt for a safetensors directory.
+std::optional<std::filesystem::path> gguf_file(const std::filesystem::path& model_dir) {
+  const auto p = model_dir / "model.gguf";
+  if (std::filesystem::exists(p)) return p;
+  return std::nullopt;
+}
+
+// Stacked quantized weights live on in their packed copies: their stacked blocks go, unless an
+// embedding reads the blocks or no packed copy replaced them.
+void free_packed_sources(const std::map<std::string, Tensor>& params, const std::set<std::string, std::less<>>& tables,
+                         std::vector<weights::AlignedBuffer>& fused) {
+  std::set<const void*> keep;
+  for (const auto& [target, t] : params)
+    if (!t.quant || !t.quant->packed || tables.contains(target)) keep.insert(t.data);
+  std::erase_if(fused, [&](const weights::AlignedBuffer& b) { return !keep.contains(b.data()); });
+}
+
 }  // namespace
 
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
@@ -105,15 +124,27 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   if (options.fusers.enabled) m->fusion_report_ = std::move(plan.report);
   const auto fused_weights = std::move(plan.weights);
   const auto kv_layers = to_layer_shapes(plan.kv);
-  auto checkpoint = weights::Checkpoint::open(model_dir);
   weights::LoadOptions lo;
   lo.dtype = options.dtype;
-  m->params_.emplace(weights::load_parameters(m->graph_.parameters, checkpoint, lo));
-  weights::check_unused_tensors(m->graph_.parameters, checkpoint, options.allow_unused_weights);
+  const auto quantizable = quantizable_parameters(m->graph_, fused_weights);
+  lo.quantizable = &quantizable;
+  if (const auto gguf = gguf_file(model_dir)) {
+    m->params_.emplace(weights::load_gguf_parameters(m->graph_.parameters, *gguf, lo));
+  } else {
+    auto checkpoint = weights::Checkpoint::open(model_dir);
+    m->params_.emplace(weights::load_parameters(m->graph_.parameters, checkpoint, lo));
+    weights::check_unused_tensors(m->graph_.parameters, checkpoint, options.allow_unused_weights);
+  }
 
   std::map<std::string, Tensor> params, constants;
   std::map<const void*, int64_t> seen;
   std::set<std::string, std::less<>> sliced;  // parameters this rank holds a slice of
+  std::map<std::string, weights::WeightView> quantized;  // target -> its blocks
+  auto tensor_of = [&](const std::string& target, const weights::WeightView& view) {
+    if (view.quant) quantized[target] = view;
+    return view.quant ? Tensor::contiguous_view(const_cast<void*>(view.data), runtime::DType::u8, view.shape)
+                      : Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
+  };
   for (const auto& [target, v] : m->params_->views()) {
     weights::WeightView view = v;
     if (auto it = shards.params.find(target); it != shards.params.end()) {
@@ -121,11 +152,11 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
       view = weights::slice(v, {sl.axis, sl.pieces, sl.zero}, target, m->fused_buffers_);
       sliced.insert(target);
     }
-    params[target] = Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
+    params[target] = tensor_of(target, view);
   }
   for (const auto& [target, view] : weights::stack_and_shard(stack_specs(fused_weights, shards), *m->params_,
                                                              weights::ShardSpec{}, m->fused_buffers_))
-    params[target] = Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
+    params[target] = tensor_of(target, view);
   // Bytes read per token: every parameter the (rewritten) graph still reads, once.
   std::set<std::string, std::less<>> read;
   for (const auto& n : m->graph_.nodes) {
@@ -134,6 +165,11 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     auto it = params.find(n.target);
     if (it == params.end()) continue;
     seen[it->second.data] = it->second.numel() * ir::dtype_size(it->second.dtype);
+    if (auto q = quantized.find(n.target); q != quantized.end()) {
+      it->second.quant = m->quant_.adopt(q->second);
+      seen[it->second.data] = it->second.quant->packed ? it->second.quant->packed->bytes()
+                                                       : static_cast<int64_t>(q->second.nbytes());
+    }
   }
   // The sources of stacked weights are read no more: drop their converted copies (bf16 SmolLM2
   // would otherwise hold its q/k/v and gate/up weights twice).
@@ -143,6 +179,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   for (const auto& t : read)
     if (!sliced.contains(t)) keep_full.insert(t);
   m->params_->retain_only(keep_full);
+  free_packed_sources(params, embedding_tables(m->graph_), m->fused_buffers_);
   for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
   if (!m->graph_.constants.empty()) {
     m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));

@@ -12,6 +12,7 @@
 #include "fusers/plan.h"
 #include "ir/graph.h"
 #include "ir/load.h"
+#include "engine/quant_weights.h"
 #include "kv/paged_kv_cache.h"
 #include "runtime/executor.h"
 #include "weights/checkpoint.h"
@@ -41,8 +42,8 @@ struct ModelOptions {
 
 class Model {
  public:
-  /// Loads model_dir (config.json, *.safetensors) with the IR in ir_dir (ir.json,
-  /// constants.safetensors). Throws std::runtime_error, one line naming the file, tensor or op.
+  /// Loads model_dir (config.json, *.safetensors; or a directory gguf_dir.py prepared, whose
+  /// model.gguf holds the weights) with the IR in ir_dir (ir.json, constants.safetensors). Throws std::runtime_error, one line naming the file, tensor or op.
   static std::unique_ptr<Model> load(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir,
                                      const ModelOptions& options = {});
 
@@ -64,7 +65,8 @@ class Model {
   runtime::Executor& executor() { return *executor_; }
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_context() const { return max_context_; }
-  /// Bytes of weights read per decoded token (every parameter once).
+  /// Bytes of weights read per decoded token (every parameter once; a quantized one's packed
+  /// copy or blocks).
   int64_t weight_bytes() const { return weight_bytes_; }
   const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
   /// What the fusers did (empty when fusion is off).
@@ -77,6 +79,7 @@ class Model {
   std::optional<weights::LoadedParameters> params_;
   fusers::Report fusion_report_;
   std::vector<weights::AlignedBuffer> fused_buffers_;  // stacked weights of the fusions
+  QuantWeights quant_;  // packed copies of the quantized weights (quant_weights.h)
   std::optional<weights::Checkpoint> constants_file_;
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<kv::PagedKvCache> kv_;

@@ -9,6 +9,10 @@
 #include "ir/dtype.h"
 #include "runtime/device.h"
 
+namespace fuselm::kernels {
+struct QuantWeight;  // kernels/cpu/quant_weight.h
+}
+
 namespace fuselm::runtime {
 
 using ir::DType;
@@ -24,6 +28,9 @@ struct Tensor {
   void* data = nullptr;
   Buffer* buffer = nullptr;  // null for memory the executor does not own (weights, inputs)
   Device device = Device::cpu;  // where data lives
+  /// A block-quantized weight (linear and embedding read it; engine::Model lets no other op see
+  /// one): `data` holds its blocks and dtype is u8; shape is the logical [n, k].
+  const kernels::QuantWeight* quant = nullptr;
 
   int64_t numel() const;
   int64_t size(int d) const { return shape[d < 0 ? d + ndim : d]; }

@@ -10,6 +10,7 @@
 #include "weights/convert.h"
 #include "weights/dtypes.h"
 #include "weights/error.h"
+#include "weights/quantized.h"
 
 namespace fuselm::weights {
 
@@ -21,7 +22,9 @@ kernels::DType target_dtype(kernels::DType file, const LoadOptions& o) {
   switch (o.dtype) {
     case DTypePolicy::f32: return kernels::DType::f32;
     case DTypePolicy::bf16: return kernels::DType::bf16;
-    case DTypePolicy::auto_: break;
+    case DTypePolicy::auto_:
+    case DTypePolicy::q8_0:
+    case DTypePolicy::q4_0: break;
   }
   return file == kernels::DType::f16 && !o.keep_f16 ? kernels::DType::f32 : file;
 }
@@ -173,9 +176,9 @@ WeightView load_stacked(const std::string& target, const ParamEntry& e, const Ch
 }  // namespace
 
 DTypePolicy parse_dtype_policy(std::string_view name) {
-  for (DTypePolicy p : {DTypePolicy::auto_, DTypePolicy::f32, DTypePolicy::bf16})
+  for (DTypePolicy p : {DTypePolicy::auto_, DTypePolicy::f32, DTypePolicy::bf16, DTypePolicy::q8_0, DTypePolicy::q4_0})
     if (name == dtype_policy_name(p)) return p;
-  throw WeightsError(fmt::format("unknown weight dtype '{}' (choose auto, f32 or bf16)", name));
+  throw WeightsError(fmt::format("unknown weight dtype '{}' (choose auto, f32, bf16, q8_0 or q4_0)", name));
 }
 
 std::string_view dtype_policy_name(DTypePolicy p) {
@@ -183,6 +186,8 @@ std::string_view dtype_policy_name(DTypePolicy p) {
     case DTypePolicy::auto_: return "auto";
     case DTypePolicy::f32: return "f32";
     case DTypePolicy::bf16: return "bf16";
+    case DTypePolicy::q8_0: return "q8_0";
+    case DTypePolicy::q4_0: return "q4_0";
   }
   return "?";
 }
@@ -194,6 +199,7 @@ int64_t WeightView::numel() const {
 }
 
 size_t WeightView::nbytes() const {
+  if (quant) return static_cast<size_t>(shape.at(0) * kernels::quant_row_bytes(*quant, shape.at(1)));
   return static_cast<size_t>(numel()) * static_cast<size_t>(kernels::dtype_size(dtype));
 }
 
@@ -282,6 +288,13 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", e.key,
                                      file, actual, target));
 
+    if (auto q = policy_quant_type(options.dtype); q && options.may_quantize(target) && quantizable_shape(*q, e.shape)) {
+      WeightView v = quantize_tensor(t->data, *from, e.shape, *q, out.buffers_);
+      v.checkpoint_key = e.key;
+      by_key.emplace(e.key, v);
+      out.views_.emplace(target, std::move(v));
+      continue;
+    }
     WeightView v;
     v.shape = e.shape;
     v.checkpoint_key = e.key;

@@ -2,19 +2,29 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "weights/error.h"
+#include "weights/quantized.h"
 
 namespace fuselm::weights {
 
 WeightView slice(const WeightView& v, const SliceSpec& s, const std::string& what, std::vector<AlignedBuffer>& buffers) {
   const int nd = static_cast<int>(v.shape.size());
   if (s.axis < 0 || s.axis >= nd) throw WeightsError(fmt::format("{}: slice axis {} out of range", what, s.axis));
-  const size_t es = static_cast<size_t>(kernels::dtype_size(v.dtype));
+  if (v.quant && s.axis != 0)
+    throw WeightsError(fmt::format("{}: a quantized weight can be split across ranks only by rows (dim 0), not dim {}",
+                                   what, s.axis));
+  // A quantized row is a run of whole blocks, so rows are sliced as bytes.
+  size_t es = static_cast<size_t>(kernels::dtype_size(v.dtype));
   int64_t outer = 1, inner = 1, total = 0;
   for (int d = 0; d < s.axis; ++d) outer *= v.shape[d];
   for (int d = s.axis + 1; d < nd; ++d) inner *= v.shape[d];
+  if (v.quant) {
+    es = static_cast<size_t>(kernels::quant_row_bytes(*v.quant, v.shape.at(1)));
+    inner = 1;
+  }
   const int64_t along = v.shape[s.axis];
   for (const auto& [off, len] : s.pieces) {
     if (off < 0 || len <= 0 || off + len > along)
@@ -38,23 +48,59 @@ WeightView slice(const WeightView& v, const SliceSpec& s, const std::string& wha
   return out;
 }
 
-WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector<AlignedBuffer>& buffers) {
-  std::vector<const WeightView*> src;
-  std::vector<WeightView> cut;  // this rank's slices of the sources
-  std::vector<AlignedBuffer> scratch;
-  if (!w.source_slices.empty() && w.source_slices.size() != w.sources.size())
-    throw WeightsError(fmt::format("fused weight {}: {} slices for {} sources", w.target, w.source_slices.size(), w.sources.size()));
-  cut.reserve(w.sources.size());
-  for (size_t i = 0; i < w.sources.size(); ++i) {
-    const WeightView& v = params.at(w.sources[i]);
-    if (w.source_slices.empty()) {
-      src.push_back(&v);
-      continue;
-    }
-    cut.push_back(slice(v, w.source_slices[i], w.sources[i], scratch));
-    src.push_back(&cut.back());
+WeightView stack_plain(const StackSpec& w, const std::vector<const WeightView*>& src, std::vector<AlignedBuffer>& buffers);
+
+namespace {
+
+// Quantized sources stacked along dim 0: blocks run along the rows, so the stacked tensor is the
+// sources' bytes one after another. Sources of different block types (a Q4_K_M file's q and v)
+// or a plain one among them are dequantized to f32 and stacked as floats.
+WeightView stack_quantized(const StackSpec& w, const std::vector<const WeightView*>& src,
+                           std::vector<AlignedBuffer>& buffers) {
+  const auto type = src[0]->quant;
+  bool same = w.axis == 0;
+  int64_t rows = 0;
+  for (const auto* v : src) {
+    same = same && v->quant == type && v->shape.size() == 2 && v->shape[1] == src[0]->shape[1];
+    rows += v->shape.at(0);
   }
-  if (src.empty()) throw WeightsError(fmt::format("fused weight {}: no sources", w.target));
+  std::vector<int64_t> shape = {rows, src[0]->shape.at(1)};
+  if (!same) {
+    // Dequantized copies of the quantized sources, then the float stack of those.
+    std::vector<AlignedBuffer> scratch;
+    std::vector<WeightView> plain;
+    for (const auto* v : src) {
+      if (!v->quant && v->dtype != kernels::DType::f32)
+        throw WeightsError(fmt::format("fused weight {}: cannot stack {} with quantized sources", w.target,
+                                       kernels::dtype_name(v->dtype)));
+      plain.push_back(v->quant ? dequantize_tensor(v->data, *v->quant, v->shape, kernels::DType::f32, scratch) : *v);
+    }
+    std::vector<const WeightView*> ptrs;
+    for (const auto& v : plain) ptrs.push_back(&v);
+    return stack_plain(w, ptrs, buffers);
+  }
+  if (!w.shape.empty() && shape != w.shape)
+    throw WeightsError(fmt::format("fused weight {}: stacked shape differs from the fusion's plan", w.target));
+  size_t bytes = 0;
+  for (const auto* v : src) bytes += v->nbytes();
+  AlignedBuffer buf(bytes);
+  char* dst = static_cast<char*>(buf.data());
+  for (const auto* v : src) {
+    std::memcpy(dst, v->data, v->nbytes());
+    dst += v->nbytes();
+  }
+  WeightView out;
+  out.shape = shape;
+  out.quant = type;
+  out.data = buf.data();
+  out.owned = true;
+  buffers.push_back(std::move(buf));
+  return out;
+}
+
+}  // namespace
+
+WeightView stack_plain(const StackSpec& w, const std::vector<const WeightView*>& src, std::vector<AlignedBuffer>& buffers) {
   const auto dtype = src[0]->dtype;
   const size_t es = static_cast<size_t>(kernels::dtype_size(dtype));
   const auto& s0 = src[0]->shape;
@@ -91,6 +137,28 @@ WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector
   out.owned = true;
   buffers.push_back(std::move(buf));
   return out;
+}
+
+WeightView stack(const StackSpec& w, const LoadedParameters& params, std::vector<AlignedBuffer>& buffers) {
+  std::vector<const WeightView*> src;
+  std::vector<WeightView> cut;  // this rank's slices of the sources
+  std::vector<AlignedBuffer> scratch;
+  if (!w.source_slices.empty() && w.source_slices.size() != w.sources.size())
+    throw WeightsError(fmt::format("fused weight {}: {} slices for {} sources", w.target, w.source_slices.size(), w.sources.size()));
+  cut.reserve(w.sources.size());
+  for (size_t i = 0; i < w.sources.size(); ++i) {
+    const WeightView& v = params.at(w.sources[i]);
+    if (w.source_slices.empty()) {
+      src.push_back(&v);
+      continue;
+    }
+    cut.push_back(slice(v, w.source_slices[i], w.sources[i], scratch));
+    src.push_back(&cut.back());
+  }
+  if (src.empty()) throw WeightsError(fmt::format("fused weight {}: no sources", w.target));
+  if (std::any_of(src.begin(), src.end(), [](const WeightView* v) { return v->quant.has_value(); }))
+    return stack_quantized(w, src, buffers);
+  return stack_plain(w, src, buffers);
 }
 
 WeightView shard(const WeightView& v, const ShardSpec& s) {

@@ -283,7 +283,8 @@ TEST(WeightsLoad, DtypePolicyNames) {
   EXPECT_EQ(parse_dtype_policy("auto"), DTypePolicy::auto_);
   EXPECT_EQ(parse_dtype_policy("f32"), DTypePolicy::f32);
   EXPECT_EQ(parse_dtype_policy("bf16"), DTypePolicy::bf16);
-  EXPECT_EQ(error_of([] { parse_dtype_policy("fp8"); }), "unknown weight dtype 'fp8' (choose auto, f32 or bf16)");
+  EXPECT_EQ(parse_dtype_policy("q8_0"), DTypePolicy::q8_0);
+  EXPECT_EQ(error_of([] { parse_dtype_policy("fp8"); }), "unknown weight dtype 'fp8' (choose auto, f32, bf16, q8_0 or q4_0)");
 }
 
 }  // namespace

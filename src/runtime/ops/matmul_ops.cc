@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/quant_weight.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -22,7 +23,7 @@ void linear(OpCall& c) {
   if (w.shape[1] != K) c.fail("input " + x.describe() + " does not match weight " + w.describe());
   Scratch sx(c.ctx), sw(c.ctx), sb(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
-  const bool w_rows = w.strides[1] == 1 && w.strides[0] == K;
+  const bool w_rows = w.quant || (w.strides[1] == 1 && w.strides[0] == K);
   Tensor wc = w_rows ? w : contiguous_as(w, DType::f32, sw);
   const float* bias = nullptr;
   if (c.has(2)) bias = contiguous_as(c.tensor(2), DType::f32, sb).ptr<float>();
@@ -31,6 +32,11 @@ void linear(OpCall& c) {
   shape[x.ndim - 1] = N;
   Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), x.ndim));
   const int64_t M = x.numel() / std::max<int64_t>(K, 1);
+  if (w.quant) {  // block-quantized weight: the integer kernels (kernels/cpu/quant_weight.h)
+    kernels::quant_weight_linear(*w.quant, xc.ptr<float>(), M, bias, out.ptr<float>());
+    set_out(c, out);
+    return;
+  }
   kernels::LinearArgs a;
   a.x = xc.ptr<float>();
   a.w = wc.data;
@@ -133,6 +139,15 @@ void embedding(OpCall& c) {
   Scratch s(c.ctx);
   Tensor ic = contiguous_as(idx, DType::i64, s);
   const int64_t n = ic.numel();
+  if (w.quant) {  // block-quantized table: dequantize the rows looked up
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = ic.ptr<int64_t>()[i];
+      if (row < 0 || row >= V) c.fail("token id " + std::to_string(row) + " is outside the vocabulary of " + std::to_string(V));
+      kernels::quant_weight_row(*w.quant, row, out.ptr<float>() + i * H);
+    }
+    set_out(c, out);
+    return;
+  }
   const auto wd = weight_dtype(c, w);
   for (int64_t i = 0; i < n; ++i) {
     int64_t row = ic.ptr<int64_t>()[i];

@@ -1,0 +1,135 @@
+// load_gguf_parameters on a GGUF the gguf package wrote (tests/cpp/data/gguf/basic.gguf): blocks
+// kept as views where the parameter may be quantized, dequantized (kernels' dequantize_row, itself
+// checked against gguf.quants) where not, rows unpermuted as rope_unpermute_rows says, one-line
+// errors; quantized stacking as byte concatenation; --dtype q8_0 quantization at load.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/quant.h"
+#include "weights/error.h"
+#include "weights/gguf.h"
+#include "weights/gguf_tensor.h"
+#include "weights/load_parameters.h"
+#include "weights/quantized.h"
+#include "weights/stack.h"
+
+namespace fuselm::weights {
+namespace {
+
+const std::filesystem::path kFile = std::filesystem::path(FUSELM_SOURCE_DIR) / "tests/cpp/data/gguf/basic.gguf";
+
+nlohmann::json entry(const std::string& key, std::vector<int64_t> shape, const std::string& type,
+                     nlohmann::json rows = nullptr) {
+  return {{"shape", shape}, {"dtype", "f32"},
+          {"checkpoint", {{"keys", {key}}, {"converter", nullptr}, {"dtype", type}, {"rows", rows}}}};
+}
+
+std::vector<float> dequantized(const GgufTensor& t, kernels::QuantType q) {
+  const int64_t k = t.ne[0], n = t.numel() / k;
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (int64_t r = 0; r < n; ++r)
+    kernels::dequantize_row(q, t.bytes.data() + r * kernels::quant_row_bytes(q, k), out.data() + r * k, k);
+  return out;
+}
+
+TEST(GgufLoad, QuantizedKeptAsBlocksWhereQuantizableElseDequantized) {
+  const GgufFile f = GgufFile::open(kFile);
+  nlohmann::json params = {{"a", entry("quant.q4_1", {4, 64}, "Q4_1")},
+                           {"b", entry("quant.q8_0", {4, 64}, "Q8_0")},
+                           {"c", entry("plain.f32", {3, 5}, "F32")},
+                           {"d", entry("quant.q6_k", {2, 256}, "Q6_K")}};
+  const std::set<std::string, std::less<>> quantizable = {"a", "d"};
+  LoadOptions o;
+  o.quantizable = &quantizable;
+  LoadedParameters p = load_gguf_parameters(params, kFile, o);
+  const WeightView& a = p.at("a");
+  ASSERT_TRUE(a.quant);
+  EXPECT_EQ(*a.quant, kernels::QuantType::q4_1);
+  EXPECT_EQ(a.nbytes(), f.at("quant.q4_1").bytes.size());
+  EXPECT_EQ(std::memcmp(a.data, f.at("quant.q4_1").bytes.data(), a.nbytes()), 0);
+  EXPECT_EQ(*p.at("d").quant, kernels::QuantType::q6_k);
+  const WeightView& b = p.at("b");
+  ASSERT_FALSE(b.quant);
+  ASSERT_EQ(b.dtype, kernels::DType::f32);
+  const auto want = dequantized(f.at("quant.q8_0"), kernels::QuantType::q8_0);
+  EXPECT_EQ(std::memcmp(b.data, want.data(), want.size() * 4), 0);
+  EXPECT_FALSE(p.at("c").quant);
+  // --dtype f32 dequantizes every block tensor.
+  LoadOptions f32 = o;
+  f32.dtype = DTypePolicy::f32;
+  EXPECT_FALSE(load_gguf_parameters(params, kFile, f32).at("a").quant);
+}
+
+TEST(GgufLoad, RowsUnpermutedWhole) {
+  const GgufFile f = GgufFile::open(kFile);
+  nlohmann::json params = {{"q", entry("quant.q4_0", {4, 64}, "Q4_0", {{"unpermute_heads", 1}})}};
+  const std::set<std::string, std::less<>> quantizable = {"q"};
+  LoadOptions o;
+  o.quantizable = &quantizable;
+  LoadedParameters p = load_gguf_parameters(params, kFile, o);
+  const auto order = rope_unpermute_rows(4, 1);
+  ASSERT_EQ(order, (std::vector<int64_t>{0, 2, 1, 3}));
+  const int64_t rb = kernels::quant_row_bytes(kernels::QuantType::q4_0, 64);
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(p.at("q").data) + r * rb,
+                          f.at("quant.q4_0").bytes.data() + order[static_cast<size_t>(r)] * rb, rb), 0) << r;
+}
+
+TEST(GgufLoad, OneLineErrorsNameTheTensor) {
+  auto message = [](const nlohmann::json& params) -> std::string {
+    try {
+      load_gguf_parameters(params, kFile);
+    } catch (const WeightsError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_NE(message({{"a", entry("quant.q4_1", {4, 64}, "Q8_0")}}).find("tensor 'quant.q4_1' has type Q4_1 but the IR expects Q8_0"),
+            std::string::npos);
+  EXPECT_NE(message({{"a", entry("quant.q4_1", {64, 4}, "Q4_1")}}).find("tensor 'quant.q4_1' has shape [4, 64]"),
+            std::string::npos);
+  EXPECT_NE(message({{"a", entry("nope", {4, 64}, "Q4_1")}}).find("needs tensor 'nope'"), std::string::npos);
+}
+
+TEST(GgufLoad, QuantizedStackIsByteConcatenation) {
+  nlohmann::json params = {{"x", entry("quant.q4_0", {4, 64}, "Q4_0")}, {"y", entry("quant.q4_1", {4, 64}, "Q4_1")},
+                           {"z", entry("quant.q4_0", {4, 64}, "Q4_0")}};
+  const std::set<std::string, std::less<>> quantizable = {"x", "y", "z"};
+  LoadOptions o;
+  o.quantizable = &quantizable;
+  LoadedParameters p = load_gguf_parameters(params, kFile, o);
+  std::vector<AlignedBuffer> buffers;
+  const WeightView s = stack({"s", {"x", "z"}, 0, {8, 64}}, p, buffers);
+  ASSERT_TRUE(s.quant);
+  EXPECT_EQ(s.nbytes(), 2 * p.at("x").nbytes());
+  EXPECT_EQ(std::memcmp(s.data, p.at("x").data, p.at("x").nbytes()), 0);
+  // Different block types stack as f32 values, each source dequantized.
+  const WeightView mixed = stack({"m", {"x", "y"}, 0, {8, 64}}, p, buffers);
+  ASSERT_FALSE(mixed.quant);
+  std::vector<float> row(64);
+  kernels::dequantize_row(kernels::QuantType::q4_1, p.at("y").data, row.data(), 64);
+  EXPECT_EQ(std::memcmp(static_cast<const float*>(mixed.data) + 4 * 64, row.data(), 64 * 4), 0);
+}
+
+TEST(GgufLoad, QuantizeAtLoadMatchesReferenceQuantizer) {
+  std::vector<float> x(3 * 64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37 % 101) - 50) / 7.0f;
+  std::vector<AlignedBuffer> buffers;
+  const WeightView v = quantize_tensor(x.data(), kernels::DType::f32, {3, 64}, kernels::QuantType::q8_0, buffers);
+  const int64_t rb = kernels::quant_row_bytes(kernels::QuantType::q8_0, 64);
+  std::vector<unsigned char> want(static_cast<size_t>(rb));
+  for (int r = 0; r < 3; ++r) {
+    kernels::quantize_row(kernels::QuantType::q8_0, x.data() + r * 64, want.data(), 64);
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(v.data) + r * rb, want.data(), static_cast<size_t>(rb)), 0);
+  }
+  EXPECT_EQ(parse_dtype_policy("q4_0"), DTypePolicy::q4_0);
+  EXPECT_FALSE(quantizable_shape(kernels::QuantType::q4_0, std::vector<int64_t>{4, 48}));
+}
+
+}  // namespace
+}  // namespace fuselm::weights
