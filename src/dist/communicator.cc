@@ -29,6 +29,11 @@ std::unique_ptr<Communicator>& slot() {
 
 }  // namespace
 
+CollectiveStats& stats() {
+  static CollectiveStats s;
+  return s;
+}
+
 std::unique_ptr<Communicator> make_single_process() { return std::make_unique<SingleProcess>(); }
 
 #ifndef FUSELM_HAVE_MPI

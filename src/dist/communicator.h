@@ -39,6 +39,13 @@ bool have_mpi();
 /// of another size. Call once, before any model loads.
 Communicator& init_world(int tensor_parallel_size);
 
+/// Time spent in all_reduce_sum by this process (seconds) and its count: what TP costs per step.
+struct CollectiveStats {
+  double all_reduce_seconds = 0.0;
+  long long all_reduces = 0;
+};
+CollectiveStats& stats();
+
 /// The world init_world picked (a single process when it was never called).
 Communicator& world();
 

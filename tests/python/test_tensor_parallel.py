@@ -186,7 +186,7 @@ def test_serve_under_mpirun_answers_as_tp1(fuselm_bin, model_cache, smollm2_dir,
 
     def answers(server):
         c = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=600)
-        return [c.completions.create(model="m", prompt=p, max_tokens=10, temperature=0).choices[0].text for p in prompts]
+        return [c.completions.create(model="llama_tok", prompt=p, max_tokens=10, temperature=0).choices[0].text for p in prompts]
 
     alone = Server(fuselm_bin, model_dir, [], tmp_path / "tp1.log")
     try:
