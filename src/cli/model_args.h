@@ -29,6 +29,7 @@ struct ModelArgs {
   FuserArgs fusers;
   int64_t kv_cache_bytes = 0;  // set by serve and chat (--kv-cache-memory), not an option here
   int32_t kv_max_seqs = 1;
+  kv::KvDType kv_dtype = kv::KvDType::f32;  // set by serve and chat (--kv-cache-dtype)
 };
 
 struct LoadedModel {

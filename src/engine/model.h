@@ -26,6 +26,8 @@ struct ModelOptions {
   /// may exceed one context. 0 with kv_tokens 0: kv_max_seqs contexts, capped by free memory.
   int64_t kv_cache_bytes = 0;
   int32_t kv_max_seqs = 1;
+  /// How the KV cache stores its rows (--kv-cache-dtype): bf16 halves its bytes per token.
+  kv::KvDType kv_dtype = kv::KvDType::f32;
   /// Fusers to run over the graph before it executes (on by default; --no-fuse, --disable-fuser).
   fusers::Options fusers;
   /// Run although checkpoint tensors in numbered blocks beyond the graph's go unread
@@ -41,10 +43,17 @@ class Model {
                                      const ModelOptions& options = {});
 
   /// Runs the graph: input_ids and positions have one entry per token of the batch ([num_tokens]);
-  /// batch describes the sequences. Returns logits [1, num_tokens, vocab] f32, valid until the
-  /// next call.
+  /// batch describes the sequences. Returns logits [1, num_tokens, vocab] f32, or with
+  /// `logit_rows` (indices into the batch, at least one) [1, rows, vocab] for those rows in that
+  /// order: only they go through the LM head when the graph's head was found (selects_rows()),
+  /// else they are copied out of the full logits. Valid until the next call.
   const runtime::Tensor& forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
-                                 std::span<const runtime::SequenceSlice> sequences);
+                                 std::span<const runtime::SequenceSlice> sequences,
+                                 std::optional<std::span<const int64_t>> logit_rows = std::nullopt);
+  /// Whether the LM head runs on the selected rows only (engine/logit_rows.h); when not,
+  /// select_rows_note() says why.
+  bool selects_rows() const { return selects_rows_; }
+  const std::string& select_rows_note() const { return select_rows_note_; }
 
   kv::PagedKvCache& kv_cache() { return *kv_; }
   const ir::Graph& graph() const { return graph_; }
@@ -73,6 +82,10 @@ class Model {
   int64_t vocab_size_ = 0, max_context_ = 0, weight_bytes_ = 0;
   std::vector<int64_t> eos_ids_;
   std::optional<int64_t> bos_id_;
+  bool selects_rows_ = false;
+  std::string select_rows_note_;
+  std::vector<float> gathered_;  // selected rows when the graph cannot select them itself
+  runtime::Tensor gathered_view_;
 };
 
 /// KV layout of every attention layer in the graph, indexed by the op's layer index

@@ -34,6 +34,7 @@ std::span<const OpDef> op_defs() {
       {"fuselm.moe_route.default",  // moe_route_op.cc; the moe fuser
        {"input", "gate_weight", "correction_bias", "scoring", "groups", "topk_group", "group_score", "top_k", "renorm",
         "renorm_eps", "scaling"}},
+      {"fuselm.select_rows.default", {"input"}},  // select_rows_op.cc; inserted by the engine before the LM head
   };
   return kDefs;
 }

@@ -1,6 +1,8 @@
 // fuselm.attention(q [1,Hq,T,Dqk], k [1,Hkv,T,Dqk], v [1,Hkv,T,Dv], sinks?, scaling,
 // sliding_window, softcap, layer_idx) -> [1, T, Hq, Dv]. The only op that knows sequences: it
 // writes each sequence's new K/V into its KV slots and attends over the sequence's context.
+#include <vector>
+
 #include "kernels/cpu/attention.h"
 #include "kv/paged_kv_cache.h"
 #include "runtime/ops/common.h"
@@ -36,12 +38,18 @@ void attention(OpCall& c) {
   const float* sinks = c.has("sinks") ? contiguous_as(c.tensor("sinks"), DType::f32, ssink).ptr<float>() : nullptr;
   Tensor out = c.alloc(DType::f32, {1, T, Hq, Dv});
 
+  // One work list over all sequences (kernels::attention_batch): a decode step of many sequences
+  // is one parallel region per layer, not one per sequence.
+  thread_local std::vector<kernels::AttentionArgs> args;
+  const bool bf16 = batch.kv->dtype() == kv::KvDType::bf16;
+  args.clear();
   int64_t covered = 0;
   for (const auto& s : batch.sequences) {
     if (s.first_token + s.num_tokens > T) c.fail("batch layout does not match the token count");
     kernels::AttentionArgs a;
-    a.k_cache = batch.kv->k(static_cast<int>(layer));
-    a.v_cache = batch.kv->v(static_cast<int>(layer));
+    a.cache_bf16 = bf16;
+    a.k_cache = bf16 ? static_cast<void*>(batch.kv->k_bf16(static_cast<int>(layer))) : batch.kv->k(static_cast<int>(layer));
+    a.v_cache = bf16 ? static_cast<void*>(batch.kv->v_bf16(static_cast<int>(layer))) : batch.kv->v(static_cast<int>(layer));
     a.num_slots = batch.kv->num_slots();
     a.slots = s.slots;
     a.ctx_len = s.context_len;
@@ -64,10 +72,11 @@ void attention(OpCall& c) {
     a.sliding_window = c.integer("sliding_window");
     a.softcap = static_cast<float>(c.real("softcap"));
     a.sinks = sinks;
-    kernels::attention(a);
+    args.push_back(a);
     covered += s.num_tokens;
   }
   if (covered != T) c.fail("batch covers " + std::to_string(covered) + " of " + std::to_string(T) + " tokens");
+  kernels::attention_batch(args);
   set_out(c, out);
 }
 
