@@ -239,7 +239,7 @@ void Engine::run_batch(const std::vector<std::pair<Sequence*, int64_t>>& batch) 
 }
 
 void Engine::on_token(Sequence& s, const float* row, int64_t width) {
-  Sampled t = s.sampler.sample({row, static_cast<size_t>(width)});
+  Sampled t = s.sampler.sample({row, static_cast<size_t>(width)}, s.req.logprobs);
   s.tokens.push_back(t.token);
   const auto now = clock_type::now();
   if (s.num_output() == 1) {
