@@ -78,7 +78,11 @@ int find_head(const ir::Graph& g, const std::string& tok, int64_t vocab, std::st
       why = fmt::format("node '{}' ({}) is not [1, {}, {}]", n.name, n.op, tok, vocab);
       return -1;
     }
-    if (n.op == "aten.linear.default" || n.op == "aten.matmul.default") return cur;
+    if (n.op == "aten.linear.default" || n.op == "aten.matmul.default") {
+      if (count_users(g, cur) == 1) return cur;
+      why = fmt::format("the head's output '{}' is also read elsewhere", n.name);
+      return -1;
+    }
     if (!rowwise_ops().contains(n.op)) {
       why = fmt::format("node '{}' ({}) between the head and the output is not known to act row by row", n.name, n.op);
       return -1;

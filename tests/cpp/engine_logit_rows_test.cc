@@ -97,6 +97,10 @@ TEST(LogitRows, LeavesGraphsItCannotProveAlone) {
   div_shared.outputs.push_back(div_shared.index_by_name.at("linear"));
   EXPECT_FALSE(select_sampled_rows(div_shared, kVocab, why));
   EXPECT_EQ(div_shared.index_by_name.count("fuselm_select_rows"), 0u);
+  ir::Graph head_shared = toy("");  // the head is the output and a second output too
+  head_shared.outputs.push_back(head_shared.index_by_name.at("linear"));
+  EXPECT_FALSE(select_sampled_rows(head_shared, kVocab, why));
+  EXPECT_NE(why.find("also read"), std::string::npos) << why;
 }
 
 TEST(LogitRows, SelectedRowsEqualThoseRowsOfTheFullLogits) {
