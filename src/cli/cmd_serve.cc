@@ -76,6 +76,9 @@ void run(ServeArgs& a) {
                cfg.model_name.c_str(), a.host.c_str(), a.port, static_cast<long long>(kv.num_slots()),
                kv.pool().num_blocks(), kv.block_size(), kv.num_slots() * kv.bytes_per_token() / 1e9,
                cfg.render_chat ? "yes" : "none, chat completions answer 400");
+  if (!loaded.model->selects_rows())
+    std::fprintf(stderr, "fuselm: note: every token of a batch goes through the LM head (%s)\n",
+                 loaded.model->select_rows_note().c_str());
   std::thread signals(handle_signals, set, std::ref(srv), std::ref(eng));
   srv.serve();
   signals.join();

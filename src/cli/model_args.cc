@@ -126,6 +126,7 @@ LoadedModel load_model(const ModelArgs& a) {
   mo.kv_tokens = a.max_context;
   mo.kv_cache_bytes = a.kv_cache_bytes;
   mo.kv_max_seqs = a.kv_max_seqs;
+  mo.kv_dtype = a.kv_dtype;
   mo.fusers = a.fusers.options();
   mo.allow_unused_weights = a.allow_unused_weights;
   auto& world = dist::init_world(a.tensor_parallel_size);

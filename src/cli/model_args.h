@@ -30,6 +30,7 @@ struct ModelArgs {
   int64_t kv_cache_bytes = 0;  // set by serve and chat (--kv-cache-memory), not an option here
   int32_t kv_max_seqs = 1;
   int tensor_parallel_size = 1;  // --tensor-parallel-size: ranks of the MPI job (mpirun -np N)
+  kv::KvDType kv_dtype = kv::KvDType::f32;  // set by serve and chat (--kv-cache-dtype)
 };
 
 struct LoadedModel {

@@ -15,9 +15,11 @@ namespace fuselm::engine {
 class Backend {
  public:
   virtual ~Backend() = default;
-  /// Logits [1, num_tokens, vocab] f32 for the batch, valid until the next call. May throw.
+  /// Logits [1, rows, vocab] f32 of the batch rows listed in logit_rows (indices into the
+  /// batch, at least one), in that order; valid until the next call. May throw.
   virtual const runtime::Tensor& forward(std::span<const int64_t> ids, std::span<const int64_t> positions,
-                                         std::span<const runtime::SequenceSlice> sequences) = 0;
+                                         std::span<const runtime::SequenceSlice> sequences,
+                                         std::span<const int64_t> logit_rows) = 0;
   virtual kv::PagedKvCache& kv_cache() = 0;
   virtual int64_t max_context() const = 0;
   virtual int64_t vocab_size() const = 0;
@@ -29,8 +31,9 @@ class ModelBackend final : public Backend {
  public:
   explicit ModelBackend(Model& m) : m_(m) {}
   const runtime::Tensor& forward(std::span<const int64_t> ids, std::span<const int64_t> positions,
-                                 std::span<const runtime::SequenceSlice> sequences) override {
-    return m_.forward(ids, positions, sequences);
+                                 std::span<const runtime::SequenceSlice> sequences,
+                                 std::span<const int64_t> logit_rows) override {
+    return m_.forward(ids, positions, sequences, logit_rows);
   }
   kv::PagedKvCache& kv_cache() override { return m_.kv_cache(); }
   int64_t max_context() const override { return m_.max_context(); }

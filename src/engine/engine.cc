@@ -205,33 +205,41 @@ void Engine::run_batch(const std::vector<std::pair<Sequence*, int64_t>>& batch) 
   ids_.clear();
   positions_.clear();
   slices_.clear();
-  for (const auto& [s, n] : batch) {
+  logit_rows_.clear();
+  sampling_.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& [s, n] = batch[i];
     slices_.push_back({static_cast<int64_t>(ids_.size()), n, s->computed + n, s->kv->slots()});
     for (int64_t p = s->computed; p < s->computed + n; ++p) {
       ids_.push_back(s->tokens[p]);
       positions_.push_back(p);
     }
+    // Only a sequence that has read all its tokens after this step samples: its last row alone
+    // goes through the LM head.
+    if (s->computed + n == static_cast<int64_t>(s->tokens.size())) {
+      logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
+      sampling_.push_back(i);
+    }
   }
+  if (logit_rows_.empty()) logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);  // one row, unread
   const runtime::Tensor* logits = nullptr;
   try {
-    logits = &backend_.forward(ids_, positions_, slices_);
+    logits = &backend_.forward(ids_, positions_, slices_, logit_rows_);
   } catch (const std::exception& e) {
     for (const auto& [s, n] : batch) finish(*s, "error", e.what());
     return;
   }
   const int64_t width = logits->shape[2];
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Sequence& s = *batch[i].first;
-    s.computed += batch[i].second;
-    if (opt_.prefix_caching) s.kv->publish_full_blocks(s.tokens, s.computed);
-    if (s.computed < static_cast<int64_t>(s.tokens.size())) continue;  // prefill goes on next step
-    const int64_t row = slices_[i].first_token + slices_[i].num_tokens - 1;
-    on_token(s, logits->ptr<float>() + row * width, width);
+  for (const auto& [s, n] : batch) {
+    s->computed += n;
+    if (opt_.prefix_caching) s->kv->publish_full_blocks(s->tokens, s->computed);
   }
+  for (size_t r = 0; r < sampling_.size(); ++r)
+    on_token(*batch[sampling_[r]].first, logits->ptr<float>() + static_cast<int64_t>(r) * width, width);
 }
 
 void Engine::on_token(Sequence& s, const float* row, int64_t width) {
-  Sampled t = s.sampler.sample({row, static_cast<size_t>(width)});
+  Sampled t = s.sampler.sample({row, static_cast<size_t>(width)}, s.req.logprobs);
   s.tokens.push_back(t.token);
   const auto now = clock_type::now();
   if (s.num_output() == 1) {

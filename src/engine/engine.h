@@ -86,6 +86,8 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;  // oldest admission first
   std::vector<int64_t> ids_, positions_;
   std::vector<runtime::SequenceSlice> slices_;
+  std::vector<int64_t> logit_rows_;  // batch rows sampled this step
+  std::vector<size_t> sampling_;     // their sequences (indices into the step's batch)
 
   mutable std::mutex mu_;  // guards incoming_, stopping_, metrics_
   std::condition_variable cv_;

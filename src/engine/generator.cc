@@ -34,7 +34,11 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   runtime::SequenceSlice slice{0, n_prompt, n_prompt, seq.slots()};
 
   auto t0 = clock::now();
-  const runtime::Tensor* logits = &model.forward(req.prompt_ids, positions, {&slice, 1});
+  // Without on_logits only the last prompt row is sampled: only it goes through the LM head.
+  const int64_t last_row = n_prompt - 1;
+  const runtime::Tensor* logits =
+      on_logits ? &model.forward(req.prompt_ids, positions, {&slice, 1})
+                : &model.forward(req.prompt_ids, positions, {&slice, 1}, std::span<const int64_t>(&last_row, 1));
   res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   auto emit_rows = [&](const runtime::Tensor& l, int64_t from) {
     if (!on_logits) return;

@@ -1,5 +1,6 @@
 #include "engine/model.h"
 
+#include "engine/logit_rows.h"
 #include "kv/pool_sizing.h"
 
 #include <fmt/core.h>
@@ -189,6 +190,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
       constants[target] = Tensor::contiguous_view(const_cast<void*>(tv.data), file_dtype(tv.dtype, target), shape);
     }
   }
+  m->vocab_size_ = required_size(m->graph_.model, "vocab_size", ir_dir);
+  m->selects_rows_ = select_sampled_rows(m->graph_, m->vocab_size_, m->select_rows_note_);
   m->executor_ = std::make_unique<runtime::Executor>(m->graph_, params, constants);
   for (const auto& target : m->executor_->input_targets()) {
     if (target == "input_ids") m->input_roles_.push_back(0);
@@ -199,7 +202,6 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   m->inputs_.resize(m->input_roles_.size());
 
   const auto& model = m->graph_.model;
-  m->vocab_size_ = required_size(model, "vocab_size", ir_dir);
   m->max_context_ = required_size(model, "max_position_embeddings", ir_dir);
   auto config = read_json(model_dir / "config.json");
   auto gen = read_json(model_dir / "generation_config.json");
@@ -211,14 +213,16 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
                                          options.kv_tokens, m->max_context_));
   const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
-  int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers), m->max_context_, options.kv_block_size);
+  int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers, options.kv_dtype), m->max_context_,
+                                   options.kv_block_size);
   if (options.tp_size > 1) blocks = static_cast<int32_t>(dist::world().all_min(blocks));
-  m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size);
+  m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size, options.kv_dtype);
   return m;
 }
 
 const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
-                                      std::span<const runtime::SequenceSlice> sequences) {
+                                      std::span<const runtime::SequenceSlice> sequences,
+                                      std::optional<std::span<const int64_t>> logit_rows) {
   if (before_forward_) before_forward_(input_ids, positions, sequences);
   const int64_t n = static_cast<int64_t>(input_ids.size());
   ids_buf_.assign(input_ids.begin(), input_ids.end());
@@ -229,7 +233,24 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
                                          input_roles_[i] == 2 ? std::span<const int64_t>(shape + 1, 1)
                                                               : std::span<const int64_t>(shape, 2));
   runtime::Batch batch{sequences, kv_.get()};
-  return executor_->run(inputs_, batch);
+  if (logit_rows && logit_rows->empty()) throw std::invalid_argument("forward: logit_rows is empty");
+  if (logit_rows && selects_rows_) {
+    batch.select_rows = true;
+    batch.logit_rows = *logit_rows;
+  }
+  const runtime::Tensor& all = executor_->run(inputs_, batch);
+  if (!logit_rows || selects_rows_) return all;
+  // The graph computed every row: copy out the ones asked for.
+  const int64_t width = all.shape[2], rows = static_cast<int64_t>(logit_rows->size());
+  gathered_.resize(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = (*logit_rows)[r];
+    if (src < 0 || src >= all.shape[1]) throw std::out_of_range(fmt::format("logit row {} is outside the batch", src));
+    std::copy_n(all.ptr<float>() + src * width, width, gathered_.data() + r * width);
+  }
+  const int64_t out_shape[3] = {1, rows, width};
+  gathered_view_ = runtime::Tensor::contiguous_view(gathered_.data(), runtime::DType::f32, out_shape);
+  return gathered_view_;
 }
 
 }  // namespace fuselm::engine

@@ -29,6 +29,8 @@ struct ModelOptions {
   /// may exceed one context. 0 with kv_tokens 0: kv_max_seqs contexts, capped by free memory.
   int64_t kv_cache_bytes = 0;
   int32_t kv_max_seqs = 1;
+  /// How the KV cache stores its rows (--kv-cache-dtype): bf16 halves its bytes per token.
+  kv::KvDType kv_dtype = kv::KvDType::f32;
   /// Fusers to run over the graph before it executes (on by default; --no-fuse, --disable-fuser).
   fusers::Options fusers;
   /// Run although checkpoint tensors in numbered blocks beyond the graph's go unread
@@ -48,10 +50,17 @@ class Model {
                                      const ModelOptions& options = {});
 
   /// Runs the graph: input_ids and positions have one entry per token of the batch ([num_tokens]);
-  /// batch describes the sequences. Returns logits [1, num_tokens, vocab] f32, valid until the
-  /// next call.
+  /// batch describes the sequences. Returns logits [1, num_tokens, vocab] f32, or with
+  /// `logit_rows` (indices into the batch, at least one) [1, rows, vocab] for those rows in that
+  /// order: only they go through the LM head when the graph's head was found (selects_rows()),
+  /// else they are copied out of the full logits. Valid until the next call.
   const runtime::Tensor& forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
-                                 std::span<const runtime::SequenceSlice> sequences);
+                                 std::span<const runtime::SequenceSlice> sequences,
+                                 std::optional<std::span<const int64_t>> logit_rows = std::nullopt);
+  /// Whether the LM head runs on the selected rows only (engine/logit_rows.h); when not,
+  /// select_rows_note() says why.
+  bool selects_rows() const { return selects_rows_; }
+  const std::string& select_rows_note() const { return select_rows_note_; }
 
   /// Called with every forward's inputs before it runs (rank 0 under TP broadcasts the step).
   using StepHook = std::function<void(std::span<const int64_t>, std::span<const int64_t>,
@@ -91,6 +100,10 @@ class Model {
   std::optional<int64_t> bos_id_;
   StepHook before_forward_;
   std::string shard_report_;
+  bool selects_rows_ = false;
+  std::string select_rows_note_;
+  std::vector<float> gathered_;  // selected rows when the graph cannot select them itself
+  runtime::Tensor gathered_view_;
 };
 
 /// KV layout of every attention layer in the graph, indexed by the op's layer index

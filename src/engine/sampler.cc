@@ -59,14 +59,36 @@ void Sampler::fill_top(std::span<const float> raw, double log_z, Sampled& out) {
   for (int64_t i = 0; i < k; ++i) out.top.emplace_back(order_[i], static_cast<float>(raw[order_[i]] - log_z));
 }
 
-Sampled Sampler::sample(std::span<const float> raw) {
+int64_t Sampler::draw_untruncated(std::span<const float> logits, float max) {
+  // No top-k, top-p or min-p: softmax(logits / T) over the vocabulary in id order, no sort (a sort
+  // of the vocabulary per token would cost more than the rest of a batched decode step's sampling).
+  const int64_t n = static_cast<int64_t>(logits.size());
+  probs_.resize(n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (probs_[i] = static_cast<float>(std::exp((logits[i] - max) / p_.temperature)));
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_), acc = 0;
+  int64_t last = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (probs_[i] == 0.f) continue;
+    acc += probs_[i];
+    last = i;
+    if (r < acc) return i;
+  }
+  return last;  // r at the very top of the range (rounding)
+}
+
+Sampled Sampler::sample(std::span<const float> raw, bool logprobs) {
   const int64_t n = static_cast<int64_t>(raw.size());
   // logprobs are of the model's own distribution; sampling sees the penalized logits.
-  double raw_max = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < n; ++i) raw_max = std::max<double>(raw_max, raw[i]);
-  double raw_z = 0;
-  for (int64_t i = 0; i < n; ++i) raw_z += std::exp(static_cast<double>(raw[i]) - raw_max);
-  const double log_z = std::log(raw_z) + raw_max;
+  double log_z = 0;
+  if (logprobs) {
+    double raw_max = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < n; ++i) raw_max = std::max<double>(raw_max, raw[i]);
+    double raw_z = 0;
+    for (int64_t i = 0; i < n; ++i) raw_z += std::exp(static_cast<double>(raw[i]) - raw_max);
+    log_z = std::log(raw_z) + raw_max;
+  }
   std::span<const float> logits = penalized() ? apply_penalties(raw) : raw;
   float max = -std::numeric_limits<float>::infinity();
   int64_t argmax = 0;
@@ -76,12 +98,13 @@ Sampled Sampler::sample(std::span<const float> raw) {
       argmax = i;
     }
   auto finish = [&](int64_t t) {
-    Sampled s{t, static_cast<float>(raw[t] - log_z), {}};
-    fill_top(raw, log_z, s);
+    Sampled s{t, logprobs ? static_cast<float>(raw[t] - log_z) : 0.f, {}};
+    if (logprobs) fill_top(raw, log_z, s);
     ++output_counts_[t];
     return s;
   };
   if (p_.temperature == 0.f || p_.top_k == 1) return finish(argmax);
+  if (p_.top_k <= 0 && p_.top_p >= 1.f && p_.min_p <= 0.f) return finish(draw_untruncated(logits, max));
 
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);

@@ -37,11 +37,15 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   /// The prompt tokens the repetition penalty also covers (call before the first sample()).
   void set_prompt(std::span<const int64_t> prompt);
-  Sampled sample(std::span<const float> logits);
+  /// The next token. With `logprobs` false the caller reads only the token: the log-softmax over
+  /// the vocabulary (a pass of exponentials, the largest cost of a greedy step) is skipped and
+  /// logprob and top stay empty.
+  Sampled sample(std::span<const float> logits, bool logprobs = true);
   const SamplingParams& params() const { return p_; }
 
  private:
   bool penalized() const;
+  int64_t draw_untruncated(std::span<const float> logits, float max);
   std::span<const float> apply_penalties(std::span<const float> logits);
   void fill_top(std::span<const float> raw, double log_z, Sampled& out);
 

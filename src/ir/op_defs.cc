@@ -35,6 +35,7 @@ std::span<const OpDef> op_defs() {
        {"input", "gate_weight", "correction_bias", "scoring", "groups", "topk_group", "group_score", "top_k", "renorm",
         "renorm_eps", "scaling"}},
       {"fuselm.all_reduce.default", {"input"}},  // dist_ops.cc; the TP sharding plan (src/dist)
+      {"fuselm.select_rows.default", {"input"}},  // select_rows_op.cc; inserted by the engine before the LM head
   };
   return kDefs;
 }

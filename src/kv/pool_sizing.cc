@@ -18,6 +18,19 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
+int64_t default_pool_tokens(int32_t max_seqs, int64_t max_context, int64_t bytes_per_token, int64_t available,
+                            int32_t block_size) {
+  const int64_t per_token = std::max<int64_t>(1, bytes_per_token);
+  const int64_t wanted = max_context * std::max<int32_t>(1, max_seqs);
+  int64_t cap = kDefaultMaxBytes;
+  // The weights are loaded already, and others share the machine: a share of what is free now.
+  if (available > 0) cap = std::min<int64_t>(cap, static_cast<int64_t>(kDefaultShareOfFree * static_cast<double>(available)));
+  int64_t tokens = std::min(wanted, cap / per_token);
+  // One full context, so that any request the model accepts fits the pool, when memory allows.
+  if (tokens < max_context && (available <= 0 || max_context * per_token <= available / 2)) tokens = max_context;
+  return std::max<int64_t>(tokens, block_size);
+}
+
 int32_t pool_blocks(const PoolSizing& s, int64_t bytes_per_token, int64_t max_context, int32_t block_size) {
   const int64_t block_bytes = std::max<int64_t>(1, bytes_per_token) * block_size;
   int64_t blocks = 0;
@@ -27,12 +40,9 @@ int32_t pool_blocks(const PoolSizing& s, int64_t bytes_per_token, int64_t max_co
       throw std::invalid_argument("--kv-cache-memory " + std::to_string(s.bytes) + " bytes holds no KV block (one is " +
                                   std::to_string(block_bytes) + " bytes)");
   } else {
-    int64_t tokens = s.tokens > 0 ? s.tokens : max_context * std::max<int32_t>(1, s.max_seqs);
-    if (s.tokens <= 0) {
-      // 40% of what is free now: the weights are loaded already, and others share the machine.
-      const int64_t avail = available_memory_bytes();
-      if (avail > 0) tokens = std::min(tokens, std::max<int64_t>(block_size, avail * 2 / 5 / std::max<int64_t>(1, bytes_per_token)));
-    }
+    const int64_t tokens = s.tokens > 0 ? s.tokens
+                                        : default_pool_tokens(s.max_seqs, max_context, bytes_per_token,
+                                                              available_memory_bytes(), block_size);
     blocks = (tokens + block_size - 1) / block_size;
   }
   return static_cast<int32_t>(std::clamp<int64_t>(blocks, 1, std::numeric_limits<int32_t>::max() / std::max(1, block_size)));

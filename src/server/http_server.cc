@@ -1,4 +1,5 @@
 #include "server/http_server.h"
+#include "server/peer_socket.h"
 
 #include <fmt/core.h>
 #include <httplib.h>
@@ -163,8 +164,20 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
     std::string text;
     std::vector<engine::TokenOut> tokens;
     engine::Event e;
+    // A client that hangs up before the answer is ready cancels the request (its blocks go back).
+    // Checked every 100 ms, also while tokens keep coming.
+    const int fd = find_connection_socket(hreq.remote_addr, hreq.remote_port, hreq.local_port);
+    auto next_check = std::chrono::steady_clock::now();
     for (;;) {
-      if (!stream->next(e, std::chrono::milliseconds(200))) continue;
+      const bool got = stream->next(e, std::chrono::milliseconds(100));
+      if (fd >= 0 && std::chrono::steady_clock::now() >= next_check) {
+        next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        if (peer_hung_up(fd)) {
+          stream->cancel();
+          return;
+        }
+      }
+      if (!got) continue;
       text += e.text;
       for (auto& t : e.tokens) tokens.push_back(std::move(t));
       if (e.finished) break;

@@ -30,10 +30,13 @@ class FakeBackend : public Backend {
   FakeBackend(int32_t blocks, int32_t block_size, int64_t ctx = 512)
       : cache_({kv::LayerShape{1, 0}}, blocks, block_size), ctx_(ctx) {}
   const runtime::Tensor& forward(std::span<const int64_t> ids, std::span<const int64_t> positions,
-                                 std::span<const runtime::SequenceSlice> seqs) override {
+                                 std::span<const runtime::SequenceSlice> seqs,
+                                 std::span<const int64_t> logit_rows) override {
     ++forwards;
     max_tokens_seen = std::max<int64_t>(max_tokens_seen, static_cast<int64_t>(ids.size()));
-    logits_.assign(ids.size() * kVocab, 0.f);
+    max_rows_seen = std::max<int64_t>(max_rows_seen, static_cast<int64_t>(logit_rows.size()));
+    EXPECT_FALSE(logit_rows.empty());
+    all_.assign(ids.size() * kVocab, 0.f);
     float* k = cache_.k(0);
     for (const auto& s : seqs) {
       const int64_t start = s.context_len - s.num_tokens;
@@ -43,10 +46,16 @@ class FakeBackend : public Backend {
         std::vector<int64_t> ctx;
         for (int64_t q = 0; q <= start + j; ++q) ctx.push_back(static_cast<int64_t>(k[s.slots[q]]));
         auto row = reference_logits(ctx);
-        std::copy(row.begin(), row.end(), logits_.begin() + (s.first_token + j) * kVocab);
+        std::copy(row.begin(), row.end(), all_.begin() + (s.first_token + j) * kVocab);
       }
     }
-    const int64_t shape[3] = {1, static_cast<int64_t>(ids.size()), kVocab};
+    logits_.clear();  // the rows asked for, in order (as the model's LM head after select_rows)
+    for (int64_t r : logit_rows) {
+      EXPECT_GE(r, 0);
+      EXPECT_LT(r, static_cast<int64_t>(ids.size()));
+      logits_.insert(logits_.end(), all_.begin() + r * kVocab, all_.begin() + (r + 1) * kVocab);
+    }
+    const int64_t shape[3] = {1, static_cast<int64_t>(logit_rows.size()), kVocab};
     out_ = runtime::Tensor::contiguous_view(logits_.data(), runtime::DType::f32, shape);
     return out_;
   }
@@ -55,12 +64,12 @@ class FakeBackend : public Backend {
   int64_t vocab_size() const override { return kVocab; }
   const std::vector<int64_t>& eos_token_ids() const override { return eos_; }
   std::vector<int64_t> eos_;
-  int64_t forwards = 0, max_tokens_seen = 0;
+  int64_t forwards = 0, max_tokens_seen = 0, max_rows_seen = 0;
 
  private:
   kv::PagedKvCache cache_;
   int64_t ctx_;
-  std::vector<float> logits_;
+  std::vector<float> all_, logits_;
   runtime::Tensor out_;
 };
 
@@ -134,6 +143,7 @@ TEST(Engine, BatchedChunkedAndPreemptedOutputsEqualEachRequestAlone) {
   EXPECT_EQ(m.pool.used, 0);
   EXPECT_EQ(m.running + m.waiting, 0);
   EXPECT_LE(be.max_tokens_seen, 16);
+  EXPECT_LE(be.max_rows_seen, 8);  // one LM-head row per sampling sequence, never a whole chunk
   EXPECT_EQ(m.requests_finished, 12);
 }
 

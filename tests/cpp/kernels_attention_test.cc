@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dtype.h"
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
@@ -248,6 +249,105 @@ TEST_P(KernelsAttention, RowStridesLetVAliasKRows) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * (1.f + std::fabs(want[i]))) << i;
   b.v_row_stride = dv - 1;  // narrower than a V row
   EXPECT_THROW(attention(b), std::invalid_argument);
+}
+
+// A serving step's batch: many sequences of one layer in one call (decodes and a prefill chunk,
+// scattered slots of one shared cache) give what attention() gives for each on its own, and write
+// the same cache rows.
+TEST_P(KernelsAttention, BatchOfSequencesEqualsEachAlone) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  testing::ScopedThreads threads(2);
+  const int64_t hq = 6, hkv = 2, d = 32, n_seq = 12, slots_n = 2048;
+  std::vector<int32_t> perm(slots_n);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(77));
+  auto cache_k = random_floats(static_cast<size_t>(slots_n * hkv * d), 910);
+  auto cache_v = random_floats(static_cast<size_t>(slots_n * hkv * d), 911);
+  auto k2 = cache_k, v2 = cache_v;
+  std::vector<std::vector<float>> q, k, v, want, got;
+  std::vector<AttentionArgs> alone, batch;
+  int64_t next_slot = 0;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int64_t ctx = 40 + 13 * s, t = s == 5 ? 7 : 1;
+    const int32_t* slots = perm.data() + next_slot;
+    next_slot += ctx;
+    q.push_back(random_floats(static_cast<size_t>(t * hq * d), 920 + s));
+    k.push_back(random_floats(static_cast<size_t>(t * hkv * d), 940 + s));
+    v.push_back(random_floats(static_cast<size_t>(t * hkv * d), 960 + s));
+    want.emplace_back(static_cast<size_t>(t * hq * d));
+    got.emplace_back(static_cast<size_t>(t * hq * d));
+    AttentionArgs a;
+    a.k_cache = cache_k.data(), a.v_cache = cache_v.data(), a.num_slots = slots_n, a.slots = slots;
+    a.ctx_len = ctx, a.t = t, a.q = q.back().data(), a.k = k.back().data(), a.v = v.back().data();
+    a.hq = hq, a.hkv = hkv, a.dqk = d, a.dv = d, a.scale = 0.17f, a.sliding_window = 64;
+    a.out = want.back().data();
+    alone.push_back(a);
+    a.k_cache = k2.data(), a.v_cache = v2.data(), a.out = got.back().data();
+    batch.push_back(a);
+  }
+  for (const auto& a : alone) attention(a);
+  attention_batch(batch);
+  EXPECT_EQ(cache_k, k2);
+  EXPECT_EQ(cache_v, v2);
+  for (int64_t s = 0; s < n_seq; ++s)
+    for (size_t i = 0; i < want[s].size(); ++i)
+      ASSERT_NEAR(got[s][i], want[s][i], 1e-5f * (1.f + std::fabs(want[s][i]))) << "sequence " << s << " " << i;
+  batch[3].hkv = 3, batch[3].hq = 6;  // head layouts must agree across the batch
+  EXPECT_THROW(attention_batch(batch), std::invalid_argument);
+}
+
+// A bf16 cache (--kv-cache-dtype bf16): new rows are stored rounded to nearest even, and the result
+// equals fp32 attention over a cache (and new K/V) holding exactly those rounded values; alone and
+// in a batch.
+TEST_P(KernelsAttention, Bf16CacheEqualsF32OverTheRoundedRows) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  const int64_t hq = 4, hkv = 2, dqk = 40, dv = 24, ctx = 150, t = 3, slots_n = 200;
+  auto round = [](std::vector<float> x) {
+    for (float& f : x) f = bf16_to_f32(f32_to_bf16(f));
+    return x;
+  };
+  std::vector<int32_t> slots(ctx);
+  for (int64_t j = 0; j < ctx; ++j) slots[j] = static_cast<int32_t>((j * 71 + 5) % slots_n);
+  const auto k_ctx = random_floats(static_cast<size_t>(slots_n * hkv * dqk), 931);
+  const auto v_ctx = random_floats(static_cast<size_t>(slots_n * hkv * dv), 932);
+  std::vector<uint16_t> k16(k_ctx.size()), v16(v_ctx.size());
+  for (size_t i = 0; i < k_ctx.size(); ++i) k16[i] = f32_to_bf16(k_ctx[i]);
+  for (size_t i = 0; i < v_ctx.size(); ++i) v16[i] = f32_to_bf16(v_ctx[i]);
+  auto k32 = round(k_ctx), v32 = round(v_ctx);
+  const auto q = random_floats(static_cast<size_t>(t * hq * dqk), 933);
+  const auto k_new = random_floats(static_cast<size_t>(t * hkv * dqk), 934);
+  const auto v_new = random_floats(static_cast<size_t>(t * hkv * dv), 935);
+  const auto k_new_r = round(k_new), v_new_r = round(v_new);
+  std::vector<float> want(static_cast<size_t>(t * hq * dv)), got(want.size());
+  AttentionArgs a;
+  a.num_slots = slots_n, a.slots = slots.data(), a.ctx_len = ctx, a.t = t, a.q = q.data();
+  a.hq = hq, a.hkv = hkv, a.dqk = dqk, a.dv = dv, a.scale = 0.15f, a.softcap = 20.f;
+  AttentionArgs f = a;
+  f.k_cache = k32.data(), f.v_cache = v32.data(), f.k = k_new_r.data(), f.v = v_new_r.data(), f.out = want.data();
+  attention(f);
+  AttentionArgs b = a;
+  b.cache_bf16 = true;
+  b.k_cache = k16.data(), b.v_cache = v16.data(), b.k = k_new.data(), b.v = v_new.data(), b.out = got.data();
+  attention(b);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * (1.f + std::fabs(want[i]))) << i;
+  for (int64_t i = 0; i < t; ++i)  // the new rows are in the cache, rounded
+    for (int64_t e = 0; e < hkv * dqk; ++e)
+      ASSERT_EQ(k16[slots[ctx - t + i] * hkv * dqk + e], f32_to_bf16(k_new[i * hkv * dqk + e]));
+  // The same sequence many times in one batch (each its own output): every copy equals `want`.
+  testing::ScopedThreads threads(2);
+  std::vector<std::vector<float>> outs(8, std::vector<float>(want.size()));
+  std::vector<AttentionArgs> batch;
+  for (auto& o : outs) {
+    AttentionArgs c = b;
+    c.k = c.v = nullptr;  // the rows are in the cache already (written once above)
+    c.out = o.data();
+    batch.push_back(c);
+  }
+  attention_batch(batch);
+  for (const auto& o : outs)
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(o[i], want[i], 1e-5f * (1.f + std::fabs(want[i]))) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(, KernelsAttention, ::testing::ValuesIn(testing::all_isas()),

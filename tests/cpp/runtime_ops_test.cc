@@ -1495,6 +1495,40 @@ void add_fused_cases(Cases& m) {
   };
 }
 
+// fuselm.select_rows (select_rows_op.cc, inserted by the engine before the LM head): the rows
+// Batch::logit_rows lists, in that order; every row when the batch selects none.
+void add_select_rows_cases(Cases& m) {
+  m["fuselm.select_rows.default"] = [] {
+    const std::string op = "fuselm.select_rows.default";
+    Host x = rand_host(DType::f32, {1, 5, 6}, 521);
+    check_op(op, {{x, Layout::transposed}}, [](auto n) { return std::vector<Arg>{R(n[0])}; }, x, "no selection");
+    const std::vector<int64_t> rows = {4, 0, 2, 2};
+    Host want{DType::f32, {1, 4, 6}, {}};
+    for (int64_t r : rows)
+      for (int64_t k = 0; k < 6; ++k) want.v.push_back(x.v[r * 6 + k]);
+    for (Layout layout : {Layout::contiguous, Layout::transposed}) {
+      OpGraph g;
+      g.output(g.op(op, {R(g.input(x, layout))}, DType::f32, {1, 4, 6}));
+      Batch b;
+      b.select_rows = true;
+      b.logit_rows = rows;
+      expect_close(g.run(b), want, 0, 0, "rows 4, 0, 2, 2");
+    }
+    OpGraph g;
+    g.output(g.op(op, {R(g.input(x))}, DType::f32, {1, 1, 6}));
+    const std::vector<int64_t> bad = {5};
+    Batch b;
+    b.select_rows = true;
+    b.logit_rows = bad;
+    try {
+      g.run(b);
+      ADD_FAILURE() << "a row outside the batch was selected";
+    } catch (const std::exception& e) {
+      EXPECT_CONTAINS(std::string(e.what()), "outside the batch of 5 tokens");
+    }
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mutations (mutation_ops.cc): MLA's key assembly, new_empty + copy_ into two slices of it.
 
@@ -1530,8 +1564,11 @@ void add_mutation_cases(Cases& m) {
 
 // fuselm.mla_attention against expanded attention: per head k_j = [W_k·c_j | k_rot_j],
 // v_j = W_v·c_j, then eager softmax attention; two sequences over two steps (prefill, then a
-// decode and a long prefill continuation) on a latent cache of R + Dr floats per slot.
-void check_mla() {
+// decode and a long prefill continuation) on a latent cache of R + Dr floats per slot. With a bf16
+// cache the latent and rope rows are drawn bf16-representable, so the stored rows are exact and
+// the result is the same.
+void check_mla(kv::KvDType cache_dtype) {
+  SCOPED_TRACE(std::string("cache ") + kv::kv_dtype_name(cache_dtype));
   const int64_t H = 3, Dn = 4, Dr = 2, Dv = 5, Rk = 6;
   const double scale = 0.4;
   const int64_t lens[2] = {24, 3};
@@ -1540,6 +1577,9 @@ void check_mla() {
     qs.push_back(rand_host(DType::f32, {lens[s], H, Dn + Dr}, 701 + s, -1, 1));
     lats.push_back(rand_host(DType::f32, {lens[s], Rk}, 711 + s, -1, 1));
     rots.push_back(rand_host(DType::f32, {lens[s], Dr}, 721 + s, -1, 1));
+    if (cache_dtype == kv::KvDType::bf16)
+      for (Host* h : {&lats.back(), &rots.back()})
+        for (double& x : h->v) x = as_dtype(DType::bf16, x);
   }
   Host w = rand_host(DType::f32, {H * (Dn + Dv), Rk}, 731, -0.7, 0.7);
   auto wrow = [&](int64_t row, int64_t r) { return w.v[row * Rk + r]; };
@@ -1568,8 +1608,9 @@ void check_mla() {
   // Step 2's 19-token chunk takes the expanded form (t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R), the others
   // the absorbed one.
   std::vector<std::vector<Chunk>> steps = {{{0, 0, 5}, {1, 0, 2}}, {{1, 2, 1}, {0, 5, 19}}};
-  kv::PagedKvCache cache({kv::LayerShape{Rk + Dr, 0}}, 16, 2);
-  std::fill_n(cache.k(0), 32 * (Rk + Dr), NAN);  // never-written slots must not be read
+  kv::PagedKvCache cache({kv::LayerShape{Rk + Dr, 0}}, 16, 2, cache_dtype);
+  if (cache_dtype == kv::KvDType::bf16) std::fill_n(cache.k_bf16(0), 32 * (Rk + Dr), uint16_t{0x7fc0});  // bf16 NaN
+  else std::fill_n(cache.k(0), 32 * (Rk + Dr), NAN);  // never-written slots must not be read
   std::vector<kv::SequenceKv> seq_kv(2);
   std::vector<int64_t> ctx(2, 0);
 
@@ -1617,7 +1658,12 @@ void check_mla() {
   }
 }
 
-void add_mla_cases(Cases& m) { m["fuselm.mla_attention.default"] = [] { check_mla(); }; }
+void add_mla_cases(Cases& m) {
+  m["fuselm.mla_attention.default"] = [] {
+    check_mla(kv::KvDType::f32);
+    check_mla(kv::KvDType::bf16);
+  };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Complex numbers (complex_ops.cc), as DeepseekV2's rope uses them: read back through view_as_real.
@@ -1680,6 +1726,7 @@ const Cases& op_cases() {
     add_scalar_cases(m);
     add_attention_cases(m);
     add_fused_cases(m);
+    add_select_rows_cases(m);
     add_mutation_cases(m);
     add_mla_cases(m);
     add_complex_cases(m);

@@ -178,6 +178,21 @@ def test_disconnect_mid_stream_frees_blocks(server):
     assert m["generation_tokens_total"] - before["generation_tokens_total"] < 400
 
 
+def test_disconnect_before_a_non_streaming_answer_frees_blocks(server):
+    before = server.metrics()
+    body = json.dumps({"model": MODEL, "prompt": "Tell me a long story.", "max_tokens": 2000,
+                       "ignore_eos": True, "temperature": 0}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    wait_for(server, lambda m: m["num_requests_running"] == 1 and m["kv_blocks_used"] > 0
+             and m["generation_tokens_total"] > before["generation_tokens_total"], "the request to start")
+    s.close()
+    m = wait_for(server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
+                 and m["request_aborted_total"] > before["request_aborted_total"], "the hung-up request")
+    assert m["generation_tokens_total"] - before["generation_tokens_total"] < 1500
+
+
 def test_repeated_system_prompt_hits_the_prefix_cache(client, server):
     system = "You are a meticulous assistant. " * 20  # well over several 16-token blocks
     def ask(q):
@@ -243,6 +258,37 @@ def test_small_pool_preempts_and_completes_with_the_right_text(fuselm_bin, smoll
             together = list(pool.map(run, prompts))
         assert s.metrics()["num_preemptions_total"] > 0
         assert together == alone
+        assert s.metrics()["kv_blocks_used"] == 0
+    finally:
+        assert s.stop() == 0
+
+
+def _pool_tokens(log: str) -> int:
+    line = next(l for l in log.splitlines() if "KV pool" in l)
+    return int(line.split("KV pool ")[1].split(" tokens")[0])
+
+
+def test_bf16_kv_cache_halves_memory_and_agrees_greedily(fuselm_bin, smollm2_dir, server, client, tmp_path):  # noqa: F811
+    s = Server(fuselm_bin, smollm2_dir, ["--kv-cache-dtype", "bf16", "--kv-cache-memory", "1GiB", "--max-num-seqs", "8"],
+               tmp_path / "bf16.log")
+    try:
+        # The same bytes hold twice the tokens (the module's server has a 1 GiB fp32 pool).
+        assert _pool_tokens(s.log_path.read_text()) == 2 * _pool_tokens(server.log_path.read_text())
+        c16 = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=600)
+
+        def run(cl, q):
+            r = cl.completions.create(model=MODEL, prompt=q, max_tokens=16, temperature=0, logprobs=1,
+                                      extra_body={"ignore_eos": True})
+            return r.choices[0].logprobs.tokens, r.choices[0].logprobs.token_logprobs
+
+        with cf.ThreadPoolExecutor(8) as pool:  # batched on the bf16 server
+            got = list(pool.map(lambda q: run(c16, q), QUESTIONS))
+        want = [run(client, q) for q in QUESTIONS]
+        same = sum(g[0] == w[0] for g, w in zip(got, want))
+        assert same >= 6, (got, want)
+        for (gt, gl), (wt, wl) in zip(got, want):
+            assert gt[:4] == wt[:4]
+            assert abs(gl[0] - wl[0]) < 0.05  # the first token's log-probability (same context)
         assert s.metrics()["kv_blocks_used"] == 0
     finally:
         assert s.stop() == 0

@@ -1,12 +1,14 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <vector>
 #include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/dtype.h"
 #include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
@@ -60,12 +62,25 @@ void copy_row(float* dst, const float* src, int64_t n) {
   if (dst != src) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+// Writes new K (V) row `src` at float offset `at` of the cache, rounding to bf16 for a bf16 cache.
+void store_row(const AttentionArgs& a, void* cache, int64_t at, const float* src, int64_t n) {
+  if (!a.cache_bf16) return copy_row(static_cast<float*>(cache) + at, src, n);
+  uint16_t* dst = static_cast<uint16_t*>(cache) + at;
+  for (int64_t e = 0; e < n; ++e) dst[e] = f32_to_bf16(src[e]);
+}
+
+using GroupFn = decltype(AttentionKernels::attend_group);
+GroupFn group_kernel(const AttentionKernels& k, const AttentionArgs& a) {
+  return a.cache_bf16 ? k.attend_group_bf16 : k.attend_group;
+}
+
 }  // namespace
 
 void attention(const AttentionArgs& args) {
   const AttentionArgs a = resolve(args);
   if (a.t == 0) return;
   const AttentionKernels& kern = attention_kernels();
+  const GroupFn attend = group_kernel(kern, a);
   const int64_t group = a.hq / a.hkv, dv = a.dv;
   const int64_t first = a.ctx_len - a.t;  // position of new token 0
   auto key_lo = [&](int64_t pos) {
@@ -105,10 +120,8 @@ void attention(const AttentionArgs& args) {
     for (int64_t w = 0; w < writes; ++w) {
       const int64_t i = w / a.hkv, h = w % a.hkv;
       const int64_t slot = a.slots[first + i];
-      copy_row(a.k_cache + slot * k_row + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride,
-               a.dqk);
-      copy_row(a.v_cache + slot * v_row + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride,
-               a.dv);
+      store_row(a, a.k_cache, slot * k_row + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
+      store_row(a, a.v_cache, slot * v_row + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
     // (implicit barrier: every new K/V is in the cache before any token reads it)
 
@@ -130,7 +143,7 @@ void attention(const AttentionArgs& args) {
           m[r] = sink ? a.sinks[h] : neg_inf;
           l[r] = sink ? 1.f : 0.f;
         }
-        kern.attend_group(a, i, g * group + h0, nh, s_lo, s_hi, o, m, l);
+        attend(a, i, g * group + h0, nh, s_lo, s_hi, o, m, l);
         for (int64_t r = 0; r < nh; ++r) {
           if (part) {
             o[r][dv] = m[r];
@@ -160,6 +173,80 @@ void attention(const AttentionArgs& args) {
           for (int64_t d = 0; d < dv; ++d) out[d] += wgt * pr[d];
         }
         kern.scale_row(out, dv, 1.f / sum);
+      }
+    }
+  }
+}
+
+void attention_batch(std::span<const AttentionArgs> batch) {
+  thread_local std::vector<AttentionArgs> seqs;
+  thread_local std::vector<int64_t> first_item;  // per sequence: its first work item
+  seqs.clear();
+  first_item.clear();
+  int64_t items = 0, work = 0;
+  for (const auto& in : batch) {
+    AttentionArgs a = resolve(in);
+    if (a.t == 0) continue;
+    if (!seqs.empty() && (a.hq != seqs[0].hq || a.hkv != seqs[0].hkv || a.dqk != seqs[0].dqk || a.dv != seqs[0].dv ||
+                          a.cache_bf16 != seqs[0].cache_bf16))
+      fail("the sequences of a batch have different head layouts or cache dtypes");
+    first_item.push_back(items);
+    items += a.t * a.hkv;
+    work += (a.ctx_len - a.t / 2) * a.t * a.hq * (a.dqk + a.dv);  // about: keys visited per token
+    seqs.push_back(a);
+  }
+  if (seqs.empty()) return;
+  const int nt = kernel_threads(work, int64_t{1} << 15);
+  if (seqs.size() == 1 || items < 4 * nt) {  // few items: attention() splits keys into segments
+    for (const auto& a : seqs) attention(a);
+    return;
+  }
+  const AttentionKernels& kern = attention_kernels();
+  const int64_t group = seqs[0].hq / seqs[0].hkv, hkv = seqs[0].hkv;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  auto key_lo = [](const AttentionArgs& a, int64_t pos) {
+    return a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
+  };
+  // Plain locals for the team: a thread_local named inside the region would be each thread's own.
+  const AttentionArgs* const seq = seqs.data();
+  const int64_t* const first = first_item.data();
+  const int64_t n_seq = static_cast<int64_t>(seqs.size());
+  auto sequence_of = [&](int64_t it) { return std::upper_bound(first, first + n_seq, it) - first - 1; };
+
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {  // every new K/V row into the cache first
+      const int64_t sq = sequence_of(it);
+      const AttentionArgs& a = seq[sq];
+      if (!a.k) continue;
+      const int64_t w = it - first[sq], i = w / hkv, h = w % hkv;
+      const int64_t slot = a.slots[a.ctx_len - a.t + i];
+      store_row(a, a.k_cache, slot * a.k_row_stride + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
+      store_row(a, a.v_cache, slot * a.v_row_stride + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
+    }
+    // (implicit barrier: every new K/V is in the cache before any token reads it)
+
+    constexpr int64_t kMaxGroup = 64;
+    float* o[kMaxGroup];
+    float m[kMaxGroup], l[kMaxGroup];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = items - 1; it >= 0; --it) {
+      const int64_t sq = sequence_of(it);
+      const AttentionArgs& a = seq[sq];
+      const int64_t w = it - first[sq], i = w / hkv, g = w % hkv;
+      const int64_t pos = a.ctx_len - a.t + i;
+      for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
+        const int64_t nh = std::min(kMaxGroup, group - h0);
+        for (int64_t r = 0; r < nh; ++r) {
+          const int64_t h = g * group + h0 + r;
+          o[r] = a.out + (i * a.hq + h) * a.dv;
+          std::fill(o[r], o[r] + a.dv, 0.f);
+          m[r] = a.sinks ? a.sinks[h] : neg_inf;
+          l[r] = a.sinks ? 1.f : 0.f;
+        }
+        group_kernel(kern, a)(a, i, g * group + h0, nh, key_lo(a, pos), pos + 1, o, m, l);
+        for (int64_t r = 0; r < nh; ++r) kern.scale_row(o[r], a.dv, 1.f / l[r]);
       }
     }
   }

@@ -2,7 +2,7 @@
 // attention: causal softmax attention of a sequence's new tokens over an engine-owned KV cache
 // that is paged by slot (one layer).
 //
-// KV cache (fp32, owned by the engine):
+// KV cache (fp32, or bf16 with cache_bf16; owned by the engine):
 //   k_cache [num_slots][hkv * dqk]    row of a slot: its K for every KV head, head-major
 //   v_cache [num_slots][hkv * dv]   (rows k_row_stride / v_row_stride apart when those are set)
 //   slots[j], j < ctx_len: the slot holding context position j (the caller's block table, flattened)
@@ -27,12 +27,16 @@
 // context also splits the keys into segments whose partial softmax sums are merged at the end.
 // Throws std::invalid_argument on inconsistent arguments (and slots outside [0, num_slots)).
 #include <cstdint>
+#include <span>
 
 namespace fuselm::kernels {
 
 struct AttentionArgs {
-  float* k_cache = nullptr;
-  float* v_cache = nullptr;
+  // Rows of float, or of bf16 (uint16_t) when cache_bf16: new K/V are rounded to nearest even when
+  // written and widened to fp32 when read; the arithmetic is fp32 either way.
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  bool cache_bf16 = false;
   int64_t num_slots = 0;  // rows of each cache; every slot is checked against it
   const int32_t* slots = nullptr;
   int64_t ctx_len = 0;
@@ -58,5 +62,12 @@ struct AttentionArgs {
 };
 
 void attention(const AttentionArgs& args);
+
+/// The attention of several sequences of one layer (the batch of a serving step), each as
+/// attention() computes it, in one parallel region: a decode step of many short sequences is one
+/// work list of (sequence, token, KV group) items instead of a thread team per sequence. Falls back
+/// to attention() per sequence when the items are too few to keep every thread busy (then key
+/// segments split the work). Throws as attention() does.
+void attention_batch(std::span<const AttentionArgs> batch);
 
 }  // namespace fuselm::kernels

@@ -7,27 +7,37 @@
 namespace fuselm::kernels {
 namespace {  // NOLINT
 
+// Cache rows as fp32 vectors: an f32 cache loads them, a bf16 cache widens them.
 template <class V>
-FUSELM_INLINE void dot4(const float* q, const float* k0, const float* k1, const float* k2,
-                        const float* k3, int64_t d, float* s) {
+FUSELM_INLINE typename V::R ld(const float* p) { return V::load(p); }
+template <class V>
+FUSELM_INLINE typename V::R ld(const uint16_t* p) { return V::load_bf16(p); }
+template <class V>
+FUSELM_INLINE typename V::R ldn(const float* p, int n) { return V::loadn(p, n); }
+template <class V>
+FUSELM_INLINE typename V::R ldn(const uint16_t* p, int n) { return V::loadn_bf16(p, n); }
+
+template <class V, class T>
+FUSELM_INLINE void dot4(const float* q, const T* k0, const T* k1, const T* k2,
+                        const T* k3, int64_t d, float* s) {
   using R = typename V::R;
   constexpr int W = V::W;
   R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
   int64_t i = 0;
   for (; i + W <= d; i += W) {
     const R qv = V::load(q + i);
-    a0 = V::fma(qv, V::load(k0 + i), a0);
-    a1 = V::fma(qv, V::load(k1 + i), a1);
-    a2 = V::fma(qv, V::load(k2 + i), a2);
-    a3 = V::fma(qv, V::load(k3 + i), a3);
+    a0 = V::fma(qv, ld<V>(k0 + i), a0);
+    a1 = V::fma(qv, ld<V>(k1 + i), a1);
+    a2 = V::fma(qv, ld<V>(k2 + i), a2);
+    a3 = V::fma(qv, ld<V>(k3 + i), a3);
   }
   if (i < d) {
     const int r = static_cast<int>(d - i);
     const R qv = V::loadn(q + i, r);
-    a0 = V::fma(qv, V::loadn(k0 + i, r), a0);
-    a1 = V::fma(qv, V::loadn(k1 + i, r), a1);
-    a2 = V::fma(qv, V::loadn(k2 + i, r), a2);
-    a3 = V::fma(qv, V::loadn(k3 + i, r), a3);
+    a0 = V::fma(qv, ldn<V>(k0 + i, r), a0);
+    a1 = V::fma(qv, ldn<V>(k1 + i, r), a1);
+    a2 = V::fma(qv, ldn<V>(k2 + i, r), a2);
+    a3 = V::fma(qv, ldn<V>(k3 + i, r), a3);
   }
   s[0] = V::hsum(a0);
   s[1] = V::hsum(a1);
@@ -35,24 +45,24 @@ FUSELM_INLINE void dot4(const float* q, const float* k0, const float* k1, const 
   s[3] = V::hsum(a3);
 }
 
-template <class V>
-FUSELM_INLINE float dot1(const float* q, const float* k, int64_t d) {
+template <class V, class T>
+FUSELM_INLINE float dot1(const float* q, const T* k, int64_t d) {
   using R = typename V::R;
   constexpr int W = V::W;
   R a = V::zero();
   int64_t i = 0;
-  for (; i + W <= d; i += W) a = V::fma(V::load(q + i), V::load(k + i), a);
+  for (; i + W <= d; i += W) a = V::fma(V::load(q + i), ld<V>(k + i), a);
   if (i < d) {
     const int r = static_cast<int>(d - i);
-    a = V::fma(V::loadn(q + i, r), V::loadn(k + i, r), a);
+    a = V::fma(V::loadn(q + i, r), ldn<V>(k + i, r), a);
   }
   return V::hsum(a);
 }
 
 // o[0, d) = o · alpha + sum_{c < n} p[c] · v_c[0, d). Slabs of 4 vectors of o stay in registers
 // over all n rows, with even and odd rows in separate accumulators (8 independent FMA chains).
-template <class V>
-FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const float* const* v,
+template <class V, class T>
+FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const T* const* v,
                                  int n, int64_t d) {
   using R = typename V::R;
   constexpr int W = V::W;
@@ -68,18 +78,18 @@ FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const fl
     int c = 0;
     for (; c + 2 <= n; c += 2) {
       const R p0 = V::set1(p[c]), p1 = V::set1(p[c + 1]);
-      const float* v0 = v[c] + d0;
-      const float* v1 = v[c + 1] + d0;
+      const T* v0 = v[c] + d0;
+      const T* v1 = v[c + 1] + d0;
       FUSELM_UNROLL(4)
       for (int u = 0; u < 4; ++u) {
-        e[u] = V::fma(p0, V::load(v0 + u * W), e[u]);
-        f[u] = V::fma(p1, V::load(v1 + u * W), f[u]);
+        e[u] = V::fma(p0, ld<V>(v0 + u * W), e[u]);
+        f[u] = V::fma(p1, ld<V>(v1 + u * W), f[u]);
       }
     }
     if (c < n) {
       const R p0 = V::set1(p[c]);
       FUSELM_UNROLL(4)
-      for (int u = 0; u < 4; ++u) e[u] = V::fma(p0, V::load(v[c] + d0 + u * W), e[u]);
+      for (int u = 0; u < 4; ++u) e[u] = V::fma(p0, ld<V>(v[c] + d0 + u * W), e[u]);
     }
     FUSELM_UNROLL(4)
     for (int u = 0; u < 4; ++u) V::store(o + d0 + u * W, V::add(e[u], f[u]));
@@ -89,10 +99,10 @@ FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const fl
     R e = V::mul(V::loadn(o + d0, r), al), f = V::zero();
     int c = 0;
     for (; c + 2 <= n; c += 2) {
-      e = V::fma(V::set1(p[c]), V::loadn(v[c] + d0, r), e);
-      f = V::fma(V::set1(p[c + 1]), V::loadn(v[c + 1] + d0, r), f);
+      e = V::fma(V::set1(p[c]), ldn<V>(v[c] + d0, r), e);
+      f = V::fma(V::set1(p[c + 1]), ldn<V>(v[c + 1] + d0, r), f);
     }
-    if (c < n) e = V::fma(V::set1(p[c]), V::loadn(v[c] + d0, r), e);
+    if (c < n) e = V::fma(V::set1(p[c]), ldn<V>(v[c] + d0, r), e);
     V::storen(o + d0, V::add(e, f), r);
   }
 }
@@ -100,9 +110,9 @@ FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const fl
 // Logits of one chunk for the q heads [h0, h0 + nh): s[r*CH + c] = q_r · k_c (unscaled).
 // W keys at a time are transposed in registers to kt[d][key], so each head accumulates W logits in
 // one vector with broadcast q[d] (no horizontal sums), and the transposed block serves every head.
-template <class V, int CH, int kMaxD>
+template <class V, int CH, int kMaxD, class T>
 FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh,
-                                const float* const* kr, int n, float* s) {
+                                const T* const* kr, int n, float* s) {
   using R = typename V::R;
   constexpr int W = V::W;
   const int64_t dqk = a.dqk;
@@ -123,7 +133,7 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
       R t[W];
       FUSELM_UNROLL(16)
       for (int i = 0; i < W; ++i)
-        t[i] = i >= nk ? V::zero() : dn == W ? V::load(kr[c0 + i] + d0) : V::loadn(kr[c0 + i] + d0, dn);
+        t[i] = i >= nk ? V::zero() : dn == W ? ld<V>(kr[c0 + i] + d0) : ldn<V>(kr[c0 + i] + d0, dn);
       V::transpose(t);
       if (dn == W) {
         FUSELM_UNROLL(16)
@@ -152,7 +162,8 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
 // [lo, hi): per head r, o[r] (dv floats) accumulates unnormalised p·V with running max m[r] and
 // sum l[r] (set by the caller: -inf/0, or the sink). Keys go in chunks of 64; a chunk's K and V
 // rows are read from memory once and then serve every head of the group from L1.
-template <Isa I>
+// T: the cache's element type (float, or uint16_t for bf16 rows).
+template <Isa I, class T>
 void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh, int64_t lo,
                        int64_t hi, float* const* o, float* m, float* l) {
   using V = Vec<I>;
@@ -160,13 +171,13 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   constexpr int W = V::W;
   constexpr int CH = 64;
   alignas(64) float s_all[64 * CH];
-  const float* kr[CH];
-  const float* vr[CH];
+  const T* kr[CH];
+  const T* vr[CH];
 
   const int64_t kvh = h0 / (a.hq / a.hkv);
   const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
-  const float* kc = a.k_cache + kvh * a.dqk;
-  const float* vc = a.v_cache + kvh * a.dv;
+  const T* kc = static_cast<const T*>(a.k_cache) + kvh * a.dqk;
+  const T* vc = static_cast<const T*>(a.v_cache) + kvh * a.dv;
   const int64_t dv = a.dv;
   const float scale = a.scale, cap = a.softcap;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -240,7 +251,7 @@ void scale_row_impl(float* o, int64_t n, float f) {
 
 template <Isa I>
 constexpr AttentionKernels make_attention_kernels() {
-  return {&attend_group_impl<I>, &scale_row_impl<I>};
+  return {&attend_group_impl<I, float>, &scale_row_impl<I>, &attend_group_impl<I, uint16_t>};
 }
 
 }  // namespace

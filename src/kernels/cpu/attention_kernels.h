@@ -14,6 +14,9 @@ struct AttentionKernels {
                        int64_t hi, float* const* o, float* m, float* l);
   /// o[0, n) *= f
   void (*scale_row)(float* o, int64_t n, float f);
+  /// attend_group over a bf16 cache (AttentionArgs::cache_bf16).
+  void (*attend_group_bf16)(const AttentionArgs& a, int64_t i, int64_t h0, int64_t nh, int64_t lo,
+                            int64_t hi, float* const* o, float* m, float* l);
 };
 
 extern const AttentionKernels kAttentionKernelsGeneric;

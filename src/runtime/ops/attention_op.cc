@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <string_view>
+#include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "kv/paged_kv_cache.h"
@@ -54,12 +55,18 @@ void attention(OpCall& c) {
   const float* sinks = c.has("sinks") ? contiguous_as(c.tensor("sinks"), DType::f32, ssink).ptr<float>() : nullptr;
   Tensor out = c.alloc(DType::f32, {1, T, Hq, Dv});
 
+  // One work list over all sequences (kernels::attention_batch): a decode step of many sequences
+  // is one parallel region per layer, not one per sequence.
+  thread_local std::vector<kernels::AttentionArgs> args;
+  const bool bf16 = batch.kv->dtype() == kv::KvDType::bf16;
+  args.clear();
   int64_t covered = 0;
   for (const auto& s : batch.sequences) {
     if (s.first_token + s.num_tokens > T) c.fail("batch layout does not match the token count");
     kernels::AttentionArgs a;
-    a.k_cache = batch.kv->k(static_cast<int>(layer));
-    a.v_cache = batch.kv->v(static_cast<int>(layer));
+    a.cache_bf16 = bf16;
+    a.k_cache = bf16 ? static_cast<void*>(batch.kv->k_bf16(static_cast<int>(layer))) : batch.kv->k(static_cast<int>(layer));
+    a.v_cache = bf16 ? static_cast<void*>(batch.kv->v_bf16(static_cast<int>(layer))) : batch.kv->v(static_cast<int>(layer));
     a.num_slots = batch.kv->num_slots();
     a.slots = s.slots;
     a.ctx_len = s.context_len;
@@ -83,10 +90,11 @@ void attention(OpCall& c) {
     a.chunk_size = c.integer("chunk_size");
     a.softcap = static_cast<float>(c.real("softcap"));
     a.sinks = sinks;
-    kernels::attention(a);
+    args.push_back(a);
     covered += s.num_tokens;
   }
   if (covered != T) c.fail("batch covers " + std::to_string(covered) + " of " + std::to_string(T) + " tokens");
+  kernels::attention_batch(args);
   set_out(c, out);
 }
 

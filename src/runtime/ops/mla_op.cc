@@ -15,6 +15,9 @@
 // the op expands when t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R. Weights are read in their storage dtype.
 // The op writes the rows and checks shapes; the arithmetic is kernels::mla_attention (kernels/cpu/mla.h).
 #include <cstring>
+#include <vector>
+
+#include "kernels/cpu/dtype.h"
 
 #include "kernels/cpu/mla.h"
 #include "kv/paged_kv_cache.h"
@@ -62,7 +65,11 @@ void mla_attention(OpCall& c) {
   const int64_t Dl = R + Dr;
   const kernels::DType wd = weight_storage(c, w, "up-projection weight");
   if (!w.is_contiguous()) c.fail("up-projection weight " + w.describe() + " is not contiguous");
-  float* cache = batch.kv->k(static_cast<int>(layer));
+  // A bf16 cache keeps rounded rows; each sequence's context is widened into an f32 copy that the
+  // kernel reads through dense slots (the latent rows are small: R + Dr floats per token).
+  const bool bf16 = batch.kv->dtype() == kv::KvDType::bf16;
+  float* cache = bf16 ? nullptr : batch.kv->k(static_cast<int>(layer));
+  uint16_t* cache16 = bf16 ? batch.kv->k_bf16(static_cast<int>(layer)) : nullptr;
   Tensor out = c.alloc(DType::f32, {1, T, H, Dv});
   float* O = out.ptr<float>();
 
@@ -75,9 +82,17 @@ void mla_attention(OpCall& c) {
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int32_t slot = s.slots[first + i];
       if (slot < 0 || slot >= batch.kv->num_slots()) c.fail(fmt::format("slot {} is outside the KV cache", slot));
+      const float* lat_row = lf.ptr<float>() + (s.first_token + i) * R;
+      const float* rot_row = rf.ptr<float>() + (s.first_token + i) * Dr;
+      if (bf16) {
+        uint16_t* row = cache16 + int64_t{slot} * Dl;
+        for (int64_t e = 0; e < R; ++e) row[e] = kernels::f32_to_bf16(lat_row[e]);
+        for (int64_t e = 0; e < Dr; ++e) row[R + e] = kernels::f32_to_bf16(rot_row[e]);
+        continue;
+      }
       float* row = cache + int64_t{slot} * Dl;
-      std::memcpy(row, lf.ptr<float>() + (s.first_token + i) * R, static_cast<size_t>(R) * sizeof(float));
-      std::memcpy(row + R, rf.ptr<float>() + (s.first_token + i) * Dr, static_cast<size_t>(Dr) * sizeof(float));
+      std::memcpy(row, lat_row, static_cast<size_t>(R) * sizeof(float));
+      std::memcpy(row + R, rot_row, static_cast<size_t>(Dr) * sizeof(float));
     }
     covered += s.num_tokens;
   }
@@ -90,6 +105,20 @@ void mla_attention(OpCall& c) {
     m.cache = cache;
     m.num_slots = batch.kv->num_slots();
     m.slots = s.slots;
+    Scratch sw(c.ctx);
+    thread_local std::vector<int32_t> dense;
+    if (bf16) {
+      const int64_t n = s.context_len * Dl;
+      float* rows = sw.alloc(DType::f32, std::span<const int64_t>(&n, 1)).ptr<float>();
+      for (int64_t j = 0; j < s.context_len; ++j) {
+        const uint16_t* src = cache16 + int64_t{s.slots[j]} * Dl;
+        for (int64_t e = 0; e < Dl; ++e) rows[j * Dl + e] = kernels::bf16_to_f32(src[e]);
+      }
+      while (static_cast<int64_t>(dense.size()) < s.context_len) dense.push_back(static_cast<int32_t>(dense.size()));
+      m.cache = rows;
+      m.num_slots = s.context_len;
+      m.slots = dense.data();
+    }
     m.ctx = s.context_len, m.t = s.num_tokens;
     m.w_up = w.data;
     m.w_dtype = wd;

@@ -1,0 +1,21 @@
+#pragma once
+// Only the rows that are sampled go through the LM head. The graph's last step is a product of
+// the hidden states [1, T, H] with a weight into the vocabulary ([1, T, V], possibly followed by
+// row-wise scaling or soft-capping); select_sampled_rows inserts fuselm.select_rows on that
+// product's input, so a step computes logits for the rows its Batch lists (one per sampling
+// sequence) instead of every token of every prefill chunk. Decided by structure alone.
+#include <cstdint>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace fuselm::engine {
+
+/// Rewrites g in place when its first output is, through row-wise ops only (dtype casts,
+/// aliases, arithmetic with scalars, tanh), an aten.linear / aten.matmul of a [1, T, H] value by a
+/// token-independent weight giving [1, T, vocab], where T is input_ids' token dimension. Returns
+/// true when the node was inserted; false with the reason in `why` (g unchanged), in which case
+/// every row keeps its logits. Idempotent (a graph that already selects is left alone).
+bool select_sampled_rows(ir::Graph& g, int64_t vocab_size, std::string& why);
+
+}  // namespace fuselm::engine

@@ -1,0 +1,140 @@
+// select_sampled_rows: the LM head is found by structure (a product into the vocabulary behind
+// the output through row-wise ops), fuselm.select_rows is put on its input, and the executor
+// then gives the logits of the selected rows equal to those rows of the full logits. Graphs it
+// cannot prove are left alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "engine/logit_rows.h"
+#include "runtime/executor.h"
+
+namespace fuselm::engine {
+namespace {
+
+constexpr int64_t kVocab = 11, kHidden = 5, kTable = 7;
+
+ir::Arg ref(int i) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::ref;
+  a.ref = i;
+  return a;
+}
+
+ir::Arg real(double v) {
+  ir::Arg a;
+  a.kind = ir::Arg::Kind::real;
+  a.f = v;
+  return a;
+}
+
+ir::TensorMeta meta(std::vector<ir::Dim> shape) { return ir::TensorMeta{ir::DType::f32, std::move(shape)}; }
+
+int add(ir::Graph& g, std::string name, std::string op, std::vector<ir::Arg> args, ir::TensorMeta out,
+        std::string kind = {}, std::string target = {}) {
+  ir::Node n;
+  n.index = static_cast<int>(g.nodes.size());
+  n.name = std::move(name);
+  n.op = std::move(op);
+  n.args = std::move(args);
+  n.out_kind = ir::Node::Out::tensor;
+  n.out = std::move(out);
+  n.placeholder_kind = std::move(kind);
+  n.target = std::move(target);
+  g.index_by_name[n.name] = n.index;
+  g.nodes.push_back(std::move(n));
+  return g.nodes.back().index;
+}
+
+// ids [1, s0] -> embedding [1, s0, H] -> tanh -> linear(W [V, H]) [1, s0, V] -> then `tail` on it.
+ir::Graph toy(const std::string& tail_op) {
+  ir::Graph g;
+  const ir::Dim s0{0, "s0"}, one{1, ""}, h{kHidden, ""}, v{kVocab, ""};
+  ir::TensorMeta ids = meta({one, s0});
+  ids.dtype = ir::DType::i64;
+  const int in = add(g, "input_ids", "placeholder", {}, ids, "input", "input_ids");
+  const int emb_w = add(g, "p_emb", "placeholder", {}, meta({ir::Dim{kTable, ""}, h}), "parameter", "emb");
+  const int head_w = add(g, "p_head", "placeholder", {}, meta({v, h}), "parameter", "head");
+  const int emb = add(g, "embedding", "aten.embedding.default", {ref(emb_w), ref(in)}, meta({one, s0, h}));
+  const int act = add(g, "tanh", "aten.tanh.default", {ref(emb)}, meta({one, s0, h}));
+  int out = add(g, "linear", "aten.linear.default", {ref(act), ref(head_w), ir::Arg{}}, meta({one, s0, v}));
+  if (tail_op == "div") out = add(g, "div", "aten.div.Tensor", {ref(out), real(3.0)}, meta({one, s0, v}));
+  if (tail_op == "softmax")
+    out = add(g, "softmax", "aten._softmax.default", {ref(out), ir::Arg{ir::Arg::Kind::integer, false, -1}},
+              meta({one, s0, v}));
+  g.outputs = {out};
+  return g;
+}
+
+TEST(LogitRows, InsertsTheSelectionBeforeTheHeadAndKeepsRefs) {
+  ir::Graph g = toy("div");
+  std::string why;
+  ASSERT_TRUE(select_sampled_rows(g, kVocab, why)) << why;
+  const auto& sel = g.node("fuselm_select_rows");
+  const auto& lin = g.node("linear");
+  EXPECT_EQ(sel.op, "fuselm.select_rows.default");
+  EXPECT_EQ(sel.args[0].ref, g.index_by_name.at("tanh"));
+  EXPECT_EQ(lin.args[0].ref, sel.index);
+  EXPECT_EQ(lin.args[1].ref, g.index_by_name.at("p_head"));
+  EXPECT_EQ(g.node("div").args[0].ref, lin.index);
+  EXPECT_EQ(g.outputs.front(), g.index_by_name.at("div"));
+  for (size_t i = 0; i < g.nodes.size(); ++i) EXPECT_EQ(g.nodes[i].index, static_cast<int>(i));
+  const size_t n = g.nodes.size();
+  EXPECT_TRUE(select_sampled_rows(g, kVocab, why));  // idempotent
+  EXPECT_EQ(g.nodes.size(), n);
+}
+
+TEST(LogitRows, LeavesGraphsItCannotProveAlone) {
+  std::string why;
+  ir::Graph soft = toy("softmax");  // not known to be row-wise by this pass
+  EXPECT_FALSE(select_sampled_rows(soft, kVocab, why));
+  EXPECT_NE(why.find("softmax"), std::string::npos) << why;
+  ir::Graph wrong_vocab = toy("");
+  EXPECT_FALSE(select_sampled_rows(wrong_vocab, kVocab + 1, why));
+  ir::Graph div_shared = toy("div");  // the head's output is also a second output: all rows are read
+  div_shared.outputs.push_back(div_shared.index_by_name.at("linear"));
+  EXPECT_FALSE(select_sampled_rows(div_shared, kVocab, why));
+  EXPECT_EQ(div_shared.index_by_name.count("fuselm_select_rows"), 0u);
+  ir::Graph head_shared = toy("");  // the head is the output and a second output too
+  head_shared.outputs.push_back(head_shared.index_by_name.at("linear"));
+  EXPECT_FALSE(select_sampled_rows(head_shared, kVocab, why));
+  EXPECT_NE(why.find("also read"), std::string::npos) << why;
+}
+
+TEST(LogitRows, SelectedRowsEqualThoseRowsOfTheFullLogits) {
+  std::vector<float> emb(kTable * kHidden), head(kVocab * kHidden);
+  for (size_t i = 0; i < emb.size(); ++i) emb[i] = std::sin(0.7f * static_cast<float>(i) + 0.1f);
+  for (size_t i = 0; i < head.size(); ++i) head[i] = std::cos(0.3f * static_cast<float>(i));
+  const int64_t emb_shape[2] = {kTable, kHidden}, head_shape[2] = {kVocab, kHidden};
+  std::map<std::string, runtime::Tensor> params{
+      {"emb", runtime::Tensor::contiguous_view(emb.data(), runtime::DType::f32, emb_shape)},
+      {"head", runtime::Tensor::contiguous_view(head.data(), runtime::DType::f32, head_shape)}};
+  ir::Graph plain = toy("div"), selecting = toy("div");
+  std::string why;
+  ASSERT_TRUE(select_sampled_rows(selecting, kVocab, why)) << why;
+  runtime::Executor full(plain, params, {}), sel(selecting, params, {});
+  std::vector<int64_t> ids = {3, 1, 4, 1, 5, 6};
+  const int64_t ids_shape[2] = {1, static_cast<int64_t>(ids.size())};
+  runtime::Tensor in = runtime::Tensor::contiguous_view(ids.data(), runtime::DType::i64, ids_shape);
+  const runtime::Tensor& all = full.run({&in, 1}, runtime::Batch{});
+  ASSERT_EQ(all.shape[1], 6);
+  const std::vector<int64_t> rows = {5, 2, 0};
+  runtime::Batch b;
+  b.select_rows = true;
+  b.logit_rows = rows;
+  const runtime::Tensor& got = sel.run({&in, 1}, b);
+  ASSERT_EQ(got.ndim, 3);
+  ASSERT_EQ(got.shape[1], 3);
+  ASSERT_EQ(got.shape[2], kVocab);
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int64_t v = 0; v < kVocab; ++v)
+      EXPECT_FLOAT_EQ(got.ptr<float>()[r * kVocab + v], all.ptr<float>()[rows[r] * kVocab + v]) << r << "," << v;
+  const runtime::Tensor& again = sel.run({&in, 1}, runtime::Batch{});  // no selection: every row
+  ASSERT_EQ(again.shape[1], 6);
+  for (int64_t i = 0; i < 6 * kVocab; ++i) EXPECT_FLOAT_EQ(again.ptr<float>()[i], all.ptr<float>()[i]);
+}
+
+}  // namespace
+}  // namespace fuselm::engine
