@@ -18,6 +18,10 @@ const LinearKernels kLinearKernelsGeneric = make_linear_kernels<Isa::generic>();
 namespace {
 
 const LinearKernels& linear_kernels(Isa isa) {
+#if FUSELM_X86_ISAS
+  if (isa == Isa::amx) return kLinearKernelsAmx;
+  if (isa == Isa::avx512bf16) return kLinearKernelsAvx512Bf16;
+#endif
   return isa_kernels<kLinearKernelsGeneric, kLinearKernelsAvx2, kLinearKernelsAvx512>(isa);
 }
 

@@ -36,5 +36,7 @@ inline constexpr int64_t kGemvRows = 8;
 extern const LinearKernels kLinearKernelsGeneric;
 extern const LinearKernels kLinearKernelsAvx2;
 extern const LinearKernels kLinearKernelsAvx512;
+extern const LinearKernels kLinearKernelsAvx512Bf16;  // bf16 weights via vdpbf16ps, else avx512
+extern const LinearKernels kLinearKernelsAmx;         // as Avx512Bf16, bf16 GEMM on AMX tiles
 
 }  // namespace fuselm::kernels
