@@ -206,6 +206,54 @@ TEST_P(KernelsLinearBf16, MatchesThePlainPathOnRoundedActivations) {
   }
 }
 
+// Weights packed once give the same bits as packing per call: GEMM shapes with n not a multiple
+// of a panel, odd k, past a 1024-column block, on 1 and 2 threads; and GEMV shapes, where the
+// packed copy is not read (or, for [k, n] on avx512bf16, only from whole panels).
+TEST_P(KernelsLinearBf16, PackedAtLoadEqualsPackedPerCall) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  struct Shape { int64_t m, n, k; };
+  for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn})
+    for (const Shape s : {Shape{9, 70, 33}, Shape{64, 1100, 129}, Shape{33, 200, 1}, Shape{1, 130, 65},
+                          Shape{5, 300, 64}})
+      for (int threads : {1, 2}) {
+        testing::ScopedThreads t(threads);
+        const int64_t ldw = l == WeightLayout::nk ? s.k : s.n;
+        const auto x = random_floats(static_cast<size_t>(s.m * s.k), 50);
+        const auto w = random_weights(static_cast<size_t>(s.n * s.k), DType::bf16, 51);
+        const auto packed = PackedLinearWeights::pack(w.data(), DType::bf16, l, ldw, s.n, s.k);
+        ASSERT_TRUE(packed);
+        std::vector<float> a(s.m * s.n), b(s.m * s.n);
+        LinearArgs args{.x = x.data(), .w = w.data(), .w_dtype = DType::bf16, .w_layout = l,
+                        .ldw = ldw, .y = a.data(), .m = s.m, .n = s.n, .k = s.k};
+        linear(args);
+        args.y = b.data();
+        args.packed = packed.get();
+        linear(args);
+        EXPECT_EQ(a, b) << "m" << s.m << " n" << s.n << " k" << s.k << " t" << threads;
+      }
+}
+
+TEST(KernelsLinearPacked, OnlyPathsWithAPackedLayoutPack) {
+  const auto w = random_weights(64 * 64, DType::bf16, 52);
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    ScopedCpuIsa scoped(isa);
+    EXPECT_FALSE(PackedLinearWeights::pack(w.data(), DType::bf16, WeightLayout::nk, 64, 64, 64));
+  }
+  if (cpu_supports(Isa::avx512bf16)) {
+    ScopedCpuIsa scoped(Isa::avx512bf16);
+    EXPECT_FALSE(PackedLinearWeights::pack(w.data(), DType::f32, WeightLayout::nk, 64, 64, 64));
+    const auto p = PackedLinearWeights::pack(w.data(), DType::bf16, WeightLayout::nk, 64, 64, 64);
+    ASSERT_TRUE(p);
+    const float x[64] = {};
+    float y[2 * 32];
+    EXPECT_THROW(linear({.x = x, .w = w.data(), .w_dtype = DType::bf16, .y = y, .m = 2, .n = 32, .k = 32,
+                         .packed = p.get()}),
+                 std::invalid_argument);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(, KernelsLinearBf16, ::testing::Values(Isa::avx512bf16, Isa::amx),
                          testing::isa_param_name);
 

@@ -3,7 +3,7 @@
 //
 // Same operands as dot_gemm: x rounded to bf16 in per-thread scratch (rows padded with zeros to a
 // multiple of 32, k to panel_pairs(k) pairs) and W packed to pair panels bp[kp][64] (one 1 MiB
-// block of columns at a time). A 32×32 block of y is four 16×16 fp32 tiles accumulated over all
+// block of columns at a time, or PackedLinearWeights packed at load). A 32×32 block of y is four 16×16 fp32 tiles accumulated over all
 // of k with tdpbf16ps (16×16×32 multiply-adds each): A tiles are 16 rows × 32 bf16 of x, B tiles 16
 // pairs × 16 columns of a panel (row stride 256 bytes). The tiles are then stored to a 32×32
 // buffer and added to the bias into y, which clips the padded rows and columns. Each calling
@@ -70,12 +70,12 @@ void amx_gemm(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_
   x_to_bf16(p, m0, rows, xb, ldb);
   std::memset(xb + rows * ldb, 0, static_cast<size_t>((rows_pad - rows) * ldb) * 2);
   const int64_t nc_max = pack_block_cols(kp);
-  uint32_t* bp = reinterpret_cast<uint32_t*>(thread_scratch(0, static_cast<size_t>(nc_max * kp)));
+  uint32_t* scratch = reinterpret_cast<uint32_t*>(thread_scratch(0, static_cast<size_t>(nc_max * kp)));
   float* tmp = thread_scratch(2, 32 * 32);
   load_tile_config();
   for (int64_t nc0 = n0; nc0 < n1; nc0 += nc_max) {
     const int64_t nc = std::min(nc_max, n1 - nc0);
-    pack_block(p, nc0, nc, kp, bp);
+    const uint32_t* bp = block_panels(p, nc0, nc, kp, scratch);
     for (int64_t r = 0; r < rows; r += 32) {
       const int rv = static_cast<int>(std::min<int64_t>(32, rows - r));
       for (int64_t c = 0; c < nc; c += 32) {

@@ -233,6 +233,21 @@ void pack_block(const LinearProblem& p, int64_t nc0, int64_t nc, int64_t kp, uin
   }
 }
 
+// The panels of columns [nc0, nc0 + nc): p.packed's where nc0 starts a panel (linear.cc splits
+// the GEMM's columns on whole panels; the GEMV's [k, n] fallback splits on 16), else packed now
+// into scratch.
+const uint32_t* block_panels(const LinearProblem& p, int64_t nc0, int64_t nc, int64_t kp, uint32_t* scratch) {
+  if (p.packed && nc0 % kDotNR == 0) return p.packed->panel(nc0 / kDotNR);
+  pack_block(p, nc0, nc, kp, scratch);
+  return scratch;
+}
+
+// All of W into PackedLinearWeights' layout (the table's pack_bf16).
+void pack_all_bf16(const LinearProblem& p, uint32_t* out) {
+  const int64_t kp = panel_pairs(p.k);
+  for (int64_t c = 0; c < p.n; c += 1024) pack_block(p, c, std::min<int64_t>(1024, p.n - c), kp, out + c / kDotNR * kp * kDotNR);
+}
+
 // Rows [m0, m1), columns [n0, n1) of y for bf16 W (either layout).
 void dot_gemm(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int64_t kp = panel_pairs(p.k), ldb = round_up32(p.k), lda32 = ldb / 2;
@@ -240,11 +255,11 @@ void dot_gemm(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_
   x_to_bf16(p, m0, m1 - m0, x16, ldb);
   const uint32_t* xb = reinterpret_cast<const uint32_t*>(x16);
   const int64_t nc_max = pack_block_cols(kp);
-  uint32_t* bp = reinterpret_cast<uint32_t*>(thread_scratch(0, static_cast<size_t>(nc_max * kp)));
+  uint32_t* scratch = reinterpret_cast<uint32_t*>(thread_scratch(0, static_cast<size_t>(nc_max * kp)));
   for (int64_t nc0 = n0; nc0 < n1; nc0 += nc_max) {
     const int64_t nc = std::min(nc_max, n1 - nc0);
     const int64_t panels = (nc + kDotNR - 1) / kDotNR;
-    pack_block(p, nc0, nc, kp, bp);
+    const uint32_t* bp = block_panels(p, nc0, nc, kp, scratch);
     for (int64_t q0 = 0; q0 < kp; q0 += kDotKCP) {
       const int64_t kcp = std::min(kDotKCP, kp - q0);
       const bool accumulate = q0 > 0;
