@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
         ScopedCpuIsa scoped(isa);
         const double t = time_call(f, s, 1, isa == Isa::generic ? min_s / 4 : min_s, cycle);
         // avx512 without VNNI runs the quant kernels' avx2 path: mark it
-        const bool fallback = f.quant && isa == Isa::avx512 && std::string(quant_kernel_path()) != "vnni";
+        const bool fallback = f.quant && isa >= Isa::avx512 && std::string(quant_kernel_path()) != "vnni";
         fmt::print(" | {:>8.1f} {:>5.1f}{:<2}", t * 1e6, f.bytes(s) / t / 1e9, fallback ? " *" : "");
       }
       fmt::print("\n");

@@ -45,6 +45,7 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
     args_[node.index].resize(node.args.size());
     for (const auto& a : node.args) for_each_ref(a, [&](int r) { last_use_[r] = node.index; });
   }
+  pack_weights();
   for (int o : graph.outputs) last_use_[o] = INT_MAX;
   for (size_t i = 0; i < n; ++i) {
     const auto& node = graph.nodes[i];
@@ -52,6 +53,26 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
     // A value nobody reads is dropped right after it is made.
     int at = last_use_[i] < 0 ? static_cast<int>(i) : last_use_[i];
     if (at != INT_MAX) frees_at_[at].push_back(static_cast<int>(i));
+  }
+}
+
+// The weight operand of linear (argument 1, [n, k]) and addmm (argument 2, [k, n]) where it is a
+// dense 2-d bf16 parameter: packed once, shared by every node that reads the same tensor.
+void Executor::pack_weights() {
+  for (const auto& node : graph_.nodes) {
+    const bool linear = node.op == "aten.linear.default", addmm = node.op == "aten.addmm.default";
+    if (!linear && !addmm) continue;
+    const size_t at = linear ? 1 : 2;
+    if (node.args.size() <= at || node.args[at].kind != ir::Arg::Kind::ref) continue;
+    const auto& src = graph_.nodes[node.args[at].ref];
+    if (src.op != "placeholder" || src.placeholder_kind != "parameter") continue;
+    const Tensor& w = values_[src.index].t;
+    if (w.dtype != DType::bf16 || w.ndim != 2 || w.strides[1] != 1 || w.strides[0] != w.shape[1]) continue;
+    if (ctx_.packed_weights(w.data)) continue;
+    const auto layout = linear ? kernels::WeightLayout::nk : kernels::WeightLayout::kn;
+    const int64_t n = linear ? w.shape[0] : w.shape[1], k = linear ? w.shape[1] : w.shape[0];
+    if (auto p = kernels::PackedLinearWeights::pack(w.data, kernels::DType::bf16, layout, 0, n, k))
+      ctx_.add_packed_weights(w.data, std::move(p));
   }
 }
 

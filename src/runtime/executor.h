@@ -19,7 +19,8 @@ namespace fuselm::runtime {
 class Executor {
  public:
   /// params/constants: placeholder target -> tensor (weights may be bf16/f16; the memory must
-  /// outlive the executor). Throws std::runtime_error naming the first op the engine lacks, with
+  /// outlive the executor). bf16 weights of linear/addmm are packed here, once, for the linear
+  /// kernels where the ISA path has a packed layout (kernels::PackedLinearWeights). Throws std::runtime_error naming the first op the engine lacks, with
   /// its module path, or a placeholder without a tensor.
   Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,
            const std::map<std::string, Tensor>& constants);
@@ -43,6 +44,7 @@ class Executor {
 
  private:
   void resolve(const ir::Arg& a, Value& v);
+  void pack_weights();
   void retain(const Value& v);
   void drop(Value& v);
 

@@ -2,10 +2,13 @@
 // What an op may use besides its arguments: an allocator on the device it runs on, the batch of
 // sequences (for the ops that see sequences: attention), and the error context that names the
 // op, its module and node. Ops never see the Executor.
+#include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 
 #include "ir/graph.h"
+#include "kernels/cpu/linear.h"
 #include "runtime/batch.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/device.h"
@@ -31,11 +34,22 @@ class OpContext {
   std::string module_of(const ir::Node& node) const;
   /// Throws std::runtime_error "op X in module M (node 'N'): msg".
   [[noreturn]] void fail(const ir::Node& node, const std::string& msg) const;
+  /// The weight at `data` packed once at load for the linear kernels (Executor packs the bf16
+  /// weights of linear and addmm on paths that have a packed layout), or nullptr.
+  const kernels::PackedLinearWeights* packed_weights(const void* data) const {
+    if (packed_.empty()) return nullptr;
+    auto it = packed_.find(data);
+    return it == packed_.end() ? nullptr : it->second.get();
+  }
+  void add_packed_weights(const void* data, std::unique_ptr<kernels::PackedLinearWeights> w) {
+    packed_[data] = std::move(w);
+  }
 
  private:
   BufferPool& pool_;
   const ir::Graph& graph_;
   Batch batch_;
+  std::unordered_map<const void*, std::unique_ptr<kernels::PackedLinearWeights>> packed_;
 };
 
 }  // namespace fuselm::runtime

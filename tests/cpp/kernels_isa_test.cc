@@ -20,6 +20,8 @@ TEST(KernelsIsa, DetectionIsConsistent) {
   const Isa best = detect_cpu_isa();
   EXPECT_TRUE(cpu_supports(best));
   if (cpu_supports(Isa::avx512)) EXPECT_TRUE(cpu_supports(Isa::avx2));
+  if (cpu_supports(Isa::avx512bf16)) EXPECT_TRUE(cpu_supports(Isa::avx512));
+  if (cpu_supports(Isa::amx)) EXPECT_TRUE(cpu_supports(Isa::avx512bf16));
   for (Isa isa : kAllIsas)
     if (static_cast<int>(isa) > static_cast<int>(best)) EXPECT_FALSE(cpu_supports(isa));
 }
@@ -59,7 +61,7 @@ TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
     std::exit(0);
   };
   EXPECT_EXIT(throws_invalid(), ::testing::ExitedWithCode(3),
-              "FUSELM_CPU_ISA='sse9': expected generic, avx2 or avx512");
+              "FUSELM_CPU_ISA='sse9': expected generic, avx2, avx512, avx512bf16 or amx");
   unsetenv("FUSELM_CPU_ISA");
 }
 

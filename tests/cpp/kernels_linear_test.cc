@@ -29,8 +29,16 @@ struct LinearCase {
   }
 };
 
+// Whether the current path rounds x to bf16 for bf16 weights: avx512bf16 always, amx for more than
+// the 8 rows of a GEMV pass (its GEMM runs on AMX tiles, its GEMV widens the weights).
+bool rounds_x(DType d, int64_t m) {
+  if (d != DType::bf16) return false;
+  return cpu_isa() == Isa::avx512bf16 || (cpu_isa() == Isa::amx && m > 8);
+}
+
 // Runs the case on the current ISA and checks every element against a double reference:
-// |y - ref| <= 1e-4·|ref| + 2e-6·sum_p |x·w|   (fp32 accumulation over k terms)
+// |y - ref| <= 1e-4·|ref| + 2e-6·sum_p |x·w|   (fp32 accumulation over k terms), where the
+// reference takes x rounded to bf16 on the path that does so (rounds_x).
 void check_linear(const LinearCase& c, uint32_t seed) {
   const int64_t lda = c.k + c.pad, ldy = c.n + c.pad;
   const bool nk = c.layout == WeightLayout::nk;
@@ -45,14 +53,17 @@ void check_linear(const LinearCase& c, uint32_t seed) {
   linear({.x = x.data(), .lda = lda, .w = w.data(), .w_dtype = c.dtype, .w_layout = c.layout,
           .ldw = ldw, .bias = c.bias ? bias.data() : nullptr, .y = y.data(), .ldy = ldy, .m = c.m,
           .n = c.n, .k = c.k});
+  auto xr = x;
+  if (rounds_x(c.dtype, c.m))
+    for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
   int bad = 0;
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
       double ref = c.bias ? bias[j] : 0.0, l1 = std::fabs(ref);
       for (int64_t p = 0; p < c.k; ++p) {
         const double wv = nk ? w.values[j * ldw + p] : w.values[p * ldw + j];
-        ref += static_cast<double>(x[i * lda + p]) * wv;
-        l1 += std::fabs(static_cast<double>(x[i * lda + p]) * wv);
+        ref += static_cast<double>(xr[i * lda + p]) * wv;
+        l1 += std::fabs(static_cast<double>(xr[i * lda + p]) * wv);
       }
       const double got = y[i * ldy + j];
       if (!(std::fabs(got - ref) <= 1e-4 * std::fabs(ref) + 2e-6 * l1) && bad++ < 5)
@@ -85,6 +96,17 @@ std::vector<LinearCase> linear_cases() {
     }
   }
   cases.push_back({600, 40, 33, DType::bf16, WeightLayout::nk, true});  // more than one row block
+  // bf16 pairs and 32-weight loads: odd k (a half pair), k below one vector, k one past a
+  // 128-pair block, n below one vector and one past a panel, more than one column block
+  for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn}) {
+    for (int64_t m : {1, 3, 8, 9, 70}) {
+      cases.push_back({m, 5, 7, DType::bf16, l, true});
+      cases.push_back({m, 65, 31, DType::bf16, l, false, 1});
+      cases.push_back({m, 17, 257, DType::bf16, l, true, 2});
+      cases.push_back({m, 129, 33, DType::bf16, l, false, 0, 2});
+    }
+    cases.push_back({65, 1500, 700, DType::bf16, l, true, 3, 2});
+  }
   cases.push_back({7, 0, 5, DType::f32, WeightLayout::nk, true});
   cases.push_back({0, 5, 5, DType::f32, WeightLayout::nk, true});
   cases.push_back({3, 5, 0, DType::f32, WeightLayout::nk, true});
@@ -139,6 +161,101 @@ TEST_P(KernelsLinear, RunsSeriallyInsideAParallelRegion) {
     EXPECT_EQ(got[256 + i], want[i]);
   }
 }
+
+// The fast bf16 paths against the plain one: avx512bf16 and amx on x equals generic on bf16(x) up to fp32
+// summation order (|d| <= 1e-5·(|ref| + sum |x·w|)), decode and prefill shapes, both layouts.
+class KernelsLinearBf16 : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(KernelsLinearBf16, MatchesThePlainPathOnRoundedActivations) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn}) {
+    for (int64_t m : {1, 2, 7, 8, 13, 64, 200}) {
+      const int64_t n = 333, k = 577;
+      const auto x = random_floats(static_cast<size_t>(m * k), 40 + m);
+      const auto w = random_weights(static_cast<size_t>(n * k), DType::bf16, 41);
+      const auto bias = random_floats(static_cast<size_t>(n), 42);
+      auto xr = x;
+      for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
+      std::vector<float> fast(m * n), plain(m * n);
+      const int64_t ldw = l == WeightLayout::nk ? k : n;
+      {
+        ScopedCpuIsa isa(GetParam());
+        if (!rounds_x(DType::bf16, m)) continue;  // amx's GEMV: the double-reference test covers it
+        linear({.x = x.data(), .w = w.data(), .w_dtype = DType::bf16, .w_layout = l, .ldw = ldw,
+                .bias = bias.data(), .y = fast.data(), .m = m, .n = n, .k = k});
+      }
+      {
+        ScopedCpuIsa isa(Isa::generic);
+        linear({.x = xr.data(), .w = w.data(), .w_dtype = DType::bf16, .w_layout = l, .ldw = ldw,
+                .bias = bias.data(), .y = plain.data(), .m = m, .n = n, .k = k});
+      }
+      int bad = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double l1 = std::fabs(bias[j]);
+          for (int64_t p = 0; p < k; ++p)
+            l1 += std::fabs(double{xr[i * k + p]} *
+                            w.values[l == WeightLayout::nk ? j * k + p : p * n + j]);
+          const double d = std::fabs(double{fast[i * n + j]} - plain[i * n + j]);
+          if (!(d <= 1e-5 * (std::fabs(plain[i * n + j]) + l1)) && bad++ < 5)
+            ADD_FAILURE() << "m" << m << " y[" << i << "," << j << "] = " << fast[i * n + j]
+                          << ", plain " << plain[i * n + j];
+        }
+      EXPECT_EQ(bad, 0) << "m " << m;
+    }
+  }
+}
+
+// Weights packed once give the same bits as packing per call: GEMM shapes with n not a multiple
+// of a panel, odd k, past a 1024-column block, on 1 and 2 threads; and GEMV shapes, where the
+// packed copy is not read (or, for [k, n] on avx512bf16, only from whole panels).
+TEST_P(KernelsLinearBf16, PackedAtLoadEqualsPackedPerCall) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  struct Shape { int64_t m, n, k; };
+  for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn})
+    for (const Shape s : {Shape{9, 70, 33}, Shape{64, 1100, 129}, Shape{33, 200, 1}, Shape{1, 130, 65},
+                          Shape{5, 300, 64}})
+      for (int threads : {1, 2}) {
+        testing::ScopedThreads t(threads);
+        const int64_t ldw = l == WeightLayout::nk ? s.k : s.n;
+        const auto x = random_floats(static_cast<size_t>(s.m * s.k), 50);
+        const auto w = random_weights(static_cast<size_t>(s.n * s.k), DType::bf16, 51);
+        const auto packed = PackedLinearWeights::pack(w.data(), DType::bf16, l, ldw, s.n, s.k);
+        ASSERT_TRUE(packed);
+        std::vector<float> a(s.m * s.n), b(s.m * s.n);
+        LinearArgs args{.x = x.data(), .w = w.data(), .w_dtype = DType::bf16, .w_layout = l,
+                        .ldw = ldw, .y = a.data(), .m = s.m, .n = s.n, .k = s.k};
+        linear(args);
+        args.y = b.data();
+        args.packed = packed.get();
+        linear(args);
+        EXPECT_EQ(a, b) << "m" << s.m << " n" << s.n << " k" << s.k << " t" << threads;
+      }
+}
+
+TEST(KernelsLinearPacked, OnlyPathsWithAPackedLayoutPack) {
+  const auto w = random_weights(64 * 64, DType::bf16, 52);
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    ScopedCpuIsa scoped(isa);
+    EXPECT_FALSE(PackedLinearWeights::pack(w.data(), DType::bf16, WeightLayout::nk, 64, 64, 64));
+  }
+  if (cpu_supports(Isa::avx512bf16)) {
+    ScopedCpuIsa scoped(Isa::avx512bf16);
+    EXPECT_FALSE(PackedLinearWeights::pack(w.data(), DType::f32, WeightLayout::nk, 64, 64, 64));
+    const auto p = PackedLinearWeights::pack(w.data(), DType::bf16, WeightLayout::nk, 64, 64, 64);
+    ASSERT_TRUE(p);
+    const float x[64] = {};
+    float y[2 * 32];
+    EXPECT_THROW(linear({.x = x, .w = w.data(), .w_dtype = DType::bf16, .y = y, .m = 2, .n = 32, .k = 32,
+                         .packed = p.get()}),
+                 std::invalid_argument);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, KernelsLinearBf16, ::testing::Values(Isa::avx512bf16, Isa::amx),
+                         testing::isa_param_name);
 
 INSTANTIATE_TEST_SUITE_P(, KernelsLinear, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "kv/paged_kv_cache.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/executor.h"
@@ -737,6 +738,9 @@ void add_product_cases(Cases& m) {
       expect_close(g.run(), linear_ref(x, w, &bias), rtol, atol, "f32 weight, bias, transposed x");
     }
     for (DType wd : {DType::bf16, DType::f16}) {  // GEMM path (20 rows), 16-bit weights
+      // against fp32 activations: the paths that round them to bf16 (avx512bf16, amx) are checked
+      // by kernels_linear_test and test_bf16_agreement.py
+      kernels::ScopedCpuIsa fp32_activations(std::min(kernels::cpu_isa(), kernels::Isa::avx512));
       Host x = rand_host(DType::f32, {1, 20, 16}, 164), w16 = rand_host(wd, {12, 16}, 165);
       OpGraph g;
       int xn = g.input(x), wn = g.param(w16);

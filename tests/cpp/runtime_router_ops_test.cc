@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "runtime_test_util.h"
 
 namespace fuselm::runtime::testing {
@@ -185,6 +186,9 @@ double act_ref(const std::string& a, double v) {
 }
 
 void check_experts(const ExpertsCase& c, const std::string& what) {
+  // against fp32 activations: the paths that round them to bf16 for bf16 weights (avx512bf16,
+  // amx) are checked by kernels_linear_test and test_bf16_agreement.py
+  kernels::ScopedCpuIsa fp32_activations(std::min(kernels::cpu_isa(), kernels::Isa::avx512));
   const int64_t n_up = c.has_gate ? 2 * c.i : c.i;
   Host x = rand_host(DType::f32, {c.t, c.h}, 61);
   Host ids = rand_host(DType::i64, {c.t, c.k}, 62, 0, c.e - 1);

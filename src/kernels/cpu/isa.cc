@@ -12,6 +12,10 @@
 #include <cpuid.h>
 #define FUSELM_X86 1
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace fuselm::kernels {
 namespace {
@@ -20,6 +24,7 @@ namespace {
 struct X86Features {
   bool avx2 = false, fma = false, f16c = false, os_ymm = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, os_zmm = false;
+  bool avx512bf16 = false, amx_bf16 = false, amx_tile = false, os_tiles = false;
 };
 
 X86Features read_x86_features() {
@@ -35,6 +40,7 @@ X86Features read_x86_features() {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     f.os_ymm = (lo & 0x6) == 0x6;            // SSE and AVX state
     f.os_zmm = f.os_ymm && (lo & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM state
+    f.os_tiles = (lo & 0x60000) == 0x60000;        // XTILECFG, XTILEDATA state
   }
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
     f.avx2 = b & (1u << 5);
@@ -42,8 +48,22 @@ X86Features read_x86_features() {
     f.avx512dq = b & (1u << 17);
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
+    f.amx_bf16 = d & (1u << 22);
+    f.amx_tile = d & (1u << 24);
   }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = a & (1u << 5);
   return f;
+}
+// Linux hands out tile data state only to processes that ask for it (arch_prctl
+// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); asked once per process.
+bool os_permits_tiles() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool ok = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return ok;
+#else
+  return false;
+#endif
 }
 #endif
 
@@ -61,6 +81,14 @@ bool supports(Isa isa) {
       return f.os_zmm && f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl &&
              f.avx512dq;
     }
+    case Isa::avx512bf16: {
+      static const X86Features f = read_x86_features();
+      return supports(Isa::avx512) && f.avx512bf16;
+    }
+    case Isa::amx: {
+      static const X86Features f = read_x86_features();
+      return supports(Isa::avx512bf16) && f.amx_bf16 && f.amx_tile && f.os_tiles && os_permits_tiles();
+    }
 #endif
     default:
       return false;
@@ -74,7 +102,7 @@ Isa decide_isa() {
   const std::optional<Isa> asked = parse_isa(env);
   if (!asked)
     throw std::invalid_argument(
-        fmt::format("FUSELM_CPU_ISA='{}': expected generic, avx2 or avx512", env));
+        fmt::format("FUSELM_CPU_ISA='{}': expected generic, avx2, avx512, avx512bf16 or amx", env));
   if (!supports(*asked)) {
     fmt::print(stderr, "fuselm: FUSELM_CPU_ISA={} is not supported by this CPU; using {}\n", env,
                isa_name(best));
@@ -93,6 +121,8 @@ const char* isa_name(Isa isa) {
     case Isa::generic: return "generic";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512bf16: return "avx512bf16";
+    case Isa::amx: return "amx";
   }
   return "?";
 }
@@ -106,6 +136,8 @@ std::optional<Isa> parse_isa(std::string_view name) {
 bool cpu_supports(Isa isa) { return supports(isa); }
 
 Isa detect_cpu_isa() {
+  if (supports(Isa::amx)) return Isa::amx;
+  if (supports(Isa::avx512bf16)) return Isa::avx512bf16;
   if (supports(Isa::avx512)) return Isa::avx512;
   if (supports(Isa::avx2)) return Isa::avx2;
   return Isa::generic;

@@ -12,7 +12,7 @@ namespace fuselm::kernels {
 template <const auto& Generic, const auto& Avx2, const auto& Avx512>
 const auto& isa_kernels(Isa isa) {
 #if FUSELM_X86_ISAS
-  if (isa == Isa::avx512) return Avx512;
+  if (isa >= Isa::avx512) return Avx512;  // avx512bf16 runs the avx512 tables (ordered paths)
   if (isa == Isa::avx2) return Avx2;
 #endif
   (void)isa;

@@ -1,5 +1,7 @@
 #include "kernels/cpu/linear.h"
 
+#include <cstdlib>
+#include <new>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -18,15 +20,21 @@ const LinearKernels kLinearKernelsGeneric = make_linear_kernels<Isa::generic>();
 namespace {
 
 const LinearKernels& linear_kernels(Isa isa) {
+#if FUSELM_X86_ISAS
+  if (isa == Isa::amx) return kLinearKernelsAmx;
+  if (isa == Isa::avx512bf16) return kLinearKernelsAvx512Bf16;
+#endif
   return isa_kernels<kLinearKernelsGeneric, kLinearKernelsAvx2, kLinearKernelsAvx512>(isa);
 }
+
+const char* nk_name(WeightLayout l) { return l == WeightLayout::nk ? "nk" : "kn"; }
 
 LinearProblem resolve(const LinearArgs& a) {
   if (a.m < 0 || a.n < 0 || a.k < 0)
     throw std::invalid_argument(fmt::format("linear: negative size m={} n={} k={}", a.m, a.n, a.k));
   const bool nk = a.w_layout == WeightLayout::nk;
   LinearProblem p{a.x,    a.lda, a.w,   a.w_dtype, a.w_layout, a.ldw,
-                  a.bias, a.y,   a.ldy, a.m,       a.n,        a.k};
+                  a.bias, a.y,   a.ldy, a.m,       a.n,        a.k, a.packed};
   if (p.lda == 0) p.lda = a.k;
   if (p.ldy == 0) p.ldy = a.n;
   if (p.ldw == 0) p.ldw = nk ? a.k : a.n;
@@ -38,6 +46,10 @@ LinearProblem resolve(const LinearArgs& a) {
   if (a.m > 0 && a.n > 0 && !a.y) throw std::invalid_argument("linear: y is null");
   if (a.m > 0 && a.n > 0 && a.k > 0 && (!a.x || !a.w))
     throw std::invalid_argument("linear: x or w is null");
+  if (a.packed && !a.packed->fits(a.n, a.k, a.w_layout))
+    throw std::invalid_argument(fmt::format("linear: packed weights are n={} k={} {}, the problem n={} k={} {}",
+                                            a.packed->n(), a.packed->k(), nk_name(a.packed->layout()), a.n,
+                                            a.k, nk_name(a.w_layout)));
   return p;
 }
 
@@ -62,14 +74,36 @@ void linear(const LinearArgs& args) {
   }
   const int nt = kernel_threads(work, int64_t{1} << 16);
   if (p.n >= 2 * kern.gemm_nr * nt || nt == 1) {
-    // Split columns on 16-column units: each thread packs only its own panels of W.
-    parallel_for_ranges(nt, p.n, /*align=*/16,
+    // Split columns on whole panels: each thread packs (or reads packed) only its own panels of W.
+    parallel_for_ranges(nt, p.n, /*align=*/kern.gemm_nr,
                         [&](int64_t n0, int64_t n1) { kern.gemm(p, 0, p.m, n0, n1); });
   } else {
     // Narrow output: split rows; each thread packs all of W (cheap, since n is small).
     parallel_for_ranges(nt, p.m, kern.gemm_mr,
                         [&](int64_t m0, int64_t m1) { kern.gemm(p, m0, m1, 0, p.n); });
   }
+}
+
+void PackedLinearWeights::Free::operator()(uint32_t* p) const { std::free(p); }
+
+std::unique_ptr<PackedLinearWeights> PackedLinearWeights::pack(const void* w, DType w_dtype,
+                                                               WeightLayout layout, int64_t ldw,
+                                                               int64_t n, int64_t k) {
+  const LinearKernels& kern = linear_kernels(cpu_isa());
+  if (w_dtype != DType::bf16 || !kern.pack_bf16 || n <= 0 || k <= 0) return nullptr;
+  LinearArgs a{.x = nullptr, .w = w, .w_dtype = w_dtype, .w_layout = layout, .ldw = ldw,
+               .y = nullptr, .m = 0, .n = n, .k = k};
+  const LinearProblem p = resolve(a);
+  auto out = std::unique_ptr<PackedLinearWeights>(new PackedLinearWeights);
+  out->n_ = n;
+  out->k_ = k;
+  out->layout_ = layout;
+  out->pairs_ = kern.packed_pairs(k);
+  const size_t bytes = static_cast<size_t>(out->bytes());
+  out->data_.reset(static_cast<uint32_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  if (!out->data_) throw std::bad_alloc();
+  kern.pack_bf16(p, out->data_.get());
+  return out;
 }
 
 }  // namespace fuselm::kernels

@@ -17,6 +17,7 @@
 // (OpenMP, at most omp_get_max_threads(), one when called inside a parallel region) split the
 // output columns, or the rows when n is too narrow.
 #include <cstdint>
+#include <memory>
 
 #include "kernels/cpu/dtype.h"
 
@@ -26,6 +27,8 @@ enum class WeightLayout : unsigned char {
   nk,  // w[n, k]: PyTorch nn.Linear
   kn,  // w[k, n]: GPT-2 Conv1D, torch.addmm / matmul with a [k, n] right operand
 };
+
+class PackedLinearWeights;
 
 struct LinearArgs {
   const float* x = nullptr;
@@ -38,6 +41,40 @@ struct LinearArgs {
   float* y = nullptr;
   int64_t ldy = 0;
   int64_t m = 0, n = 0, k = 0;
+  /// Optional: the same W packed once by PackedLinearWeights::pack (same n, k); the GEMM of the
+  /// paths that have a packed layout reads it instead of packing W per call. Ignored elsewhere.
+  const PackedLinearWeights* packed = nullptr;
+};
+
+/// bf16 weights packed once (at load) into the k-pair panels of the bf16 GEMM of the avx512bf16
+/// and amx paths: panels of 64 columns, each [ceil(k/2) rounded up to 16][64] 32-bit words
+/// holding W(j, 2q) in the low and W(j, 2q+1) in the high half, zero-padded (n rounded up to 64
+/// columns; about the bytes of W). Decode (GEMV) keeps reading the checkpoint layout. Move-only.
+class PackedLinearWeights {
+ public:
+  /// Packs W (bf16, either layout, as in LinearArgs) when the current ISA path has a packed
+  /// layout; returns nullptr otherwise (any other dtype or path). Throws std::invalid_argument on
+  /// inconsistent sizes.
+  static std::unique_ptr<PackedLinearWeights> pack(const void* w, DType w_dtype, WeightLayout layout,
+                                                   int64_t ldw, int64_t n, int64_t k);
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  WeightLayout layout() const { return layout_; }
+  /// Whether this is W for a problem of n outputs, k inputs and `layout` (dense rows).
+  bool fits(int64_t n, int64_t k, WeightLayout layout) const {
+    return n == n_ && k == k_ && layout == layout_;
+  }
+  /// The first word of panel `p` (columns 64p..64p+63).
+  const uint32_t* panel(int64_t p) const { return data_.get() + p * pairs_ * 64; }
+  int64_t bytes() const { return (n_ + 63) / 64 * pairs_ * 64 * 4; }
+
+ private:
+  struct Free {
+    void operator()(uint32_t* p) const;
+  };
+  int64_t n_ = 0, k_ = 0, pairs_ = 0;
+  WeightLayout layout_ = WeightLayout::nk;
+  std::unique_ptr<uint32_t, Free> data_;
 };
 
 /// Throws std::invalid_argument on inconsistent arguments (null pointers, strides below widths).

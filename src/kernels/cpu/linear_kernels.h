@@ -20,6 +20,7 @@ struct LinearProblem {
   float* y;
   int64_t ldy;
   int64_t m, n, k;
+  const PackedLinearWeights* packed;  // or nullptr
 };
 
 struct LinearKernels {
@@ -29,6 +30,11 @@ struct LinearKernels {
   void (*gemm)(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
   int64_t gemm_nr;  // GEMM panel width (columns)
   int64_t gemm_mr;  // GEMM micro-tile rows
+  /// Packs all of a bf16 W into `out` (PackedLinearWeights' layout: panels of gemm_nr columns,
+  /// `pairs` words each); nullptr where the path has no packed layout.
+  void (*pack_bf16)(const LinearProblem& p, uint32_t* out) = nullptr;
+  /// k pairs per panel row block for pack_bf16 (rounded as the path wants).
+  int64_t (*packed_pairs)(int64_t k) = nullptr;
 };
 
 inline constexpr int64_t kGemvRows = 8;
@@ -36,5 +42,7 @@ inline constexpr int64_t kGemvRows = 8;
 extern const LinearKernels kLinearKernelsGeneric;
 extern const LinearKernels kLinearKernelsAvx2;
 extern const LinearKernels kLinearKernelsAvx512;
+extern const LinearKernels kLinearKernelsAvx512Bf16;  // bf16 weights via vdpbf16ps, else avx512
+extern const LinearKernels kLinearKernelsAmx;         // as Avx512Bf16, bf16 GEMM on AMX tiles
 
 }  // namespace fuselm::kernels

@@ -158,8 +158,8 @@ const QuantKernels& quant_kernels() {
 #if defined(__x86_64__) || defined(_M_X64)
   static const bool vnni = cpu_has_avx512_vnni();
   const Isa isa = cpu_isa();
-  if (isa == Isa::avx512 && vnni) return kQuantKernelsVnni;
-  if (isa == Isa::avx512 || isa == Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
+  if (isa >= Isa::avx512 && vnni) return kQuantKernelsVnni;
+  if (isa >= Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
 #endif
   return kQuantKernelsGeneric;
 }

@@ -14,6 +14,14 @@ kernels::DType weight_dtype(OpCall& c, const Tensor& w) {
   return weight_storage(c, w, "weight");
 }
 
+// The weight at `data` as the Executor packed it at load, if it is this problem's W (a view that
+// starts at a packed weight but is narrower must not read the packed copy), else nullptr.
+const kernels::PackedLinearWeights* packed_for(OpCall& c, const void* data, int64_t n, int64_t k,
+                                               kernels::WeightLayout layout) {
+  const auto* p = c.ctx.packed_weights(data);
+  return p && p->fits(n, k, layout) ? p : nullptr;
+}
+
 // y[M,N] = x[M,K] . W^T (+ bias); x is flattened over its leading dims.
 void linear(OpCall& c) {
   const Tensor& x = c.tensor(0);
@@ -42,6 +50,7 @@ void linear(OpCall& c) {
   a.w = wc.data;
   a.w_dtype = weight_dtype(c, wc);
   a.w_layout = kernels::WeightLayout::nk;
+  a.packed = packed_for(c, wc.data, N, K, kernels::WeightLayout::nk);
   a.bias = bias;
   a.y = out.ptr<float>();
   a.m = M;
@@ -71,6 +80,7 @@ void addmm(OpCall& c) {
   a.w = wc.data;
   a.w_dtype = weight_dtype(c, wc);
   a.w_layout = kernels::WeightLayout::kn;
+  a.packed = packed_for(c, wc.data, N, K, kernels::WeightLayout::kn);
   a.bias = bc.ptr<float>();
   a.y = out.ptr<float>();
   a.m = M;
