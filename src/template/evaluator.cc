@@ -269,7 +269,10 @@ Value Context::macro_value(const Stmt& s, std::shared_ptr<Scope> defined_in) {
       sc->vars[params[k].first] = a.pos[k];
       given[k] = true;
     }
-    for (auto& [name, v] : a.kw) {
+    for (auto& kw : a.kw) {
+      // Not a structured binding: clang before 16 cannot capture one in a lambda.
+      const auto& name = kw.first;
+      auto& v = kw.second;
       auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
       if (it != params.end()) {
         sc->vars[name] = v;
