@@ -16,6 +16,8 @@ Json parse_body_as(const std::string& raw, const RequestLimits& limits) {
     throw ApiError(400, fmt::format("the request body nests JSON deeper than {} levels", limits.max_json_depth));
   } catch (const nlohmann::json::parse_error& e) {
     throw ApiError(400, std::string("malformed JSON in the request body: ") + e.what());
+  } catch (const nlohmann::json::out_of_range& e) {  // a number past double's range (1e400): 406
+    throw ApiError(400, std::string("a number in the request body is out of range: ") + e.what());
   }
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return body;

@@ -167,10 +167,40 @@ TEST(FuzzRegression, RequestBodyDepthAndShape) {
   EXPECT_THROW((void)server::parse_request_body("[1]", limits), server::ApiError);
   EXPECT_THROW((void)server::parse_request_body("{\"a\": ", limits), server::ApiError);
   EXPECT_EQ(server::parse_request_body(R"({"a": [[[1]]]})", limits)["a"][0][0][0], 1);
+  // request_fuzz found: a number past double's range is nlohmann's out_of_range, not a
+  // parse_error; it escaped as a 500 (fuzz/regressions/request_fuzz/).
+  try {
+    (void)server::parse_request_body(R"({"prompt": "x", "temperature": 1e400})", limits);
+    ADD_FAILURE() << "1e400 was accepted";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
   limits.max_tokens = 64;
   EXPECT_EQ(server::check_max_tokens(limits, false, 16, 1000), 64);
   EXPECT_EQ(server::check_max_tokens(limits, true, 64, 1000), 64);
   EXPECT_THROW(server::check_max_tokens(limits, true, 65, 1000), server::ApiError);
+}
+
+// The same overflow in a tokenizer.json: a one-line runtime_error naming the file.
+TEST(FuzzRegression, TokenizerNumberOverflowNamesTheFile) {
+  try {
+    (void)tokenizer::Tokenizer::from_json(R"({"model": {"type": "BPE", "dropout": 1e400}})", "big/tokenizer.json");
+    ADD_FAILURE() << "1e400 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("big/tokenizer.json"), std::string::npos) << e.what();
+  }
+}
+
+// template_fuzz found: a template defining a macro leaked every value of its render (the macro
+// held its scope, the scope the macro). LeakSanitizer fails this under scripts/test.sh
+// --sanitize; here, a value of the context must be freed once render returns.
+TEST(FuzzRegression, MacroDoesNotKeepItsRenderAlive) {
+  const std::string src = "{% macro r(x, n=2) %}{{ x }}{% if n > 0 %}{{ r(x, n - 1) }}{% endif %}{% endmacro %}"
+                          "{{ r(messages[0].content) }}";
+  nlohmann::json ctx = {{"messages", {{{"role", "user"}, {"content", "ab"}}}}};
+  EXPECT_EQ(tmpl::render(src, ctx), "ababab");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tmpl::render(src, ctx), "ababab");
 }
 
 }  // namespace
