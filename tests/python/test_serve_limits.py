@@ -170,3 +170,10 @@ def test_full_waiting_queue_answers_503(slow_server):
         assert status == 503, err
         assert "queue is full" in err["error"]["message"]
         assert first.result()[0] == 504 and second.result()[0] == 504
+
+
+def test_number_past_double_range_answers_400(server):
+    # Found by fuzz/request_fuzz: nlohmann's out_of_range escaped the parser and answered 500.
+    status, err = raw_post(server, "/v1/completions", b'{"prompt": "x", "temperature": 1e400}')
+    assert status == 400, err
+    assert "out of range" in err["error"]["message"]
