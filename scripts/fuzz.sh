@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes every parser of outside input with libFuzzer: scripts/fuzz.sh [SECONDS] (default 60 per
-# target). The targets (fuzz/*_fuzz.cc) are built with clang, AddressSanitizer and
+# Fuzzes every parser of outside input with libFuzzer: scripts/fuzz.sh [SECONDS [TARGET...]]
+# (default 60 s per target, every target of fuzz/, one after another). The targets (fuzz/*_fuzz.cc) are built with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer in build-fuzz/ (apart from the g++ build/). Each runs from its seed
 # corpus fuzz/corpus/<target>/ and keeps what it finds in build-fuzz/corpus/<target>/. A crash,
 # leak, timeout or sanitizer report is saved as build-fuzz/artifacts/<target>-crash-* and fails
@@ -28,8 +28,10 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DFUSELM_FUZZ=ON "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
-targets=()
-for f in fuzz/*_fuzz.cc; do targets+=("$(basename "$f" .cc)"); done
+targets=("${@:2}")
+if [ ${#targets[@]} -eq 0 ]; then
+  for f in fuzz/*_fuzz.cc; do targets+=("$(basename "$f" .cc)"); done
+fi
 ninja -C build-fuzz "${targets[@]}" >/dev/null
 
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

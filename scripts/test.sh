@@ -5,7 +5,11 @@
 #   scripts/test.sh [PYTEST ARGS]   the tests, on the Release build (build/)
 #   scripts/test.sh --sanitize      long mode: the C++ unit tests, then the bad-input tests against
 #                                   the fuselm binary, built with AddressSanitizer and
-#                                   UndefinedBehaviorSanitizer (build-asan/); any report fails
+#                                   UndefinedBehaviorSanitizer (build-asan/), then a short serving
+#                                   test (request limits, streams, hang-ups) on that binary; any
+#                                   report fails
+#   scripts/test.sh --long [SECONDS] long mode: the soak test (tests/soak/soak.py, default 120 s of
+#                                   concurrent clients against `fuselm serve` on build/fuselm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,7 +27,15 @@ if [ "${1:-}" = "--sanitize" ]; then
   ctest --test-dir build-asan --output-on-failure -j2
   echo "test: bad-input tests against the sanitized fuselm"
   FUSELM_BIN="$PWD/build-asan/fuselm" .venv/bin/python -m pytest -q tests/python/test_bad_input.py "$@"
+  echo "test: serving tests against the sanitized fuselm"
+  FUSELM_BIN="$PWD/build-asan/fuselm" .venv/bin/python -m pytest -q tests/python/test_serve_limits.py \
+    tests/python/test_serve.py -k "limit or deep or 413 or timeout or queue or streaming_equals or disconnect or errors_are or tokenize" "$@"
+  echo "test: sanitized run clean"
   exit 0
+fi
+if [ "${1:-}" = "--long" ]; then
+  echo "test: soak test (tests/soak/soak.py)"
+  exec .venv/bin/python tests/soak/soak.py --seconds "${2:-120}"
 fi
 echo "test: function length (no function in src/ over 120 lines)"
 .venv/bin/python -m lizard -L 120 -C 100000 -a 1000 -w src

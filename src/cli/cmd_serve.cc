@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/model_args.h"
+#include "cli/serve_limits.h"
 #include "server/http_server.h"
 
 namespace fuselm::cli {
@@ -25,6 +26,7 @@ struct ServeArgs {
   int port = 8000;
   std::string api_key;
   std::string served_model_name;
+  server::RequestLimits limits;
 };
 
 // Waits for SIGINT/SIGTERM (blocked in every thread, so only this one sees them): new requests
@@ -68,6 +70,7 @@ void run(ServeArgs& a) {
   cfg.max_context = loaded.model->max_context();
   cfg.render_chat = make_chat_renderer(dir);
   cfg.threads = std::max(128, 2 * a.engine.max_num_seqs + 16);
+  cfg.limits = a.limits;
   server::HttpServer srv(eng, loaded.tokenizer ? &*loaded.tokenizer : nullptr, cfg);
   srv.bind();
   eng.start();
@@ -96,6 +99,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--port", a->port, "port to bind")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", a->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--served-model-name", a->served_model_name, "model id in the API (default: the directory's name)");
+  add_limit_options(*cmd, a->limits);
   cmd->callback([a] { run(*a); });
 }
 

@@ -10,6 +10,7 @@
 
 #include "server/api_error.h"
 #include "server/request_fields.h"
+#include "server/request_limits.h"
 #include "server/responses.h"
 
 namespace fuselm::server {
@@ -22,17 +23,6 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {}) {
   res.status = status;
   res.set_content(dump(error_body(status, message, param)), "application/json");
-}
-
-json parse_body(const httplib::Request& req) {
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("malformed JSON in the request body: ") + e.what());
-  }
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return body;
 }
 
 uint64_t random_seed() {
@@ -66,6 +56,7 @@ HttpServer::HttpServer(engine::Engine& engine, const tokenizer::Tokenizer* token
     : engine_(engine), tok_(tokenizer), cfg_(std::move(config)), svr_(std::make_unique<httplib::Server>()) {
   const int threads = cfg_.threads;
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  if (cfg_.limits.max_body_bytes > 0) svr_->set_payload_max_length(cfg_.limits.max_body_bytes);
   routes();
 }
 
@@ -97,8 +88,11 @@ void HttpServer::routes() {
   svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }));
   svr_->Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }));
   svr_->Post("/apply-template", guarded([this](const auto& q, auto& r) { apply_template(q, r); }));
-  svr_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  svr_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404 && res.body.empty()) send_error(res, 404, "no route " + req.method + " " + req.path);
+    if (res.status == 413 && res.body.empty())
+      send_error(res, 413, fmt::format("the request body is larger than this server accepts ({} bytes; --max-body-mb)",
+                                       cfg_.limits.max_body_bytes));
   });
 }
 
@@ -143,11 +137,12 @@ std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
   if (!tok_) throw ApiError(400, "chat needs the model's tokenizer.json", "messages");
   // Rendered from the body in request key order (json sorts keys; templates may iterate them).
-  return to_ids(tok_->encode(cfg_.render_chat(nlohmann::ordered_json::parse(raw), true), false));
+  return to_ids(tok_->encode(cfg_.render_chat(parse_request_body_ordered(raw, cfg_.limits), true), false));
 }
 
 void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
-  json body = parse_body(hreq);
+  const Deadline deadline(cfg_.limits);
+  json body = parse_request_body(hreq.body, cfg_.limits);
   if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
   CommonFields c = read_common(body, chat, random_seed());
@@ -155,7 +150,8 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   const int64_t n = static_cast<int64_t>(c.request.prompt_ids.size());
   if (n >= cfg_.max_context)
     throw ApiError(400, fmt::format("the prompt has {} tokens but the model's context is {} tokens", n, cfg_.max_context), "messages");
-  if (chat && !c.max_tokens_given) c.request.max_tokens = std::min(cfg_.max_context, engine_.pool_tokens()) - n;
+  const int64_t fallback = chat ? std::min(cfg_.max_context, engine_.pool_tokens()) - n : c.request.max_tokens;
+  c.request.max_tokens = check_max_tokens(cfg_.limits, c.max_tokens_given, c.request.max_tokens, fallback);
   if (draining_) throw ApiError(503, "the server is shutting down");
   const bool logprobs = c.request.logprobs;
   auto stream = engine_.submit(std::move(c.request));
@@ -169,6 +165,10 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
     const int fd = find_connection_socket(hreq.remote_addr, hreq.remote_port, hreq.local_port);
     auto next_check = std::chrono::steady_clock::now();
     for (;;) {
+      if (deadline.expired()) {
+        stream->cancel();
+        throw ApiError(504, deadline.message());
+      }
       const bool got = stream->next(e, std::chrono::milliseconds(100));
       if (fd >= 0 && std::chrono::steady_clock::now() >= next_check) {
         next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -191,7 +191,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [stream, rb, usage, sent_role, logprobs](size_t, httplib::DataSink& sink) {
+      [stream, rb, usage, sent_role, logprobs, deadline](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& payload) {
           const std::string s = "data: " + payload + "\n\n";
           return sink.write(s.data(), s.size());
@@ -199,6 +199,12 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
         if (!*sent_role) {
           *sent_role = true;
           if (!write(dump(rb->role_chunk()))) return stream->cancel(), false;
+        }
+        if (deadline.expired()) {  // the error event, then the end of the stream
+          stream->cancel();
+          const bool ok = write(dump(error_body(504, deadline.message()))) && write("[DONE]");
+          if (ok) sink.done();
+          return ok;
         }
         engine::Event e;
         if (!stream->next(e, std::chrono::milliseconds(100))) {
@@ -224,7 +230,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
 }
 
 void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
-  json body = parse_body(req);
+  json body = parse_request_body(req.body, cfg_.limits);
   if (!tok_) throw ApiError(400, "the model has no tokenizer.json");
   const bool special = get_bool(body, "add_special_tokens").value_or(true);
   std::vector<int64_t> ids;
@@ -240,7 +246,7 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
-  json body = parse_body(req);
+  json body = parse_request_body(req.body, cfg_.limits);
   if (!tok_) throw ApiError(400, "the model has no tokenizer.json");
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
@@ -255,11 +261,11 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
 }
 
 void HttpServer::apply_template(const httplib::Request& req, httplib::Response& res) {
-  json body = parse_body(req);
+  json body = parse_request_body(req.body, cfg_.limits);
   if (!body.contains("messages") || !body["messages"].is_array()) throw ApiError(400, "'messages' must be an array", "messages");
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template", "messages");
   const bool gen = get_bool(body, "add_generation_prompt").value_or(true);
-  res.set_content(dump({{"prompt", cfg_.render_chat(nlohmann::ordered_json::parse(req.body), gen)}}), "application/json");
+  res.set_content(dump({{"prompt", cfg_.render_chat(parse_request_body_ordered(req.body, cfg_.limits), gen)}}), "application/json");
 }
 
 }  // namespace fuselm::server

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/request_limits.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -30,6 +31,7 @@ struct ServerConfig {
   /// when the model has none (chat then answers 400). Throws ApiError or std::exception.
   std::function<std::string(const nlohmann::ordered_json& body, bool add_generation_prompt)> render_chat;
   int threads = 128;  // HTTP worker threads; each open stream holds one
+  RequestLimits limits;  // body size, JSON depth, max_tokens, timeout (request_limits.h)
 };
 
 class HttpServer {

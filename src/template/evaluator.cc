@@ -255,7 +255,11 @@ Value Context::macro_value(const Stmt& s, std::shared_ptr<Scope> defined_in) {
   const bool uses_varargs = refers_to(s.body, "varargs"), uses_kwargs = refers_to(s.body, "kwargs");
   const bool uses_caller = refers_to(s.body, "caller");
   const Stmt* def = &s;
-  return Value::function(s.name, [def, defined_in, uses_varargs, uses_kwargs, uses_caller](Context& ctx, Args& a) {
+  if (macro_scopes_.empty() || macro_scopes_.back() != defined_in) macro_scopes_.push_back(defined_in);
+  std::weak_ptr<Scope> weak_scope = defined_in;
+  return Value::function(s.name, [def, weak_scope, uses_varargs, uses_kwargs, uses_caller](Context& ctx, Args& a) {
+    const auto defined_in = weak_scope.lock();
+    if (!defined_in) throw TemplateError("macro '" + def->name + "' called after its template finished rendering");
     auto sc = ctx.enter(defined_in, def->frame);
     const auto& params = def->params;
     if (a.pos.size() > params.size() && !uses_varargs)
@@ -269,7 +273,10 @@ Value Context::macro_value(const Stmt& s, std::shared_ptr<Scope> defined_in) {
       sc->vars[params[k].first] = a.pos[k];
       given[k] = true;
     }
-    for (auto& [name, v] : a.kw) {
+    for (auto& kw : a.kw) {
+      // Not a structured binding: clang before 16 cannot capture one in a lambda.
+      const auto& name = kw.first;
+      auto& v = kw.second;
       auto it = std::find_if(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
       if (it != params.end()) {
         sc->vars[name] = v;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "template/ast.h"
 #include "template/value.h"
@@ -68,6 +69,9 @@ class Context {
 
   Limits limits_;
   std::shared_ptr<Scope> scope_;
+  // The scopes macros were defined in, alive until the render ends. A macro holds its scope weakly:
+  // the scope holds the macro, so a strong pointer back would be a cycle that never frees.
+  std::vector<std::shared_ptr<Scope>> macro_scopes_;
   std::string* out_ = nullptr;
   int call_depth_ = 0;
   int64_t iterations_ = 0;

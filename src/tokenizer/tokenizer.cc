@@ -42,7 +42,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
   nlohmann::json doc;
   try {
     doc = ir::parse_json_limited(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
     throw std::runtime_error(source + ": malformed JSON: " + e.what());
   } catch (const ir::JsonTooDeep& e) {
     throw std::runtime_error(source + ": " + e.what());

@@ -1,0 +1,53 @@
+#pragma once
+// What one HTTP request may ask of the server: body size, JSON nesting, max_tokens, and wall time.
+// Each limit refused gets an OpenAI error naming the limit and the request's value (ApiError).
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "server/api_error.h"
+
+namespace fuselm::server {
+
+struct RequestLimits {
+  /// Bodies larger than this answer 413 before they are read (cpp-httplib's payload limit checks
+  /// Content-Length; the body is skipped, never buffered). 0: no limit.
+  size_t max_body_bytes = size_t{32} << 20;
+  /// Arrays and objects nested deeper than this answer 400 while parsing, before a deep value
+  /// exists (chat messages with tool schemas nest about 10 deep).
+  int max_json_depth = 64;
+  /// Requests asking for more than this many new tokens answer 400; a chat request without
+  /// max_tokens gets at most this many. 0: only the context bounds max_tokens.
+  int64_t max_tokens = 0;
+  /// Wall time of one generation request, queueing included; past it the request is cancelled and
+  /// answers 504 (a stream gets an error event instead). 0: no limit.
+  double timeout_s = 0;
+};
+
+/// The request body `raw` as JSON (Json: nlohmann::json or nlohmann::ordered_json), which must be
+/// an object. Throws ApiError 400 for malformed JSON, nesting past limits.max_json_depth, or a
+/// value that is not an object.
+nlohmann::json parse_request_body(const std::string& raw, const RequestLimits& limits);
+nlohmann::ordered_json parse_request_body_ordered(const std::string& raw, const RequestLimits& limits);
+
+/// Checks a requested max_tokens against limits.max_tokens (400 naming both) and returns the
+/// default for a request that gave none: `fallback`, capped by the limit.
+int64_t check_max_tokens(const RequestLimits& limits, bool given, int64_t requested, int64_t fallback);
+
+/// The per-request deadline: expired() once limits.timeout_s has passed since construction.
+class Deadline {
+ public:
+  explicit Deadline(const RequestLimits& limits);
+  bool expired() const;
+  /// "the request ran past the server's per-request timeout of N s".
+  std::string message() const;
+
+ private:
+  double timeout_s_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace fuselm::server
