@@ -72,7 +72,9 @@ build() {
       -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON
-    nice -n 10 cmake --build "$TREE/build" -j "$jobs" --target llama-bench llama-server llama-quantize
+    # llama-bench first: the speed comparison needs only it, the serving benchmark llama-server.
+    nice -n 10 cmake --build "$TREE/build" -j "$jobs" --target llama-bench
+    nice -n 10 cmake --build "$TREE/build" -j "$jobs" --target llama-server llama-quantize
   } >"$TREE/build.log" 2>&1 || {
     tail -30 "$TREE/build.log" >&2
     echo "llamacpp: error: the llama.cpp build failed (log: $TREE/build.log)" >&2
