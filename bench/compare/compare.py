@@ -156,7 +156,7 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
 
 def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, results: list[dict]) -> None:
     a = setup.args
-    gguf = setup.gguf(name, hf_dir, wtype)
+    gguf = setup.gguf(name, hf_dir, wtype) if "llama.cpp" in a.engines else None
     fsrc = setup.fuselm_source(name, hf_dir, wtype)
     engines = [e for e in a.engines if not (e == "transformers" and wtype not in FLOAT_TYPES)]
     for rnd in range(a.rounds):
