@@ -112,16 +112,17 @@ class Setup:
 
     def fuselm_source(self, name: str, model_dir: Path, wtype: str) -> tuple[Path, str | None] | None:
         """(what fuselm bench reads, its --dtype) for a weight type, or None when fuselm cannot run it.
-        Quantized types: the same GGUF file as llama.cpp when fuselm reads GGUF files (identical
-        quantized bytes), else the HF weights quantized at load (--dtype q8_0), else None."""
+        Quantized types: the same GGUF file as llama.cpp when fuselm reads it (identical quantized
+        bytes), else the HF weights quantized at load (--dtype q8_0), else None."""
         if wtype in FLOAT_TYPES:
             return model_dir, wtype
-        gguf = self.gguf(name, model_dir, wtype)
-        if self.fuselm_loads(gguf, None):
-            return gguf, None
-        if self.fuselm_loads(model_dir, wtype):
-            return model_dir, wtype
-        return None
+        try:
+            gguf = self.gguf(name, model_dir, wtype)
+            if self.fuselm_loads(gguf, None):
+                return gguf, None
+        except SystemExit as e:  # the converter or llama-quantize failed: no such file to offer
+            log(f"no {wtype} GGUF to probe fuselm with: {e}")
+        return (model_dir, wtype) if self.fuselm_loads(model_dir, wtype) else None
 
 
 def quant_types_fuselm_runs(setup: Setup, name: str, model_dir: Path, wanted: list[str]) -> list[str]:
