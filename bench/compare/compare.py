@@ -264,8 +264,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine_start": start, "machine_end": machine_line(), "args": vars(args),
                                "results": results, "table": rows}, indent=1))
-    build = next((r["row"].get("build_commit") for r in results if r["engine"] == "llama.cpp"), "?")
-    print(f"\nfuselm vs llama.cpp (llama-bench, build {build}, llama-cpp-python 0.3.36 sdist) vs transformers "
+    print(f"\nfuselm vs llama.cpp (llama-bench from the llama-cpp-python 0.3.36 sdist) vs transformers "
           f"eager; {args.rounds} interleaved rounds x {args.reps} repetitions; tokens/s, mean ± stddev")
     print(f"machine at start: {start}\nmachine at end:   {machine_line()}\n")
     print_table(rows, len(args.threads) > 1)

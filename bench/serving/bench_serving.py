@@ -160,7 +160,7 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
     rng = random.Random(seed + concurrency)
     # Distinct random prompts, so the prefix cache does not help (it would shorten TTFT).
     prompts = [[rng.randrange(1000, vocab) for _ in range(prompt_len)] for _ in range(num_prompts)]
-    results, lock = [], threading.Lock()
+    results, errors, lock = [], [], threading.Lock()
     queue = list(prompts)
 
     def client():
@@ -169,7 +169,12 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
                 if not queue:
                     return
                 p = queue.pop()
-            r = one_request(url, model, p, output_len)
+            try:
+                r = one_request(url, model, p, output_len)
+            except (OSError, RuntimeError, http.client.HTTPException) as e:  # counted, not fatal
+                with lock:
+                    errors.append(repr(e))
+                continue
             with lock:
                 results.append(r)
 
@@ -183,17 +188,22 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
     q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
     ttft = [r["ttft"] for r in results]
     tpot = [r["tpot"] for r in results]
-    return {"concurrency": concurrency, "requests": len(results), "output_tok_s": sum(r["tokens"] for r in results) / wall,
+    if errors:
+        print(f"  {len(errors)} of {num_prompts} requests failed, first: {errors[0]}", file=sys.stderr)
+    if not results:
+        raise SystemExit(f"bench_serving: every request at {concurrency} streams failed: {errors[0]}")
+    return {"concurrency": concurrency, "requests": len(results), "failed": len(errors),
+            "output_tok_s": sum(r["tokens"] for r in results) / wall,
             "ttft_median_ms": statistics.median(ttft) * 1e3, "ttft_p99_ms": q(ttft, 0.99) * 1e3,
             "tpot_median_ms": statistics.median(tpot) * 1e3, "tpot_p99_ms": q(tpot, 0.99) * 1e3, "wall_s": wall}
 
 
-HEADER = (f"{'engine':<13} {'streams':>7} {'requests':>8} {'out tok/s':>10} {'TTFT med':>9} {'TTFT p99':>9} "
+HEADER = (f"{'engine':<13} {'streams':>7} {'requests':>8} {'failed':>6} {'out tok/s':>10} {'TTFT med':>9} {'TTFT p99':>9} "
           f"{'TPOT med':>9} {'TPOT p99':>9}  (ms)")
 
 
 def row_text(engine: str, r: dict) -> str:
-    return (f"{engine:<13} {r['concurrency']:>7} {r['requests']:>8} {r['output_tok_s']:>10.1f} {r['ttft_median_ms']:>9.0f} "
+    return (f"{engine:<13} {r['concurrency']:>7} {r['requests']:>8} {r['failed']:>6} {r['output_tok_s']:>10.1f} {r['ttft_median_ms']:>9.0f} "
             f"{r['ttft_p99_ms']:>9.0f} {r['tpot_median_ms']:>9.1f} {r['tpot_p99_ms']:>9.1f}")
 
 
