@@ -8,6 +8,16 @@ after the first (TPOT).
     bench/serving/bench_serving.py                      # starts build/fuselm serve on the default model
     bench/serving/bench_serving.py --url http://127.0.0.1:8000 --model NAME   # an already running server
     bench/serving/bench_serving.py --concurrency 1 4 16 64 --prompt-len 128 --output-len 128
+    bench/serving/bench_serving.py --engines fuselm llama-server --dtype bf16 --threads 2
+                                 # fuselm serve and llama-server on the same weights, one table
+
+With `--engines ... llama-server`, llama.cpp's llama-server (built by bench/compare/llamacpp.sh from
+the same llama.cpp source as bench/compare) serves the same weights: the model directory converted
+by llama.cpp's own convert_hf_to_gguf.py to a GGUF of --dtype (cached, as bench/compare does), or
+--gguf. It is started once per concurrency with `-np` = the concurrency (one slot per stream,
+`-c` = slots x (prompt + output + 64) tokens), `-t`/`-tb` = --threads, and its levels interleave
+with fuselm's (fuselm level c, then llama-server level c). fuselm serve runs with --dtype and
+OMP_NUM_THREADS = --threads.
 
 Only the standard library: http.client streams, threads as clients.
 """
@@ -30,6 +40,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("FUSELM_BENCH_CACHE", Path.home() / ".cache" / "fuselm-bench"))
+LLAMACPP = CACHE / "llama.cpp-0.3.36"
 
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
@@ -37,8 +49,10 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [str(args.fuselm), "serve", *([args.model_dir] if args.model_dir else []), "--port", str(port),
-           "--max-num-seqs", str(max(args.concurrency)), *args.serve_args]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+           "--max-num-seqs", str(max(args.concurrency)), *(["--dtype", args.dtype] if args.dtype else []),
+           *args.serve_args]
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     for line in proc.stderr:
         sys.stderr.write(line)
@@ -48,6 +62,63 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
         raise SystemExit("fuselm serve exited before it served")
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     return proc, url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_model_dir() -> str:
+    out = subprocess.run([str(REPO / "scripts" / "prepare_default_model.sh")], capture_output=True, text=True,
+                         check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def llama_gguf(args) -> Path:
+    """--gguf, or the model directory converted by llama.cpp's converter (bench/compare's cache)."""
+    if args.gguf:
+        return Path(args.gguf)
+    sys.path.insert(0, str(REPO / "bench" / "compare"))
+    import compare  # noqa: E402 (bench/compare/compare.py: the same conversion and cache)
+    d = Path(args.model_dir or default_model_dir())
+    ns = argparse.Namespace(cache=str(CACHE), llamacpp=str(LLAMACPP), fuselm=args.fuselm, models=[str(d)])
+    name = "SmolLM2-135M" if not args.model_dir else d.name
+    return compare.Setup(ns).gguf(name, d, args.dtype or "bf16")
+
+
+def start_llama_server(args, gguf: Path, slots: int) -> tuple[subprocess.Popen, str]:
+    """llama-server with one slot per stream (-np), the same threads, on 127.0.0.1; waits for /health."""
+    port = free_port()
+    ctx = slots * (args.prompt_len + args.output_len + 64)
+    threads = str(args.threads or os.cpu_count())
+    cmd = [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
+           "-c", str(ctx), "-t", threads, "-tb", threads, "--no-webui", "--log-disable"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"llama-server exited ({proc.returncode}): {' '.join(cmd)}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("llama-server did not become healthy in 600 s")
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def model_name(url: str) -> str:
@@ -66,7 +137,7 @@ def one_request(url: str, model: str, prompt: list[int], output_len: int) -> dic
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
     first = None
-    tokens = 0
+    tokens = pieces = 0  # usage's count; streamed pieces when a server sends no usage
     for raw in resp:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -74,10 +145,13 @@ def one_request(url: str, model: str, prompt: list[int], output_len: int) -> dic
         chunk = json.loads(line[6:])
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
-        elif first is None and chunk["choices"] and chunk["choices"][0]["text"]:
-            first = time.perf_counter()
+        if chunk.get("choices") and chunk["choices"][0].get("text"):
+            pieces += 1
+            if first is None:
+                first = time.perf_counter()
     end = time.perf_counter()
     conn.close()
+    tokens = tokens or pieces
     first = first or end
     return {"ttft": first - t0, "tpot": (end - first) / max(1, tokens - 1), "tokens": tokens, "e2e": end - t0}
 
@@ -86,7 +160,7 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
     rng = random.Random(seed + concurrency)
     # Distinct random prompts, so the prefix cache does not help (it would shorten TTFT).
     prompts = [[rng.randrange(1000, vocab) for _ in range(prompt_len)] for _ in range(num_prompts)]
-    results, lock = [], threading.Lock()
+    results, errors, lock = [], [], threading.Lock()
     queue = list(prompts)
 
     def client():
@@ -95,7 +169,12 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
                 if not queue:
                     return
                 p = queue.pop()
-            r = one_request(url, model, p, output_len)
+            try:
+                r = one_request(url, model, p, output_len)
+            except (OSError, RuntimeError, http.client.HTTPException) as e:  # counted, not fatal
+                with lock:
+                    errors.append(repr(e))
+                continue
             with lock:
                 results.append(r)
 
@@ -109,17 +188,45 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
     q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
     ttft = [r["ttft"] for r in results]
     tpot = [r["tpot"] for r in results]
-    return {"concurrency": concurrency, "requests": len(results), "output_tok_s": sum(r["tokens"] for r in results) / wall,
+    if errors:
+        print(f"  {len(errors)} of {num_prompts} requests failed, first: {errors[0]}", file=sys.stderr)
+    if not results:
+        raise SystemExit(f"bench_serving: every request at {concurrency} streams failed: {errors[0]}")
+    return {"concurrency": concurrency, "requests": len(results), "failed": len(errors),
+            "output_tok_s": sum(r["tokens"] for r in results) / wall,
             "ttft_median_ms": statistics.median(ttft) * 1e3, "ttft_p99_ms": q(ttft, 0.99) * 1e3,
             "tpot_median_ms": statistics.median(tpot) * 1e3, "tpot_p99_ms": q(tpot, 0.99) * 1e3, "wall_s": wall}
 
 
+HEADER = (f"{'engine':<13} {'streams':>7} {'requests':>8} {'failed':>6} {'out tok/s':>10} {'TTFT med':>9} {'TTFT p99':>9} "
+          f"{'TPOT med':>9} {'TPOT p99':>9}  (ms)")
+
+
+def row_text(engine: str, r: dict) -> str:
+    return (f"{engine:<13} {r['concurrency']:>7} {r['requests']:>8} {r['failed']:>6} {r['output_tok_s']:>10.1f} {r['ttft_median_ms']:>9.0f} "
+            f"{r['ttft_p99_ms']:>9.0f} {r['tpot_median_ms']:>9.1f} {r['tpot_p99_ms']:>9.1f}")
+
+
+def measure(args, url: str, model: str | None, c: int) -> dict:
+    model = model or model_name(url)
+    one_request(url, model, [1000] * 8, 4)  # warm-up
+    return run_level(url, model, c, c * args.prompts_per_client, args.prompt_len, args.output_len, args.vocab, args.seed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", help="an OpenAI-compatible server to measure (default: start fuselm serve)")
+    ap.add_argument("--url", help="an OpenAI-compatible server to measure (instead of starting fuselm serve)")
     ap.add_argument("--model", help="model id (default: the server's first)")
+    ap.add_argument("--engines", nargs="+", default=["fuselm"], choices=["fuselm", "llama-server"],
+                    help="servers to start and measure, interleaved level by level")
     ap.add_argument("--fuselm", default=str(REPO / "build" / "fuselm"))
+    ap.add_argument("--llama-server", default=str(LLAMACPP / "build" / "bin" / "llama-server"),
+                    help="llama-server binary (bench/compare/llamacpp.sh builds it)")
     ap.add_argument("--model-dir", default="", help="model directory for fuselm serve (default: the default model)")
+    ap.add_argument("--gguf", help="weights for llama-server (default: --model-dir converted to --dtype)")
+    ap.add_argument("--dtype", default="", help="weight dtype for both engines (f32, bf16); default: fuselm's auto, "
+                                                "llama-server bf16")
+    ap.add_argument("--threads", type=int, default=0, help="threads of both servers (default: all cores)")
     ap.add_argument("--serve-args", nargs=argparse.REMAINDER, default=[], help="more fuselm serve options (last)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--prompts-per-client", type=int, default=2, help="requests per client at each concurrency")
@@ -130,27 +237,41 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
 
-    proc = None
-    url = args.url
-    if not url:
-        proc, url = start_server(args)
+    engines = ["url"] if args.url else args.engines
+    gguf = llama_gguf(args) if "llama-server" in engines else None
+    procs: dict[str, subprocess.Popen | None] = {}
+    urls: dict[str, str] = {}
+    rows: dict[str, list[dict]] = {e: [] for e in engines}
     try:
-        model = args.model or model_name(url)
-        one_request(url, model, [1000] * 8, 4)  # warm-up
-        rows = []
-        print(f"{'streams':>7} {'requests':>8} {'out tok/s':>10} {'TTFT med':>9} {'TTFT p99':>9} {'TPOT med':>9} {'TPOT p99':>9}  (ms)")
+        if args.url:
+            urls["url"] = args.url
+        if "fuselm" in engines:
+            procs["fuselm"], urls["fuselm"] = start_server(args)
+        print(HEADER, flush=True)
         for c in args.concurrency:
-            r = run_level(url, model, c, c * args.prompts_per_client, args.prompt_len, args.output_len, args.vocab, args.seed)
-            rows.append(r)
-            print(f"{c:>7} {r['requests']:>8} {r['output_tok_s']:>10.1f} {r['ttft_median_ms']:>9.0f} {r['ttft_p99_ms']:>9.0f} "
-                  f"{r['tpot_median_ms']:>9.1f} {r['tpot_p99_ms']:>9.1f}", flush=True)
+            for e in engines:
+                if e == "llama-server":  # -np is the concurrency: a fresh server per level
+                    stop(procs.get(e))
+                    procs[e], urls[e] = start_llama_server(args, gguf, c)
+                r = measure(args, urls[e], args.model if e == "url" else None, c)
+                rows[e].append(r)
+                print(row_text(args.url or e, r), flush=True)
+        if "fuselm" in rows and "llama-server" in rows:
+            print("\nfuselm / llama-server output tokens/s: " + ", ".join(
+                f"{f['concurrency']} streams {f['output_tok_s'] / l['output_tok_s']:.2f}x"
+                for f, l in zip(rows["fuselm"], rows["llama-server"])))
+        base = rows[engines[0]]
+        if len(base) > 1 and base[0]["concurrency"] == 1:
+            print(f"{engines[0]}: throughput at {base[-1]['concurrency']} streams / at 1 stream: "
+                  f"{base[-1]['output_tok_s'] / base[0]['output_tok_s']:.2f}x")
+        print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
         if args.json:
-            Path(args.json).write_text(json.dumps({"model": model, "prompt_len": args.prompt_len,
-                                                   "output_len": args.output_len, "rows": rows}, indent=1))
+            Path(args.json).write_text(json.dumps({"prompt_len": args.prompt_len, "output_len": args.output_len,
+                                                   "dtype": args.dtype, "threads": args.threads,
+                                                   "gguf": str(gguf) if gguf else None, "rows": rows}, indent=1))
     finally:
-        if proc:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
+        for p in procs.values():
+            stop(p)
 
 
 if __name__ == "__main__":

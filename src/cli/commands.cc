@@ -15,6 +15,7 @@ void add_commands(CLI::App& app) {
   add_serve_command(app);
   add_chat_command(app);
   add_apply_template_command(app);
+  add_bench_command(app);
 }
 
 }  // namespace fuselm::cli

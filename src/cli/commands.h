@@ -18,5 +18,6 @@ void add_inspect_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_apply_template_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace fuselm::cli

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""fuselm against llama.cpp and transformers eager on the same weights, the same threads, in one
+run, interleaved (see bench/compare/run.sh, which builds what this needs, and bench/README.md).
+
+For each model (default: SmolLM2-135M-Instruct and a random-weight TinyLlama-shaped 1.1 B Llama)
+and weight type, the same HF weights are converted to GGUF by llama.cpp's own convert_hf_to_gguf.py
+(F32, BF16; Q8_0 and Q4_0 when fuselm can run them: detected by asking `fuselm bench` to load
+them, never assumed), then `llama-bench`, `fuselm bench` and transformers (bench/compare/
+hf_bench.py) run pp and tg tests round-robin, `--rounds` times each (the engine order rotating
+every round) so that a change of machine load hits every engine alike; the samples of all rounds
+make each mean ± standard deviation. Prints one markdown table and writes every sample to
+$CACHE/results/compare-<time>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ENGINES = ["llama.cpp", "fuselm", "transformers"]
+FLOAT_TYPES = ["f32", "bf16"]
+QUANT_TYPES = ["q8_0", "q4_0"]
+
+
+def log(msg: str) -> None:
+    print(f"compare: {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(f"compare: error: {' '.join(map(str, cmd[:3]))} ... exited {proc.returncode}")
+    return proc
+
+
+def json_out(text: str):
+    """The JSON document in a tool's stdout (llama-bench and transformers may print other lines first)."""
+    start = min(i for i in (text.find("["), text.find("{")) if i >= 0)
+    return json.loads(text[start:])
+
+
+class Setup:
+    def __init__(self, args):
+        self.args = args
+        self.cache = Path(args.cache)
+        self.tree = Path(args.llamacpp) / "src"  # llama.cpp's source: convert_hf_to_gguf.py, gguf-py
+        self.bin = Path(args.llamacpp) / "build" / "bin"
+        self.fuselm = Path(args.fuselm)
+        self.python = sys.executable
+        self.pydeps = self.cache / "pydeps"
+
+    # --- models and their GGUF files -------------------------------------------------------
+    def models(self) -> dict[str, Path]:
+        out = {}
+        for name in self.args.models:
+            if name == "default":
+                d = run([REPO / "scripts" / "prepare_default_model.sh"]).stdout.strip().splitlines()[-1]
+                out["SmolLM2-135M"] = Path(d)
+            elif name == "tinyllama":
+                d = self.cache / "models" / "tinyllama-1.1b-random"
+                if not (d / "model.safetensors.index.json").exists() and not (d / "model.safetensors").exists():
+                    log(f"writing the random-weight TinyLlama-shaped model to {d}")
+                    run([self.python, HERE / "make_random_llama.py", d])
+                out["TinyLlama-1.1B-random"] = d
+            else:
+                out[Path(name).name] = Path(name)
+        return out
+
+    def converter_env(self) -> dict:
+        # sentencepiece: convert_hf_to_gguf.py imports it on the Llama vocabulary path; it lives in
+        # the cache (pip --target), not in the project's requirements.
+        if not (self.pydeps / "sentencepiece").exists():
+            log("installing sentencepiece==0.2.3 into " + str(self.pydeps))
+            run([self.python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", self.pydeps,
+                 "sentencepiece==0.2.3"])
+        return {"PYTHONPATH": str(self.pydeps)}
+
+    def gguf(self, name: str, model_dir: Path, wtype: str) -> Path:
+        """The model's GGUF of this type from llama.cpp's own converter (and llama-quantize for Q4_0)."""
+        out = self.cache / "gguf" / f"{name}-{wtype}.gguf"
+        if out.exists():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        if wtype in ("f32", "bf16", "q8_0"):
+            log(f"converting {model_dir} to {out.name} (convert_hf_to_gguf.py --outtype {wtype})")
+            run([self.python, self.tree / "convert_hf_to_gguf.py", model_dir, "--outtype", wtype, "--outfile", tmp],
+                env=self.converter_env())
+        else:
+            src = self.gguf(name, model_dir, "f32")
+            log(f"quantizing {src.name} to {out.name} (llama-quantize {wtype.upper()})")
+            run([self.bin / "llama-quantize", src, tmp, wtype.upper()])
+        tmp.rename(out)
+        return out
+
+    # --- what fuselm can run -------------------------------------------------------------
+    def fuselm_loads(self, source: Path, wtype: str | None) -> bool:
+        cmd = [self.fuselm, "bench", source, "-p", "0", "-n", "0", "-r", "1", "--no-bandwidth", "-o", "json"]
+        if wtype:
+            cmd += ["--dtype", wtype]
+        return run(cmd, check=False).returncode == 0
+
+    def fuselm_source(self, name: str, model_dir: Path, wtype: str) -> tuple[Path, str | None] | None:
+        """(what fuselm bench reads, its --dtype) for a weight type, or None when fuselm cannot run it.
+        Quantized types: the same GGUF file as llama.cpp when fuselm reads it (identical quantized
+        bytes), else the HF weights quantized at load (--dtype q8_0), else None."""
+        if wtype in FLOAT_TYPES:
+            return model_dir, wtype
+        try:
+            gguf = self.gguf(name, model_dir, wtype)
+            if self.fuselm_loads(gguf, None):
+                return gguf, None
+        except SystemExit as e:  # the converter or llama-quantize failed: no such file to offer
+            log(f"no {wtype} GGUF to probe fuselm with: {e}")
+        return (model_dir, wtype) if self.fuselm_loads(model_dir, wtype) else None
+
+
+def quant_types_fuselm_runs(setup: Setup, name: str, model_dir: Path, wanted: list[str]) -> list[str]:
+    """Quantized types fuselm runs, asked of the first model: `fuselm bench` loads the type's GGUF
+    (from llama.cpp's converter) or the HF weights with --dtype TYPE."""
+    ok = [t for t in wanted if setup.fuselm_source(name, model_dir, t) is not None]
+    log(f"fuselm runs quantized types: {ok or 'none'} (of {wanted}; asked fuselm bench to load each)")
+    return ok
+
+
+# --- one engine's run ---------------------------------------------------------------------
+def test_key(r: dict) -> tuple[int, int, int]:
+    return int(r["n_prompt"]), int(r["n_gen"]), int(r.get("n_depth", 0))
+
+
+def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | None], hf_dir: Path,
+               wtype: str, threads: int, reps: int, depths: list[int]) -> list[dict]:
+    a = setup.args
+    tests = ["-p", str(a.n_prompt), "-n", str(a.n_gen), "-r", str(reps), "-t", str(threads)]
+    if engine == "llama.cpp":
+        cmd = [setup.bin / "llama-bench", "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
+        return json_out(run(cmd).stdout)
+    if engine == "fuselm":
+        src, dtype = fsrc
+        cmd = [setup.fuselm, "bench", src, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
+        if dtype:
+            cmd += ["--dtype", dtype]
+        return json_out(run(cmd).stdout)
+    cmd = [setup.python, HERE / "hf_bench.py", hf_dir, "--dtype", wtype, *tests]
+    return json_out(run(cmd, env={"OMP_NUM_THREADS": str(threads)}).stdout)
+
+
+def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, results: list[dict]) -> None:
+    a = setup.args
+    gguf = setup.gguf(name, hf_dir, wtype) if "llama.cpp" in a.engines else None
+    fsrc = setup.fuselm_source(name, hf_dir, wtype)
+    engines = [e for e in a.engines if not (e == "transformers" and wtype not in FLOAT_TYPES)]
+    for rnd in range(a.rounds):
+        order = engines[rnd % len(engines):] + engines[:rnd % len(engines)]
+        for engine in order:
+            depths = [0] + ([a.depth] if a.depth and engine != "transformers" else [])
+            log(f"{name} {wtype} t={threads} round {rnd + 1}/{a.rounds}: {engine}")
+            t0 = time.time()
+            for r in run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, a.reps, depths):
+                results.append({"model": name, "type": wtype, "engine": engine, "threads": threads,
+                                "round": rnd, "row": r})
+            log(f"  {time.time() - t0:.0f} s")
+
+
+# --- the table ----------------------------------------------------------------------------
+def test_name(k: tuple[int, int, int]) -> str:
+    s = f"pp{k[0]}" if k[0] else f"tg{k[1]}"
+    return s + (f" @ d{k[2]}" if k[2] else "")
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    groups: dict[tuple, dict] = {}
+    for res in results:
+        r = res["row"]
+        g = groups.setdefault((res["model"], res["type"], res["threads"], test_key(r)), {"engines": {}})
+        g["engines"].setdefault(res["engine"], []).extend(r["samples_ts"])
+        if res["engine"] == "fuselm":
+            g["ceiling"] = r.get("decode_ceiling_ts", 0)
+    rows = []
+    for (model, wtype, threads, key), g in groups.items():
+        row = {"model": model, "type": wtype, "threads": threads, "test": test_name(key)}
+        for e, ts in g["engines"].items():
+            row[e] = (statistics.fmean(ts), statistics.stdev(ts) if len(ts) > 1 else 0.0, len(ts))
+        row["ceiling"] = g.get("ceiling", 0) if key[1] else 0
+        rows.append(row)
+    return rows
+
+
+def cell(v) -> str:
+    return "—" if v is None else f"{v[0]:.2f} ± {v[1]:.2f}"
+
+
+def ratio(a, b) -> str:
+    return "—" if a is None or b is None or b[0] <= 0 else f"{a[0] / b[0]:.2f}x"
+
+
+def print_table(rows: list[dict], threads_shown: bool) -> None:
+    head = ["model", "type", *(["threads"] if threads_shown else []), "test", "llama.cpp t/s", "fuselm t/s",
+            "transformers t/s", "fuselm / llama.cpp", "fuselm / transformers", "fuselm % ceiling",
+            "llama.cpp % ceiling"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * (3 + threads_shown) + ["---:"] * (len(head) - 3 - threads_shown)) + "|")
+    for r in rows:
+        f, l, t = r.get("fuselm"), r.get("llama.cpp"), r.get("transformers")
+        pct = lambda v: "" if not r["ceiling"] or v is None else f"{100 * v[0] / r['ceiling']:.0f} %"
+        vals = [r["model"], r["type"].upper(), *([str(r["threads"])] if threads_shown else []), r["test"],
+                cell(l), cell(f), cell(t), ratio(f, l), ratio(f, t), pct(f), pct(l)]
+        print("| " + " | ".join(vals) + " |")
+
+
+def machine_line() -> str:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    load = os.getloadavg()
+    return f"{cpu}, {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llamacpp", required=True, help="the directory bench/compare/llamacpp.sh prints (src/, build/bin/)")
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--fuselm", default=str(REPO / "build" / "fuselm"))
+    ap.add_argument("--models", nargs="+", default=["default", "tinyllama"],
+                    help="default, tinyllama, or HF model directories")
+    ap.add_argument("--types", nargs="+", default=FLOAT_TYPES + QUANT_TYPES,
+                    help="weight types; quantized ones only where fuselm runs them")
+    ap.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    ap.add_argument("--threads", nargs="+", type=int, default=[2])
+    ap.add_argument("-p", "--n-prompt", type=int, default=512)
+    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("--depth", type=int, default=0, help="also tg at this depth (llama.cpp and fuselm), e.g. 4096")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per engine per round")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (engine order rotates)")
+    args = ap.parse_args()
+    if not Path(args.fuselm).exists():
+        raise SystemExit(f"compare: error: {args.fuselm} is missing (scripts/setup.sh builds it)")
+    setup = Setup(args)
+    start = machine_line()
+    models = setup.models()
+    wanted_quant = [t for t in args.types if t in QUANT_TYPES]
+    first = next(iter(models.items()))
+    quant_ok = quant_types_fuselm_runs(setup, *first, wanted_quant) if wanted_quant else []
+    types = [t for t in args.types if t in FLOAT_TYPES or t in quant_ok]
+    results: list[dict] = []
+    for name, d in models.items():
+        for wtype in types:
+            for threads in args.threads:
+                bench_one(setup, name, d, wtype, threads, results)
+    rows = summarize(results)
+    out = setup.cache / "results" / time.strftime("compare-%Y%m%dT%H%M%SZ.json", time.gmtime())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine_start": start, "machine_end": machine_line(), "args": vars(args),
+                               "results": results, "table": rows}, indent=1))
+    print(f"\nfuselm vs llama.cpp (llama-bench from the llama-cpp-python 0.3.36 sdist) vs transformers "
+          f"eager; {args.rounds} interleaved rounds x {args.reps} repetitions; tokens/s, mean ± stddev")
+    print(f"machine at start: {start}\nmachine at end:   {machine_line()}\n")
+    print_table(rows, len(args.threads) > 1)
+    skipped = [t for t in wanted_quant if t not in quant_ok]
+    print("\n% ceiling: tg tokens/s over the decode ceiling fuselm bench prints (measured bandwidth / bytes read per "
+          "token)." + (f" Not run: {', '.join(skipped)} (fuselm does not run them yet)." if skipped else ""))
+    print(f"samples: {out}")
+
+
+if __name__ == "__main__":
+    main()
