@@ -48,6 +48,7 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_router_ops(reg);
     ops::register_experts_ops(reg);
     ops::register_moe_route_ops(reg);
+    ops::register_core_aten_ops(reg);
     return reg;
   }();
   return r;

@@ -95,6 +95,7 @@ void register_complex_ops(OpRegistry& r);  // c64 for complex rope; wraps mul (c
 void register_router_ops(OpRegistry& r);   // top-k, gather/scatter, in-place arithmetic (router_ops.cc)
 void register_experts_ops(OpRegistry& r);  // fuselm.experts (experts_op.cc)
 void register_moe_route_ops(OpRegistry& r);  // fuselm.moe_route, inserted by the moe fuser
+void register_core_aten_ops(OpRegistry& r);  // clamp, square, softplus, stack, ... (core_aten_ops.cc)
 }  // namespace ops
 
 }  // namespace fuselm::runtime
