@@ -196,6 +196,28 @@ void concat_case() {
         want, "dim -1");
 }
 
+void index_select_case() {
+  const std::string op = "aten.index_select.default";
+  Host x = rand_host(DType::f32, {4, 3, 2}, 71);
+  Host idx = make_host(DType::i64, {5}, {3, 0, 0, -1, 2});
+  for (int d : {0, 1}) {
+    Host id = d == 0 ? idx : make_host(DType::i64, {3}, {2, 2, 0});
+    std::vector<int64_t> shape = x.shape;
+    shape[d] = id.numel();
+    Host want{DType::f32, shape, std::vector<double>(numel_of(shape))};
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      auto p = unravel(i, shape);
+      int64_t at_d = static_cast<int64_t>(id.v[p[d]]);
+      p[d] = at_d < 0 ? at_d + x.shape[d] : at_d;
+      want.v[i] = at(x, p);
+    }
+    check(op, {{x, Layout::transposed}, {id, Layout::strided}}, [d](auto n) { return std::vector<Arg>{R(n[0]), I(d), R(n[1])}; },
+          want, "dim " + std::to_string(d));
+  }
+  Host e{DType::i64, {0}, {}};
+  check(op, {{x}, {e}}, [](auto n) { return std::vector<Arg>{R(n[0]), I(0), R(n[1])}; }, Host{DType::f32, {0, 3, 2}, {}}, "empty index");
+}
+
 }  // namespace
 
 void add_core_aten_cases(std::map<std::string, std::function<void()>>& m) {
@@ -214,6 +236,7 @@ void add_core_aten_cases(std::map<std::string, std::function<void()>>& m) {
   m["aten.stack.default"] = stack_case;
   m["aten.repeat_interleave.self_int"] = repeat_interleave_case;
   m["aten.concat.default"] = concat_case;
+  m["aten.index_select.default"] = index_select_case;
 }
 
 }  // namespace fuselm::runtime::testing

@@ -1,6 +1,7 @@
 // Core ATen ops that the first tested families never produced but other exports do (issue 15
 // item 1): clamp in its three forms, square, softplus, expm1, pow with a scalar base,
-// min/max of two tensors (NaN-propagating), stack, concat and repeat_interleave by an int.
+// min/max of two tensors (NaN-propagating), stack, concat, repeat_interleave by an int and
+// index_select.
 // Arithmetic goes through doubles, as in the elementwise family's fallback path: these ops sit
 // off the hot path (a rotary table, an activation), never in a GEMM.
 #include <cmath>
@@ -163,6 +164,36 @@ void repeat_interleave(OpCall& c) {
   set_out(c, out);
 }
 
+// index_select(self, dim, index): the rows of self along dim named by the 1-D (or 0-d) index.
+void index_select(OpCall& c) {
+  const Tensor& x = c.tensor(0);
+  const int d = wrap_dim(c.integer(1), std::max(x.ndim, 1));
+  const Tensor& index = c.tensor(2);
+  if (index.ndim > 1) c.fail("index must be 1-D, got " + index.describe());
+  const int64_t k = index.numel();
+  std::array<int64_t, kMaxDims> shape{};
+  for (int j = 0; j < x.ndim; ++j) shape[j] = j == d ? k : x.shape[j];
+  Tensor out = c.alloc(c.out_dtype(), std::span<const int64_t>(shape.data(), x.ndim));
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, off = 0;
+    for (int j = x.ndim - 1; j >= 0; --j) {
+      int64_t pos = rem % out.shape[j];
+      rem /= out.shape[j];
+      if (j == d) {
+        pos = static_cast<int64_t>(load_double(index, pos * (index.ndim ? index.strides[0] : 0)));
+        if (pos < -x.shape[j] || pos >= x.shape[j])
+          c.fail("index " + std::to_string(pos) + " is out of bounds for dimension " + std::to_string(d) + " of size " +
+                 std::to_string(x.shape[j]));
+        if (pos < 0) pos += x.shape[j];
+      }
+      off += pos * x.strides[j];
+    }
+    store_double(out, i, load_double(x, off));
+  }
+  set_out(c, out);
+}
+
 }  // namespace
 
 void register_core_aten_ops(OpRegistry& r) {
@@ -182,6 +213,7 @@ void register_core_aten_ops(OpRegistry& r) {
   r.add("aten.max.other", [](OpCall& c) { binary(c, [](double x, double y) { return (x != x || x > y) ? x : y; }); });
   r.add("aten.stack.default", stack);
   r.add("aten.repeat_interleave.self_int", repeat_interleave);
+  r.add("aten.index_select.default", index_select);
 }
 
 }  // namespace fuselm::runtime::ops
