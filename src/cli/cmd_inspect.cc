@@ -23,6 +23,7 @@ struct InspectArgs {
   std::string model_dir;
   bool json = false;
   bool no_capture = false;
+  bool trust_remote_code = false;
   FuserArgs fusers;
 };
 
@@ -31,7 +32,7 @@ struct InspectArgs {
 fs::path ir_dir_of(const InspectArgs& a) {
   fs::path dir = a.model_dir.empty() ? default_model_dir() : fs::path(a.model_dir);
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
-  if (fs::exists(dir / "config.json")) return engine::ensure_ir(dir, !a.no_capture);
+  if (fs::exists(dir / "config.json")) return engine::ensure_ir(dir, !a.no_capture, a.trust_remote_code);
   if (fs::exists(dir / "fuselm-ir" / "ir.json")) return dir / "fuselm-ir";
   throw std::runtime_error(dir.string() + ": neither a Hugging Face model directory (config.json) nor a captured one (fuselm-ir/ir.json)");
 }
@@ -116,6 +117,8 @@ void add_inspect_command(CLI::App& app) {
                   "model directory (Hugging Face, or holding fuselm-ir/ir.json); default: SmolLM2-135M-Instruct");
   cmd->add_flag("--json", a->json, "print one JSON object: modules, totals, errors");
   cmd->add_flag("--no-capture", a->no_capture, "fail instead of capturing when the IR is missing or stale");
+  cmd->add_flag("--trust-remote-code", a->trust_remote_code,
+                "let capture run the Python files the model directory ships (config.json auto_map)");
   add_fuser_options(*cmd, a->fusers);
   cmd->callback([a] { run(*a); });
 }
