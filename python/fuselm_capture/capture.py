@@ -207,8 +207,50 @@ def ir_dir_for(model_dir: Path) -> Path:
     return model_dir / IR_DIR_NAME
 
 
-def capture_model_dir(model_dir, out_dir=None) -> Path:
-    """Captures a Hugging Face causal LM directory (config.json + *.safetensors) to out_dir/ir.json."""
+def remote_code_files(config: dict, model_dir: Path) -> list[str]:
+    """The Python files of model_dir that config.json's auto_map names (transformers'
+    trust_remote_code: "configuration_x.XConfig" is configuration_x.py; "repo--module.Class"
+    names another repository's code, reported as such). Empty when there is no auto_map."""
+    auto_map = config.get("auto_map") or {}
+    refs = []
+    for value in auto_map.values():
+        refs += value if isinstance(value, list) else [value]
+    files = []
+    for ref in refs:
+        if not isinstance(ref, str) or "." not in ref:
+            continue
+        repo, _, ref = ref.rpartition("--")
+        module = ref.rsplit(".", 1)[0]
+        name = f"{repo}:{module}.py" if repo else str(model_dir / f"{module.replace('.', '/')}.py")
+        if name not in files:
+            files.append(name)
+    return files
+
+
+def _remote_code_gate(config_path: Path, trust_remote_code: bool) -> bool:
+    """Whether transformers may run the model directory's own code: only with trust_remote_code,
+    and then a line names the files. A config.json that names code refuses capture without it
+    (running the library's built-in class instead could silently differ from the shipped code)."""
+    try:
+        raw = json.loads(config_path.read_text())
+    except (OSError, ValueError) as e:
+        raise CaptureError(f"{config_path}: not readable JSON: {e}") from e
+    files = remote_code_files(raw if isinstance(raw, dict) else {}, config_path.parent)
+    if not files:
+        return False
+    if not trust_remote_code:
+        raise CaptureError(f"{config_path}: auto_map names Python code shipped with the model ({', '.join(files)}); "
+                           f"capture runs it only with --trust-remote-code")
+    _progress(f"--trust-remote-code: running the model's own code: {', '.join(files)} (and the files they import)")
+    return True
+
+
+def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
+    """Captures a Hugging Face causal LM directory (config.json + *.safetensors) to out_dir/ir.json.
+
+    trust_remote_code: a config.json whose auto_map names Python files of the model directory is
+    refused unless this is set; with it transformers imports and runs those files.
+    """
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -223,14 +265,15 @@ def capture_model_dir(model_dir, out_dir=None) -> Path:
         raise CaptureError(f"{model_dir}: no *.safetensors files")
 
     t0 = time.time()
+    remote = _remote_code_gate(config_path, trust_remote_code)
     ops.register_interfaces()
     try:
-        config = AutoConfig.from_pretrained(model_dir)
+        config = AutoConfig.from_pretrained(model_dir, trust_remote_code=remote)
     except Exception as e:  # noqa: BLE001 - unknown model_type, malformed JSON, missing fields, ...
         raise CaptureError(f"{config_path}: transformers cannot build a config from it: {_first_line(e)}") from e
     _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
     _refuse_attention_by_hand(config)
-    kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32}
+    kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32, "trust_remote_code": remote}
     try:
         with parameters_on_meta():
             try:

@@ -25,6 +25,7 @@ struct InspectArgs {
   bool json = false;
   bool no_capture = false;
   int tensor_parallel_size = 1;
+  bool trust_remote_code = false;
   FuserArgs fusers;
 };
 
@@ -33,7 +34,7 @@ struct InspectArgs {
 fs::path ir_dir_of(const InspectArgs& a) {
   fs::path dir = model_dir_of(a.model_dir);
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
-  if (fs::exists(dir / "config.json")) return engine::ensure_ir(dir, !a.no_capture);
+  if (fs::exists(dir / "config.json")) return engine::ensure_ir(dir, !a.no_capture, a.trust_remote_code);
   if (fs::exists(dir / "fuselm-ir" / "ir.json")) return dir / "fuselm-ir";
   throw std::runtime_error(dir.string() + ": neither a Hugging Face model directory (config.json) nor a captured one (fuselm-ir/ir.json)");
 }
@@ -127,6 +128,8 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--tensor-parallel-size", a->tensor_parallel_size,
                   "also show the sharding plan for N ranks (rank 0's; per-rank KV cache)")
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_flag("--trust-remote-code", a->trust_remote_code,
+                "let capture run the Python files the model directory ships (config.json auto_map)");
   add_fuser_options(*cmd, a->fusers);
   cmd->callback([a] { run(*a); });
 }

@@ -27,6 +27,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-context", a.max_context, "KV cache tokens (default: the model's context length)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd.add_flag("--no-capture", a.no_capture, "fail instead of capturing when the IR is missing or stale");
+  cmd.add_flag("--trust-remote-code", a.trust_remote_code,
+               "let capture run the Python files the model directory ships (config.json auto_map)");
   cmd.add_flag("--allow-unused-weights", a.allow_unused_weights,
                "run although the checkpoint holds numbered blocks (layers, experts) beyond those the graph reads");
   add_fuser_options(cmd, a.fusers);
@@ -118,7 +120,7 @@ LoadedModel load_model(const ModelArgs& a) {
   fs::path dir = model_dir_of(a.model_dir);
   if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": not a directory (give a Hugging Face model directory)");
-  fs::path ir_dir = engine::ensure_ir(dir, !a.no_capture);
+  fs::path ir_dir = engine::ensure_ir(dir, !a.no_capture, a.trust_remote_code);
   auto t0 = clock::now();
   std::fprintf(stderr, "fuselm: loading %s\n", dir.c_str());
   engine::ModelOptions mo;

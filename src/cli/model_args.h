@@ -24,6 +24,7 @@ struct ModelArgs {
   std::string model_dir;  // empty: the default model
   std::string dtype = "auto";
   bool no_capture = false;
+  bool trust_remote_code = false;  // capture may run Python shipped in the model directory
   int64_t max_context = 0;
   bool allow_unused_weights = false;
   FuserArgs fusers;

@@ -91,7 +91,7 @@ static std::string shell_quote(const std::string& s) {
 namespace {
 
 /// Runs python -m fuselm_capture model_dir --out ir_dir; throws with capture's own error line.
-void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::string& why) {
+void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::string& why, bool trust_remote_code) {
   const std::string python = capture_python();
   if (!fs::exists(python))
     throw std::runtime_error(fmt::format("capture of {} needs Python at {} (set FUSELM_PYTHON, or run scripts/setup.sh)",
@@ -99,9 +99,10 @@ void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::s
   std::fprintf(stderr, "fuselm: capturing %s (%s)\n", model_dir.c_str(), why.c_str());
   // Capture's progress lines (stdout and stderr) stream to our stderr as they come; its one
   // "fuselm capture: error: ..." line is held back and becomes our one error line.
-  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} --out {} 2>&1 </dev/null",
+  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} --out {}{} 2>&1 </dev/null",
                                 shell_quote((source_dir() / "python").string()), shell_quote(python),
-                                shell_quote(model_dir.string()), shell_quote(ir_dir.string()));
+                                shell_quote(model_dir.string()), shell_quote(ir_dir.string()),
+                                trust_remote_code ? " --trust-remote-code" : "");
   std::fflush(stderr);
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) throw std::runtime_error(fmt::format("capture of {} failed: cannot start {}", model_dir.string(), python));
@@ -148,7 +149,7 @@ fs::path cache_dir_or_empty(const fs::path& model_dir) {
 
 }  // namespace
 
-fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
+fs::path ensure_ir(const fs::path& model_dir, bool allow_capture, bool trust_remote_code) {
   if (!fs::exists(model_dir / "config.json"))
     throw std::runtime_error(fmt::format("{}: no config.json (is this a Hugging Face model directory?)", model_dir.string()));
   const fs::path local = model_dir / "fuselm-ir";
@@ -172,7 +173,7 @@ fs::path ensure_ir(const fs::path& model_dir, bool allow_capture) {
   FileLock lock(ir_dir / ".capture.lock", "another capture of this model");
   const std::string why_now = ir_stale_reason(model_dir, ir_dir);
   if (why_now.empty()) return ir_dir;
-  run_capture(model_dir, ir_dir, why_now);
+  run_capture(model_dir, ir_dir, why_now, trust_remote_code);
   return ir_dir;
 }
 

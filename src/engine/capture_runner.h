@@ -17,8 +17,11 @@ std::string ir_stale_reason(const std::filesystem::path& model_dir, const std::f
 /// into the cache when model_dir is not writable. Capture holds a lock in the IR directory: a
 /// second process waits, then reuses the first one's IR. With allow_capture false a stale IR is an
 /// error that says how to capture. Throws std::runtime_error when capture fails (its last error
-/// line is included).
-std::filesystem::path ensure_ir(const std::filesystem::path& model_dir, bool allow_capture);
+/// line is included). trust_remote_code: capture may run Python files that the model directory
+/// ships (config.json's auto_map, transformers' trust_remote_code); without it capture refuses such a
+/// model. An IR that is current is used as is: no model Python runs.
+std::filesystem::path ensure_ir(const std::filesystem::path& model_dir, bool allow_capture,
+                                bool trust_remote_code = false);
 
 /// The Python interpreter used for capture: $FUSELM_PYTHON, else the repository's .venv.
 std::string capture_python();

@@ -79,8 +79,8 @@ class GluFuser final : public Fuser {
     if (g.nodes[r.gate.weight].out.dtype != g.nodes[r.up.weight].out.dtype)
       return why.reject("gate and up weights have different dtypes");
 
-    const auto down_proj = down_projection(sg, r.mul);
-    const bool down = down_proj.has_value();
+    const auto down_linear = down_projection(sg, r.mul);
+    const bool down = down_linear.has_value();
 
     const int n_axis = r.gate.kn ? 1 : 0, k_axis = 1 - n_axis;
     const auto& wa = g.nodes[r.gate.weight].out;
@@ -110,7 +110,7 @@ class GluFuser final : public Fuser {
       f.nodes.push_back(v);
     }
     f.replaces.push_back({r.mul, new_ref(static_cast<int>(f.nodes.size()) - 1)});
-    if (down_proj) f.shards.push_back(ShardNote{down_proj->weight, {}, Shard::row, down_proj->kn ? 0 : 1, {}});
+    if (down_linear) f.shards.push_back(ShardNote{down_linear->weight, {}, Shard::row, down_linear->kn ? 0 : 1, {}});
     f.detail = fmt::format("act={} down={}{} rows=2x{}", act, down ? "yes" : "no", r.gate.kn ? " conv1d" : "", *na);
     return f;
   }

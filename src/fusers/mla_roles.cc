@@ -166,9 +166,9 @@ std::optional<Roles> analyze(const Subgraph& sg, Why& why) {
   // query: one projection, on x or on norm(q_down(x)).
   if (wq.linears.size() != 1) return why.reject("q comes from {} projections; expected one", wq.linears.size());
   r.q = ref_arg(att, 0);
-  r.q_proj = *as_linear(g, *wq.linears.begin());
-  if (r.q_proj.x != r.down.x) {
-    const Walk wd = walk_back(sg, r.q_proj.x, none);
+  r.q_linear = *as_linear(g, *wq.linears.begin());
+  if (r.q_linear.x != r.down.x) {
+    const Walk wd = walk_back(sg, r.q_linear.x, none);
     if (wd.linears.size() != 1 || !wd.rsqrt)
       return why.reject("the query projection reads neither the module input nor a normalized down-projection");
     r.q_down = *as_linear(g, *wd.linears.begin());

@@ -13,7 +13,7 @@ struct Roles {
   int latent = -1;    // the up-projection's input: the normalized latent [..., T, R]
   int k_rot = -1;     // the rope key, one head [1, 1, T, Dr], before the broadcast over heads
   int out_proj = -1;  // the output projection's result
-  LinearLike up, down, q_proj;       // kv_b (up), kv_a (down), the projection producing q
+  LinearLike up, down, q_linear;       // kv_b (up), kv_a (down), the projection producing q
   std::optional<LinearLike> q_down;  // q-LoRA's down-projection
   int up_split = -1;    // split(up(·), [Dn, Dv], -1): Dn, Dv are its sizes
   int down_split = -1;  // split(down(x), [R, Dr], -1)

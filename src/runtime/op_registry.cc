@@ -50,6 +50,7 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_moe_route_ops(reg);
     ops::register_dist_ops(reg);
     ops::register_select_rows_ops(reg);
+    ops::register_core_aten_ops(reg);
     return reg;
   }();
   return r;

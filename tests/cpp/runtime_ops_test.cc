@@ -1735,6 +1735,7 @@ const Cases& op_cases() {
     add_mla_cases(m);
     add_complex_cases(m);
     add_router_cases(m);
+    add_core_aten_cases(m);
     return m;
   }();
   return cases;

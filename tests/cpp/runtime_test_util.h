@@ -470,5 +470,7 @@ Host nonzero_host(std::vector<int64_t> shape, uint32_t seed);
 
 /// Adds the cases of the router and experts ops (runtime_router_ops_test.cc) to the op table.
 void add_router_cases(std::map<std::string, std::function<void()>>& m);
+/// Cases of core_aten_ops.cc (runtime_core_aten_ops_test.cc).
+void add_core_aten_cases(std::map<std::string, std::function<void()>>& m);
 
 }  // namespace fuselm::runtime::testing

@@ -47,6 +47,16 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
     "gpt_oss": ("GptOssConfig", dict(head_dim=16, num_local_experts=8, num_experts_per_tok=2,
                                      intermediate_size=32, sliding_window=16,
                                      layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+    "olmoe": ("OlmoeConfig", dict(num_experts=8, num_experts_per_tok=2, intermediate_size=32, norm_topk_prob=False)),
+    "granitemoe": ("GraniteMoeConfig", dict(num_local_experts=6, num_experts_per_tok=2, intermediate_size=32,
+                                            embedding_multiplier=4.0, residual_multiplier=0.5,
+                                            attention_multiplier=0.1, logits_scaling=2.0)),
+    # Qwen2-MoE with its sliding window on the layers from max_window_layers up: the window is
+    # known to the mask (layer_types), not passed by the attention call.
+    "qwen2_moe_sliding": ("Qwen2MoeConfig", dict(num_experts=8, num_experts_per_tok=3, moe_intermediate_size=32,
+                                                 shared_expert_intermediate_size=48, decoder_sparse_step=2,
+                                                 norm_topk_prob=False, use_sliding_window=True, sliding_window=16,
+                                                 max_window_layers=1)),
     # Its experts module is not routed through ExpertsInterface: captured by the structural rule
     # (ops.identify_experts). No zero-compute (identity) experts: those are not supported.
     "longcat_flash": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,

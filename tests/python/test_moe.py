@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import family_status
 import fuselm_runner
 import moe_models
 from parity import TIES, check_parity, hf_logits, hf_model
@@ -48,7 +49,7 @@ def missing_op(fuselm_bin, model_dir, tmp_path) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("family", list(moe_models.MOE_FAMILIES))
+@pytest.mark.parametrize("family", family_status.params(moe_models.MOE_FAMILIES))
 def test_moe_family_parity(family, fuselm_bin, model_cache, tmp_path):
     model_dir = model_dir_of(family, model_cache)
     if family in NEEDS_OTHER_OPS:
@@ -135,6 +136,9 @@ ROUTER_DETAIL = {
                 "shared=ungated(glu silu)",
     "glm4_moe_grouped": "router=sigmoid top_k=3 groups=2/4 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
                         "fp32_upcast shared=ungated(glu silu)",
+    "olmoe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=no scaling=1 shared=none",
+    "qwen2_moe_sliding": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated(glu silu)",
+    "granitemoe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
     # the correction bias is added as unsqueeze(bias, 0) to scores viewed as [-1, E]
     "longcat_flash": "router=softmax top_k=2 groups=1 correction_bias=yes renorm=no scaling=2 fp32_upcast shared=none",
 }
@@ -160,7 +164,7 @@ def moe_entries(report: dict) -> list[dict]:
     return [e for e in report["modules"] if e["fuser"] == "moe"]
 
 
-@pytest.mark.parametrize("family", list(moe_models.MOE_FAMILIES))
+@pytest.mark.parametrize("family", family_status.params(moe_models.MOE_FAMILIES))
 def test_inspect_reports_each_router(family, fuselm_bin, model_cache):
     report = inspect_json(fuselm_bin, model_dir_of(family, model_cache))
     entries = moe_entries(report)

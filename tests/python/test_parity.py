@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import family_status
 import fuselm_runner
 import tiny_models
 from parity import NEW_TOKENS, REL_TOL, TIES, check_parity, hf_greedy, hf_logits, hf_model  # noqa: F401
@@ -28,7 +29,7 @@ def prompt_of(length: int, vocab: int, seed: int) -> list[int]:
     return [int(x) for x in g.integers(0, vocab, size=length)]
 
 
-@pytest.mark.parametrize("family", list(tiny_models.FAMILIES))
+@pytest.mark.parametrize("family", family_status.params(tiny_models.FAMILIES))
 def test_tiny_family_parity(family, fuselm_bin, model_cache, tmp_path):
     model_dir = model_cache / family
     if not (model_dir / "config.json").exists():

@@ -31,7 +31,40 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                              "multi_query": False}),
     "opt": ("OPTConfig", {"ffn_dim": 128, "word_embed_proj_dim": 64, "enable_bias": True}),
     "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.5}),
+    # Families of issue 15's Done-when list (and a few more that no engine code names).
+    "phi": ("PhiConfig", {"partial_rotary_factor": 0.5}),
+    "gpt_neo": ("GPTNeoConfig", {"num_layers": 3, "num_heads": 4, "window_size": 16,
+                                 "attention_types": [[["global", "local"], 1], [["global"], 1]]}),
+    "gptj": ("GPTJConfig", {"n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 1024, "rotary_dim": 8}),
+    "falcon": ("FalconConfig", {"new_decoder_architecture": False, "multi_query": True, "parallel_attn": True,
+                                "bias": False}),
+    "falcon_new": ("FalconConfig", {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True}),
+    "bloom": ("BloomConfig", {"n_layer": 3, "n_head": 4}),
+    "stablelm": ("StableLmConfig", {"partial_rotary_factor": 0.25, "use_qkv_bias": True}),
+    "stablelm_qk_norm": ("StableLmConfig", {"partial_rotary_factor": 0.25, "qk_layernorm": True,
+                                            "use_parallel_residual": True}),
+    "olmo": ("OlmoConfig", {"clip_qkv": 4.0}),
+    "olmo2": ("Olmo2Config", {}),
+    "cohere": ("CohereConfig", {"logit_scale": 0.5}),
+    "cohere2": ("Cohere2Config", {"head_dim": 16, "sliding_window": 16, "logit_scale": 0.5,
+                                  "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
+    "granite": ("GraniteConfig", {"embedding_multiplier": 4.0, "residual_multiplier": 0.5,
+                                  "attention_multiplier": 0.1, "logits_scaling": 2.0}),
+    "starcoder2": ("Starcoder2Config", {"sliding_window": None, "use_bias": True}),
+    "helium": ("HeliumConfig", {"head_dim": 16}),
+    "glm": ("GlmConfig", {"head_dim": 16, "partial_rotary_factor": 0.5}),
+    "smollm3": ("SmolLM3Config", {"no_rope_layer_interval": 2}),
+    "nemotron": ("NemotronConfig", {"partial_rotary_factor": 0.5}),
+    "persimmon": ("PersimmonConfig", {"partial_rotary_factor": 0.5}),
+    "xglm": ("XGLMConfig", {"d_model": 64, "num_layers": 3, "ffn_dim": 128}),
+    "exaone4": ("Exaone4Config", {"sliding_window": 16,
+                                  "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
+    "arcee": ("ArceeConfig", {}),
+    "seed_oss": ("SeedOssConfig", {"head_dim": 16}),
 }
+
+# Token ids a config defaults to (those of the full-size model) moved inside the small vocabulary.
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
 
 def make_config(family: str):
@@ -40,6 +73,12 @@ def make_config(family: str):
     kw = dict(COMMON)
     kw.update(overrides)
     cfg = getattr(transformers, cls_name)(**kw)
+    for i, field in enumerate(TOKEN_ID_FIELDS):
+        value = getattr(cfg, field, None)
+        if isinstance(value, int) and value >= cfg.vocab_size:
+            setattr(cfg, field, i + 1)
+        elif isinstance(value, list):
+            setattr(cfg, field, [v if v < cfg.vocab_size else i + 1 for v in value])
     return cfg
 
 

@@ -78,6 +78,7 @@ void arange(OpCall& c, double start, double end, double step) {
 
 void register_misc_ops(OpRegistry& r) {
   r.add("aten.cat.default", cat);
+  r.add("aten.concat.default", cat);  // an alias of cat
   for (const char* op : {"aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
                          "aten.type_as.default", "aten._to_copy.default"})
     r.add(op, [](OpCall& c) { convert(c, false); });

@@ -1,0 +1,62 @@
+// docs/ops.md is generated from the op registry: this test renders the list from
+// OpRegistry::builtin() and fails when docs/ops.md differs. To regenerate after adding an op:
+//   FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "runtime/op_registry.h"
+
+namespace fuselm::runtime {
+namespace {
+
+std::string render() {
+  const auto names = OpRegistry::builtin().names();
+  std::ostringstream out;
+  out << "# Ops\n\n"
+      << "Generated from `OpRegistry::builtin()` by `tests/cpp/ops_doc_test.cc` (do not edit by hand;\n"
+      << "`FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*` rewrites it). Every op below\n"
+      << "has a reference case in `tests/cpp/runtime_ops_test.cc` (`RuntimeOps.EveryRegisteredOpHasACase`\n"
+      << "fails otherwise): the op run in a hand-built graph on contiguous, transposed and strided inputs\n"
+      << "against loops written from PyTorch's semantics. `aten.*` ops are the ATen operators captured\n"
+      << "graphs hold; `fuselm.*` ops are put in by capture (attention, experts) or by the fusers\n"
+      << "(`docs/fusers.md`). An op missing here stops loading with a one-line error naming it and its module.\n\n";
+  for (const char* ns : {"aten", "fuselm"}) {
+    size_t n = 0;
+    std::string list;
+    for (const auto& name : names) {
+      if (name.rfind(std::string(ns) + ".", 0) != 0) continue;
+      list += "- `" + name + "`\n";
+      ++n;
+    }
+    out << "## " << ns << " (" << n << ")\n\n" << list << "\n";
+  }
+  size_t other = 0;
+  for (const auto& name : names) other += name.rfind("aten.", 0) != 0 && name.rfind("fuselm.", 0) != 0;
+  if (other) {
+    out << "## other\n\n";
+    for (const auto& name : names)
+      if (name.rfind("aten.", 0) != 0 && name.rfind("fuselm.", 0) != 0) out << "- `" << name << "`\n";
+    out << "\n";
+  }
+  return out.str();
+}
+
+TEST(OpsDoc, DocsOpsMdListsTheRegistry) {
+  const std::string path = std::string(FUSELM_SOURCE_DIR) + "/docs/ops.md";
+  const std::string want = render();
+  if (std::getenv("FUSELM_WRITE_OPS_MD")) {
+    std::ofstream(path) << want;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path << " is missing; run FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*";
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_EQ(got.str(), want) << path << " is out of date with the op registry; regenerate it (see the test's header)";
+}
+
+}  // namespace
+}  // namespace fuselm::runtime
