@@ -6,6 +6,7 @@ off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, 
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -168,6 +169,21 @@ def _refuse_attention_by_hand(config) -> None:
                            "would run without the model's mask and KV cache")
 
 
+@contextlib.contextmanager
+def _one_sequence():
+    """transformers looks for several sequences packed in position_ids (masking_utils'
+    find_packed_sequence_indices), and under export it cannot tell, so it would put that search
+    (aten.diff, cumsum) into the graph. Capture passes one sequence and the engine keeps the
+    sequences of a batch apart itself, so the search answers "one sequence" (None) meanwhile."""
+    from transformers import masking_utils
+    saved = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = saved
+
+
 def forward_inputs(model: torch.nn.Module, n: int, tokens) -> tuple[dict, dict]:
     """(example kwargs, dynamic shapes) for exporting a causal LM, following its forward's signature.
 
@@ -296,7 +312,8 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16))
     example, dynamic = forward_inputs(model, 8, tokens)
     _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
-    ep = export_module(model, example, dynamic)
+    with _one_sequence():
+        ep = export_module(model, example, dynamic)
     if not any(n.op == "call_function" and str(n.target).startswith("fuselm.attention") for n in ep.graph.nodes):
         # Each step runs the new tokens only, over the engine's KV cache; a causal LM whose tokens
         # meet anywhere but in the attention op (attention by hand, a recurrence) would run wrong.
