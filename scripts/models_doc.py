@@ -93,10 +93,16 @@ def run_family(fuselm: Path, models: Path, key: str, family: str, module, length
     return row
 
 
+def rows_of(known: dict, kinds: dict) -> list[dict]:
+    """Rows in list order; a family with no row yet (not run) says so."""
+    return [known.get(f, {"family": f, "status": "not run", "fusions": ""}) for f in kinds]
+
+
 def render(rows: list[dict], kinds: dict[str, tuple[str, str]]) -> str:
     import torch
     import transformers
     n_pass = sum(r["status"] == "pass" for r in rows)
+    n_not_run = sum(r["status"] == "not run" for r in rows)
     out = [
         "# Model families",
         "",
@@ -109,7 +115,8 @@ def render(rows: list[dict], kinds: dict[str, tuple[str, str]]) -> str:
         "per fuser; what no fuser took runs in the generic ATen interpreter. A failure names the general",
         "mechanism the family lacks (`tests/python/family_status.py`); no family is special-cased.",
         "",
-        f"transformers {transformers.__version__}, torch {torch.__version__}: {n_pass} of {len(rows)} pass.",
+        f"transformers {transformers.__version__}, torch {torch.__version__}: {n_pass} of {len(rows)} pass"
+        + (f", {n_not_run} not run in this generation." if n_not_run else "."),
         "",
         "| family | config class | kind | prompts | parity | worst rel. logit diff | fusions | lacks |",
         "|---|---|---|---|---|---|---|---|",
@@ -129,6 +136,7 @@ def main() -> int:
     ap.add_argument("--fuselm", type=Path, default=REPO / "build" / "fuselm")
     ap.add_argument("--only", nargs="*", help="run only these families (the others keep their docs row)")
     ap.add_argument("--lengths", nargs="*", type=int, default=PROMPT_LENGTHS, help="prompt lengths")
+    ap.add_argument("--render-only", action="store_true", help="write the doc from the rows of earlier runs")
     args = ap.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
     rows_file = args.models / "rows.json"  # rows of earlier runs, so --only updates in place
@@ -136,12 +144,11 @@ def main() -> int:
     kinds = {}
     for key, family, kind, module in families():
         kinds[key] = (config_class(module, family), kind)
-        if args.only is None or key in args.only:
+        if not args.render_only and (args.only is None or key in args.only):
             known[key] = run_family(args.fuselm, args.models, key, family, module, args.lengths)
             rows_file.write_text(json.dumps(known, indent=1))
-    rows = [known[f] for f in kinds if f in known]
-    args.out.write_text(render(rows, kinds))
-    print(f"wrote {args.out}: {sum(r['status'] == 'pass' for r in rows)} of {len(rows)} pass", file=sys.stderr)
+    args.out.write_text(render(rows_of(known, kinds), kinds))
+    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 

@@ -27,8 +27,14 @@ WAITING: dict[str, str] = {
 }
 
 
-def params(families):
-    """pytest params of families, the WAITING ones marked xfail with their reason."""
+# WAITING families that capture and fuse (inspect works); only their outputs are wrong.
+RUNS_WRONG = {"qwen2_moe_sliding", "xglm"}
+
+
+def params(families, capture_only: bool = False):
+    """pytest params of families, the WAITING ones marked xfail with their reason; capture_only:
+    only those whose capture fails (for tests of what capture and the fusers find)."""
     import pytest
-    return [pytest.param(f, marks=pytest.mark.xfail(reason=WAITING[f], strict=False)) if f in WAITING else f
+    marked = {f for f in WAITING if not (capture_only and f in RUNS_WRONG)}
+    return [pytest.param(f, marks=pytest.mark.xfail(reason=WAITING[f], strict=False)) if f in marked else f
             for f in families]
