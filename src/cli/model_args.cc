@@ -42,7 +42,10 @@ namespace {
 // Ranks other than 0 run rank 0's steps until it ends; a failure ends the whole job at once.
 [[noreturn]] void follow_rank0(dist::Communicator& world, engine::Model& model) {
   try {
-    dist::follow(world, [&](const dist::Step& s) { model.forward(s.ids, s.positions, s.slices); });
+    dist::follow(world, [&](const dist::Step& s) {
+      if (s.logit_rows) model.forward(s.ids, s.positions, s.slices, std::span<const int64_t>(*s.logit_rows));
+      else model.forward(s.ids, s.positions, s.slices);
+    });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuselm: error: rank %d: %s\n", world.rank(), e.what());
     world.abort(1);
@@ -138,7 +141,9 @@ LoadedModel load_model(const ModelArgs& a) {
   out.model = engine::Model::load(dir, ir_dir, mo);
   if (world.size() > 1) {
     if (world.rank() != 0) follow_rank0(world, *out.model);
-    out.model->set_before_forward([&world](auto ids, auto pos, auto seqs) { dist::send_step(world, ids, pos, seqs); });
+    out.model->set_before_forward([&world](auto ids, auto pos, auto seqs, auto rows) {
+      dist::send_step(world, ids, pos, seqs, rows);
+    });
     std::atexit(stop_followers);  // runs before MPI's finalize (registered earlier)
     std::fputs(out.model->shard_report().c_str(), stderr);
   }

@@ -8,6 +8,7 @@ namespace {
 // The header of a step: kind (0 stop, 1 forward) and the counts of what follows.
 struct Header {
   int64_t kind = 0, tokens = 0, sequences = 0, slots = 0;
+  int64_t logit_rows = -1;  // -1: every row
 };
 
 // A slice as it travels: its slots are sent after all slices, in slice order.
@@ -18,10 +19,11 @@ struct WireSlice {
 }  // namespace
 
 void send_step(Communicator& c, std::span<const int64_t> ids, std::span<const int64_t> positions,
-               std::span<const runtime::SequenceSlice> slices) {
+               std::span<const runtime::SequenceSlice> slices, std::optional<std::span<const int64_t>> logit_rows) {
   if (c.size() == 1) return;
   if (ids.size() != positions.size()) throw std::logic_error("send_step: ids and positions differ in length");
-  Header h{1, static_cast<int64_t>(ids.size()), static_cast<int64_t>(slices.size()), 0};
+  Header h{1, static_cast<int64_t>(ids.size()), static_cast<int64_t>(slices.size()), 0,
+           logit_rows ? static_cast<int64_t>(logit_rows->size()) : -1};
   std::vector<WireSlice> ws;
   for (const auto& s : slices) {
     ws.push_back({s.first_token, s.num_tokens, s.context_len});
@@ -35,6 +37,7 @@ void send_step(Communicator& c, std::span<const int64_t> ids, std::span<const in
   c.broadcast(const_cast<int64_t*>(positions.data()), positions.size() * sizeof(int64_t), 0);
   c.broadcast(ws.data(), ws.size() * sizeof(WireSlice), 0);
   c.broadcast(slots.data(), slots.size() * sizeof(int32_t), 0);
+  if (logit_rows) c.broadcast(const_cast<int64_t*>(logit_rows->data()), logit_rows->size() * sizeof(int64_t), 0);
 }
 
 void send_stop(Communicator& c) {
@@ -55,6 +58,11 @@ bool receive_step(Communicator& c, Step& out) {
   c.broadcast(out.positions.data(), out.positions.size() * sizeof(int64_t), 0);
   c.broadcast(ws.data(), ws.size() * sizeof(WireSlice), 0);
   c.broadcast(out.slots.data(), out.slots.size() * sizeof(int32_t), 0);
+  out.logit_rows.reset();
+  if (h.logit_rows >= 0) {
+    out.logit_rows.emplace(static_cast<size_t>(h.logit_rows));
+    c.broadcast(out.logit_rows->data(), out.logit_rows->size() * sizeof(int64_t), 0);
+  }
   out.slices.clear();
   int64_t at = 0;
   for (const auto& w : ws) {

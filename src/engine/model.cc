@@ -223,7 +223,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
 const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
                                       std::span<const runtime::SequenceSlice> sequences,
                                       std::optional<std::span<const int64_t>> logit_rows) {
-  if (before_forward_) before_forward_(input_ids, positions, sequences);
+  if (before_forward_) before_forward_(input_ids, positions, sequences, logit_rows);
   const int64_t n = static_cast<int64_t>(input_ids.size());
   ids_buf_.assign(input_ids.begin(), input_ids.end());
   pos_buf_.assign(positions.begin(), positions.end());

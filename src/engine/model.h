@@ -64,7 +64,7 @@ class Model {
 
   /// Called with every forward's inputs before it runs (rank 0 under TP broadcasts the step).
   using StepHook = std::function<void(std::span<const int64_t>, std::span<const int64_t>,
-                                      std::span<const runtime::SequenceSlice>)>;
+                                      std::span<const runtime::SequenceSlice>, std::optional<std::span<const int64_t>>)>;
   void set_before_forward(StepHook hook) { before_forward_ = std::move(hook); }
   /// inspect's lines for the tensor-parallel plan (empty at TP size 1).
   const std::string& shard_report() const { return shard_report_; }

@@ -69,6 +69,13 @@ void store_row(const AttentionArgs& a, void* cache, int64_t at, const float* src
   for (int64_t e = 0; e < n; ++e) dst[e] = f32_to_bf16(src[e]);
 }
 
+// The first key position that the query at `pos` attends to under the sliding window and the
+// chunked mask (keys [first_key, pos] are visible).
+int64_t first_key(const AttentionArgs& a, int64_t pos) {
+  const int64_t window = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
+  return a.chunk_size > 0 ? std::max(window, pos / a.chunk_size * a.chunk_size) : window;
+}
+
 using GroupFn = decltype(AttentionKernels::attend_group);
 GroupFn group_kernel(const AttentionKernels& k, const AttentionArgs& a) {
   return a.cache_bf16 ? k.attend_group_bf16 : k.attend_group;
@@ -83,10 +90,7 @@ void attention(const AttentionArgs& args) {
   const GroupFn attend = group_kernel(kern, a);
   const int64_t group = a.hq / a.hkv, dv = a.dv;
   const int64_t first = a.ctx_len - a.t;  // position of new token 0
-  auto key_lo = [&](int64_t pos) {
-    const int64_t window = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
-    return a.chunk_size > 0 ? std::max(window, pos / a.chunk_size * a.chunk_size) : window;
-  };
+  auto key_lo = [&](int64_t pos) { return first_key(a, pos); };
 
   // work: keys visited · (dqk + dv) over all (token, head) pairs
   int64_t keys_total = 0, keys_max = 0;
@@ -204,9 +208,7 @@ void attention_batch(std::span<const AttentionArgs> batch) {
   const AttentionKernels& kern = attention_kernels();
   const int64_t group = seqs[0].hq / seqs[0].hkv, hkv = seqs[0].hkv;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  auto key_lo = [](const AttentionArgs& a, int64_t pos) {
-    return a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : int64_t{0};
-  };
+  auto key_lo = [](const AttentionArgs& a, int64_t pos) { return first_key(a, pos); };
   // Plain locals for the team: a thread_local named inside the region would be each thread's own.
   const AttentionArgs* const seq = seqs.data();
   const int64_t* const first = first_item.data();
