@@ -52,6 +52,17 @@ ALLOWED = {
     ("python/fuselm_capture/ops.py", "gate_up_proj"),
     ("python/fuselm_capture/ops.py", "up_proj"),
     ("python/fuselm_capture/ops.py", "down_proj"),
+    # GGUF-format facts: ggml's rope type of each GGUF `general.architecture` (llama.cpp's
+    # llama_model_rope_type table: which files hold q/k rows permuted for interleaved rope) and
+    # transformers' GGUF tensor processors (which files' tensors its loader rewrites), read as data
+    ("python/fuselm_capture/gguf_capture.py", "*"),
+    # `fuselm bench` prints llama-bench's output field `model_type` (a label; nothing branches on it)
+    ("src/cli/bench_report.cc", "model_type"),
+    ("src/cli/cmd_bench.cc", "model_type"),
+    ("src/cli/bench_report.h", "model_type"),
+    # `fuselm bench`'s help names the peer tool whose form it follows (llama-bench) and the default model
+    ("src/cli/cmd_bench.cc", "llama"),
+    ("src/cli/cmd_bench.cc", "smollm2"),
     # the default model (its package and directory name) and help texts naming it
     ("python/fuselm_capture/prepare_default.py", "smollm2"),
     ("src/cli/cmd_apply_template.cc", "smollm2"),
