@@ -151,22 +151,27 @@ def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes
     return _write(ep, module, Path(out_dir), params, constants, names, {"model": {"class": type(module).__name__}})
 
 
-def _refuse_attention_by_hand(config) -> None:
-    """A model class that does not dispatch attention through transformers' AttentionInterface
-    (its _supports_attention_backend flag, set by every class that does) computes attention by
-    hand with a mask tensor it builds itself; captured as it is, its graph would attend over the
-    flattened batch with no KV cache. fuselm cannot yet find such attention by structure, so it
-    refuses the model rather than run it wrong."""
+def _causal_lm_class(config):
+    """The class AutoModelForCausalLM builds for config, or None."""
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.auto_factory import _get_model_class
     try:
-        cls = _get_model_class(config, AutoModelForCausalLM._model_mapping)
-    except Exception:  # noqa: BLE001 - no causal LM class: from_config reports it
-        return
-    if not getattr(cls, "_supports_attention_backend", False):
-        raise CaptureError(f"{cls.__name__} computes attention by hand (it does not dispatch through transformers' "
-                           "AttentionInterface); fuselm does not yet find such attention by structure, and its graph "
-                           "would run without the model's mask and KV cache")
+        return _get_model_class(config, AutoModelForCausalLM._model_mapping)
+    except Exception:  # noqa: BLE001 - no causal LM class (remote code, unknown type)
+        return None
+
+
+def _attention_by_hand(cls) -> str | None:
+    """Why the model's graph lacks the engine's attention op, when its class says so: a class that
+    does not set transformers' _supports_attention_backend flag (set by classes that dispatch
+    through AttentionInterface) may compute attention by hand with a mask tensor it builds itself.
+    Asked only once the export failed or holds no fuselm.attention op (the structural test), so a
+    class that dispatches without setting the flag is not refused for it."""
+    if cls is None or getattr(cls, "_supports_attention_backend", False):
+        return None
+    return (f"{cls.__name__} computes attention by hand (it does not dispatch through transformers' "
+            "AttentionInterface); fuselm does not yet find such attention by structure, and its graph "
+            "would run without the model's mask and KV cache")
 
 
 @contextlib.contextmanager
@@ -249,8 +254,8 @@ def _remote_code_gate(config_path: Path, trust_remote_code: bool) -> bool:
     (running the library's built-in class instead could silently differ from the shipped code)."""
     try:
         raw = json.loads(config_path.read_text())
-    except (OSError, ValueError) as e:
-        raise CaptureError(f"{config_path}: not readable JSON: {e}") from e
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
+        raise CaptureError(f"{config_path}: not readable JSON: {_first_line(e)}") from e
     files = remote_code_files(raw if isinstance(raw, dict) else {}, config_path.parent)
     if not files:
         return False
@@ -288,7 +293,6 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     except Exception as e:  # noqa: BLE001 - unknown model_type, malformed JSON, missing fields, ...
         raise CaptureError(f"{config_path}: transformers cannot build a config from it: {_first_line(e)}") from e
     _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
-    _refuse_attention_by_hand(config)
     kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32, "trust_remote_code": remote}
     try:
         with parameters_on_meta():
@@ -297,6 +301,8 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
             except TypeError:
                 model = AutoModelForCausalLM.from_config(config, **kwargs)
     except Exception as e:  # noqa: BLE001 - e.g. a config class with no causal LM
+        if (why := _attention_by_hand(_causal_lm_class(config))) is not None:  # its own lookup of fuselm's name
+            raise CaptureError(why) from e
         raise CaptureError(f"{config_path}: transformers cannot build a causal LM for {type(config).__name__} "
                            f"({config.model_type}): {_first_line(e)}") from e
     model.eval()
@@ -312,12 +318,18 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16))
     example, dynamic = forward_inputs(model, 8, tokens)
     _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
-    with _one_sequence():
-        ep = export_module(model, example, dynamic)
+    try:
+        with _one_sequence():
+            ep = export_module(model, example, dynamic)
+    except Exception as e:  # noqa: BLE001 - e.g. a by-hand attention's lookup of fuselm's name
+        if (why := _attention_by_hand(type(model))) is not None:
+            raise CaptureError(why) from e
+        raise
     if not any(n.op == "call_function" and str(n.target).startswith("fuselm.attention") for n in ep.graph.nodes):
         # Each step runs the new tokens only, over the engine's KV cache; a causal LM whose tokens
         # meet anywhere but in the attention op (attention by hand, a recurrence) would run wrong.
-        raise CaptureError(f"{type(model).__name__}: the graph has no fuselm.attention op, so the model mixes "
+        raise CaptureError(_attention_by_hand(type(model)) or
+                           f"{type(model).__name__}: the graph has no fuselm.attention op, so the model mixes "
                            "tokens by other ops, which the engine cannot carry across steps")
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]

@@ -6,12 +6,9 @@ list when the mechanism exists, never by a branch on its name.
 """
 from __future__ import annotations
 
-ATTN_BY_HAND = ("attention computed by hand, or looked up in the model's own dict of implementations "
-                "(KeyError 'fuselm'): waits on the hand-written attention fuser (issue 15 item 2)")
-FORWARD_SIGNATURE = ("forward takes use_cache/position_ids only through **kwargs: waits on capture following "
-                     "the forward's signature (issue 15 item 6)")
-MASK_WINDOW = ("sliding window known only to the mask (layer_types), not to the attention call: waits on "
-               "per-layer masks read from the mask function (issue 15 item 3)")
+ATTN_BY_HAND = ("attention computed by hand (no AttentionInterface dispatch: its own softmax, ALiBi through "
+                "baddbmm, or a lookup in the model's own dict of implementations); capture refuses it: waits "
+                "on the hand-written attention fuser (issue 15 item 2)")
 
 # family -> why it does not pass yet
 WAITING: dict[str, str] = {
@@ -19,16 +16,14 @@ WAITING: dict[str, str] = {
     "gptj": ATTN_BY_HAND,
     "falcon": ATTN_BY_HAND,
     "falcon_new": ATTN_BY_HAND,
-    "bloom": FORWARD_SIGNATURE + "; then its ALiBi attention is computed by hand (issue 15 item 2)",
-    "granitemoe": FORWARD_SIGNATURE,
-    "qwen2_moe_sliding": MASK_WINDOW,
-    "xglm": ("logits differ (3.2 at max|logit| 6.3) with the sinusoidal position table read through "
-             "index_select at position_ids + 2: not yet diagnosed"),
+    "bloom": ATTN_BY_HAND,
+    # ran with wrong logits before capture checked for the attention op; now refused
+    "xglm": ATTN_BY_HAND,
 }
 
 
 # WAITING families that capture and fuse (inspect works); only their outputs are wrong.
-RUNS_WRONG = {"qwen2_moe_sliding", "xglm"}
+RUNS_WRONG: set[str] = set()
 
 
 def params(families, capture_only: bool = False):
