@@ -138,7 +138,8 @@ ROUTER_DETAIL = {
                         "fp32_upcast shared=ungated(glu silu)",
     "olmoe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=no scaling=1 shared=none",
     "qwen2_moe_sliding": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated(glu silu)",
-    "granitemoe": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
+    # GraniteMoE takes the top-k of the logits, then a softmax over those k (modeling_granitemoe.py)
+    "granitemoe": "router=softmax_of_topk top_k=2 groups=1 correction_bias=no renorm=no scaling=1 shared=none",
     # the correction bias is added as unsqueeze(bias, 0) to scores viewed as [-1, E]
     "longcat_flash": "router=softmax top_k=2 groups=1 correction_bias=yes renorm=no scaling=2 fp32_upcast shared=none",
 }
