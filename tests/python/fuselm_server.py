@@ -19,25 +19,30 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, fuselm_bin: Path, model_dir: Path, args: list[str], log: Path):
+    def __init__(self, fuselm_bin: Path, model_dir: Path, args: list[str], log: Path,
+                 launcher: list[str] | None = None, env: dict | None = None):
+        """launcher: a command that runs fuselm (e.g. mpirun -np 2); env: the environment (default
+        this process's)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self.log = open(log, "w")
-        cmd = [str(fuselm_bin), "serve", str(model_dir), "--port", str(self.port), *args]
+        launcher = launcher or []
+        cmd = [*launcher, str(fuselm_bin), "serve", str(model_dir), "--port", str(self.port), *args]
+        name = " ".join([*(launcher[:1]), "fuselm serve"])
         # One OpenMP team per server: two servers on a 2-core machine would otherwise oversubscribe.
-        env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        env = dict(env if env is not None else os.environ, OMP_WAIT_POLICY="passive")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"fuselm serve exited: {log.read_text()[-2000:]}"
+            assert self.proc.poll() is None, f"{name} exited: {log.read_text()[-2000:]}"
             try:
                 if self.get("/health")[0] == 200:
                     return
             except OSError:
                 pass
             time.sleep(0.5)
-        raise AssertionError(f"fuselm serve did not come up: {log.read_text()[-2000:]}")
+        raise AssertionError(f"{name} did not come up: {log.read_text()[-2000:]}")
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
         req = urllib.request.Request(self.base + path, data=body, method=method, headers=headers or {})

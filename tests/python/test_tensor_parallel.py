@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fuselm_runner
-from fuselm_server import Server, free_port
+from fuselm_server import Server
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 import mla_models
 import moe_models
@@ -143,23 +142,8 @@ class MpiServer(Server):
     """fuselm_server.Server, started as `mpirun -np n fuselm serve ... --tensor-parallel-size n`."""
 
     def __init__(self, fuselm_bin: Path, model_dir: Path, n: int, log: Path):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = log
-        self.log = open(log, "w")
-        cmd = [MPIRUN, "--oversubscribe", "-np", str(n), str(fuselm_bin), "serve", str(model_dir), "--port",
-               str(self.port), "--tensor-parallel-size", str(n)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=ENV)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"mpirun fuselm serve exited: {log.read_text()[-2000:]}"
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"mpirun fuselm serve did not come up: {log.read_text()[-2000:]}")
+        super().__init__(fuselm_bin, model_dir, ["--tensor-parallel-size", str(n)], log,
+                         launcher=[MPIRUN, "--oversubscribe", "-np", str(n)], env=ENV)
 
 
 def tiny_with_tokenizer(model_cache: Path, tokenizer_dir: Path) -> Path:
