@@ -52,7 +52,7 @@ struct Format {
   std::optional<QuantType> quant;
   bool packed = false;  // QuantPacked (16-row interleaved), quant_linear_packed
   std::string name() const {
-    return dtype ? dtype_name(*dtype) : fmt::format("{}{}", quant_info(*quant).name, packed ? "x16" : "");
+    return dtype ? std::string(dtype_name(*dtype)) : fmt::format("{}{}", quant_info(*quant).name, packed ? "x16" : "");
   }
   bool fits(const Shape& s) const { return dtype || s.k % quant_info(*quant).block_elems == 0; }
   int64_t bytes(const Shape& s) const {

@@ -16,7 +16,6 @@
 #include "dist/communicator.h"
 #include "dist/shard_plan.h"
 #include "engine/quant_weights.h"
-#include "weights/dtypes.h"
 #include "weights/stack.h"
 #include "weights/unused_tensors.h"
 
@@ -25,8 +24,8 @@ namespace {
 
 using runtime::Tensor;
 
-runtime::DType file_dtype(weights::FileDType d, const std::string& what) {
-  if (auto t = weights::ir_dtype(d)) return *t;
+runtime::DType file_dtype(DType d, const std::string& what) {
+  if (!is_raw(d)) return d;
   throw std::runtime_error(what + ": unsupported constant dtype");
 }
 
@@ -144,7 +143,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   auto tensor_of = [&](const std::string& target, const weights::WeightView& view) {
     if (view.quant) quantized[target] = view;
     return view.quant ? Tensor::contiguous_view(const_cast<void*>(view.data), runtime::DType::u8, view.shape)
-                      : Tensor::contiguous_view(const_cast<void*>(view.data), weights::ir_dtype(view.dtype), view.shape);
+                      : Tensor::contiguous_view(const_cast<void*>(view.data), view.dtype, view.shape);
   };
   for (const auto& [target, v] : m->params_->views()) {
     weights::WeightView view = v;

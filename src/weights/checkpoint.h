@@ -19,7 +19,7 @@ namespace fuselm::weights {
 /// it) lives: data and shape point into the file's mapping and header.
 struct TensorView {
   std::string_view key;  // points into the file's header (lives as long as `file`)
-  FileDType dtype = FileDType::F32;
+  DType dtype = DType::f32;
   std::span<const int64_t> shape;
   const void* data = nullptr;  // alignment is whatever the file gives (see TensorInfo::bytes)
   size_t nbytes = 0;

@@ -7,35 +7,28 @@ namespace fuselm::weights {
 namespace {
 
 struct Entry {
-  FileDType dtype;
+  DType dtype;
   std::string_view name;
-  int64_t size;
 };
 
+/// Every dtype of the safetensors format.
 constexpr std::array<Entry, 15> kEntries{{
-    {FileDType::F64, "F64", 8},     {FileDType::F32, "F32", 4},         {FileDType::F16, "F16", 2},
-    {FileDType::BF16, "BF16", 2},   {FileDType::F8_E4M3, "F8_E4M3", 1}, {FileDType::F8_E5M2, "F8_E5M2", 1},
-    {FileDType::I64, "I64", 8},     {FileDType::I32, "I32", 4},         {FileDType::I16, "I16", 2},
-    {FileDType::I8, "I8", 1},       {FileDType::U64, "U64", 8},         {FileDType::U32, "U32", 4},
-    {FileDType::U16, "U16", 2},     {FileDType::U8, "U8", 1},           {FileDType::BOOL, "BOOL", 1},
+    {DType::f64, "F64"},         {DType::f32, "F32"},         {DType::f16, "F16"},
+    {DType::bf16, "BF16"},       {DType::f8_e4m3, "F8_E4M3"}, {DType::f8_e5m2, "F8_E5M2"},
+    {DType::i64, "I64"},         {DType::i32, "I32"},         {DType::i16, "I16"},
+    {DType::i8, "I8"},           {DType::u64, "U64"},         {DType::u32, "U32"},
+    {DType::u16, "U16"},         {DType::u8, "U8"},           {DType::boolean, "BOOL"},
 }};
-
-constexpr bool entries_in_enum_order() {
-  for (size_t i = 0; i < kEntries.size(); ++i)
-    if (static_cast<size_t>(kEntries[i].dtype) != i) return false;
-  return true;
-}
-static_assert(entries_in_enum_order(), "kEntries must follow the order of FileDType");
-
-const Entry& entry(FileDType d) { return kEntries[static_cast<size_t>(d)]; }
 
 }  // namespace
 
-std::string_view file_dtype_name(FileDType d) { return entry(d).name; }
+std::string_view file_dtype_name(DType d) {
+  for (const Entry& e : kEntries)
+    if (e.dtype == d) return e.name;
+  return "?";
+}
 
-int64_t file_dtype_size(FileDType d) { return entry(d).size; }
-
-std::optional<FileDType> parse_file_dtype(std::string_view name) {
+std::optional<DType> parse_file_dtype(std::string_view name) {
   for (const Entry& e : kEntries)
     if (e.name == name) return e.dtype;
   return std::nullopt;

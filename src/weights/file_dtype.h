@@ -1,22 +1,18 @@
 #pragma once
-// Element types as a safetensors header names them ("F32", "BF16", "I64", ...).
-#include <cstdint>
+// Element types as a safetensors header spells them ("F32", "BF16", "I64", ...): the parse table
+// from the file format's own names to the engine's one DType (base/dtype.h).
 #include <optional>
 #include <string_view>
 
+#include "base/dtype.h"
+
 namespace fuselm::weights {
 
-/// Every dtype of the safetensors format. The engine computes with F32, BF16 and F16; the others
-/// are exposed as raw bytes.
-enum class FileDType : uint8_t {
-  F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, BOOL
-};
-
-/// The header spelling: "F32", "BF16", ...
-std::string_view file_dtype_name(FileDType d);
-/// Parses a header spelling; nullopt for anything else (the caller names the tensor in its error).
-std::optional<FileDType> parse_file_dtype(std::string_view name);
-/// Bytes per element.
-int64_t file_dtype_size(FileDType d);
+/// The header spelling of a dtype: "F32", "BF16", "BOOL", "F8_E4M3", ... (every DType but c64,
+/// which safetensors has no name for: "?").
+std::string_view file_dtype_name(DType d);
+/// Parses a header spelling (every dtype of the safetensors format); nullopt for anything else (the
+/// caller names the tensor in its error).
+std::optional<DType> parse_file_dtype(std::string_view name);
 
 }  // namespace fuselm::weights

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "weights/convert.h"
-#include "weights/dtypes.h"
 #include "weights/error.h"
 #include "weights/quantized.h"
 
@@ -123,7 +122,7 @@ WeightView load_stacked(const std::string& target, const ParamEntry& e, const Ch
                                      format_shape(e.shape), e.parts, e.concat_dim));
     part_shape[cd] /= e.parts;
   }
-  std::optional<FileDType> file_dtype;
+  std::optional<DType> file_dtype;
   WeightView v;
   v.shape = e.shape;
   v.checkpoint_key = e.keys.front();
@@ -148,7 +147,7 @@ WeightView load_stacked(const std::string& target, const ParamEntry& e, const Ch
     if (file_dtype && *file_dtype != t->dtype)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}, other experts of parameter '{}' have {}", key, file,
                                      file_dtype_name(t->dtype), target, file_dtype_name(*file_dtype)));
-    const std::optional<kernels::DType> from = storage_dtype(t->dtype);
+    const std::optional<kernels::DType> from = kernels::storage_dtype(t->dtype);
     if (!from)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", key, file,
                                      file_dtype_name(t->dtype), target));
@@ -283,7 +282,7 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
                       "in config.json; re-capturing will not help)"
                     : kRecapture));
     }
-    const std::optional<kernels::DType> from = storage_dtype(t->dtype);
+    const std::optional<kernels::DType> from = kernels::storage_dtype(t->dtype);
     if (!from)
       throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", e.key,
                                      file, actual, target));

@@ -71,7 +71,7 @@ void parse_entry(const std::filesystem::path& path, const std::string& name, con
     t.shape.push_back(static_cast<int64_t>(v));
   }
   uint64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, static_cast<uint64_t>(file_dtype_size(t.dtype)), &nbytes))
+  if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes))
     bad(fmt::format("has shape {}, whose byte count overflows", one_line(sh->dump())));
 
   auto off = e.find("data_offsets");

@@ -23,7 +23,7 @@ namespace fuselm::weights {
 /// One tensor of a safetensors file: dtype, shape and its bytes inside the mapping.
 struct TensorInfo {
   std::string name;
-  FileDType dtype = FileDType::F32;
+  DType dtype = DType::f32;
   std::vector<int64_t> shape;
   /// The tensor's bytes, inside the file's mapping (valid while the SafetensorsFile lives). The
   /// pointer has whatever alignment the file gives it: safetensors does not promise any.

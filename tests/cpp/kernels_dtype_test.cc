@@ -49,10 +49,17 @@ uint16_t bf16_reference(float f) {
 }
 
 TEST(KernelsDType, Names) {
-  for (DType d : {DType::f32, DType::bf16, DType::f16}) EXPECT_EQ(parse_dtype(dtype_name(d)), d);
-  EXPECT_FALSE(parse_dtype("fp8"));
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    EXPECT_EQ(find_dtype(dtype_name(d)), d);
+    EXPECT_EQ(storage_dtype(d), d);
+  }
+  EXPECT_FALSE(find_dtype("fp8"));
+  EXPECT_FALSE(find_dtype("f8_e4m3"));  // a weight file's dtype, not the IR's
+  EXPECT_FALSE(storage_dtype(DType::i64));
   EXPECT_EQ(dtype_size(DType::f32), 4);
   EXPECT_EQ(dtype_size(DType::bf16), 2);
+  EXPECT_EQ(dtype_size(DType::c64), 8);
+  EXPECT_EQ(dtype_size(DType::boolean), 1);
 }
 
 TEST(KernelsDType, F16ToF32IsExactForEveryValue) {

@@ -45,7 +45,7 @@ TEST(WeightsCheckpoint, SingleFileDirectory) {
   EXPECT_EQ(c.files().size(), 1u);
   TensorView v = c.at("w");
   EXPECT_EQ(v.key, "w");
-  EXPECT_EQ(v.dtype, FileDType::F32);
+  EXPECT_EQ(v.dtype, DType::f32);
   EXPECT_EQ(std::vector<int64_t>(v.shape.begin(), v.shape.end()), (std::vector<int64_t>{2}));
   EXPECT_EQ(v.nbytes, 8u);
   EXPECT_EQ(f32_at(v, 1), 2.5f);
@@ -75,7 +75,7 @@ TEST(WeightsCheckpoint, IndexShards) {
   EXPECT_EQ(f32_at(c.at("embed.weight"), 3), 4.f);
   EXPECT_EQ(f32_at(c.at("norm.weight"), 1), 11.f);
   TensorView b = c.at("layers.1.w");
-  EXPECT_EQ(b.dtype, FileDType::BF16);
+  EXPECT_EQ(b.dtype, DType::bf16);
   uint16_t h;
   std::memcpy(&h, static_cast<const char*>(b.data) + 4, 2);
   EXPECT_EQ(kernels::bf16_to_f32(h), 9.f);

@@ -34,7 +34,7 @@ TEST(WeightsSafetensors, ReadsF32Bf16F16Values) {
   EXPECT_EQ(f.file_size(), fs::file_size(p));
 
   const TensorInfo& a = f.at("a.weight");
-  EXPECT_EQ(a.dtype, FileDType::F32);
+  EXPECT_EQ(a.dtype, DType::f32);
   EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(a.numel(), 6);
   ASSERT_EQ(a.bytes.size(), 24u);
@@ -43,14 +43,14 @@ TEST(WeightsSafetensors, ReadsF32Bf16F16Values) {
   EXPECT_EQ(at<float>(a, 5), 1e-3f);
 
   const TensorInfo& b = f.at("b");
-  EXPECT_EQ(b.dtype, FileDType::BF16);
+  EXPECT_EQ(b.dtype, DType::bf16);
   ASSERT_EQ(b.bytes.size(), 8u);
   EXPECT_EQ(kernels::bf16_to_f32(at<uint16_t>(b, 1)), -2.5f);
   EXPECT_EQ(kernels::bf16_to_f32(at<uint16_t>(b, 2)), 0.15625f);
   EXPECT_EQ(kernels::bf16_to_f32(at<uint16_t>(b, 3)), 65536.f);
 
   const TensorInfo& c = f.at("c");
-  EXPECT_EQ(c.dtype, FileDType::F16);
+  EXPECT_EQ(c.dtype, DType::f16);
   EXPECT_EQ(c.shape, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(kernels::f16_to_f32(at<uint16_t>(c, 0)), 0.5f);
   EXPECT_EQ(kernels::f16_to_f32(at<uint16_t>(c, 1)), -3.25f);
@@ -72,10 +72,10 @@ TEST(WeightsSafetensors, RawDtypesAndEmptyTensors) {
                         {"empty", "F32", {0, 4}, ""},
                         {"scalar", "F32", {}, raw_bytes(std::vector<float>{3.f})}});
   SafetensorsFile f = SafetensorsFile::open(p);
-  EXPECT_EQ(f.at("ids").dtype, FileDType::I64);
+  EXPECT_EQ(f.at("ids").dtype, DType::i64);
   EXPECT_EQ(at<int64_t>(f.at("ids"), 1), -9);
   EXPECT_EQ(at<int32_t>(f.at("i32"), 0), 42);
-  EXPECT_EQ(f.at("mask").dtype, FileDType::BOOL);
+  EXPECT_EQ(f.at("mask").dtype, DType::boolean);
   EXPECT_EQ(static_cast<int>(f.at("mask").bytes[2]), 1);
   EXPECT_EQ(static_cast<int>(f.at("u8").bytes[0]), 255);
   EXPECT_EQ(at<double>(f.at("d"), 0), 0.25);
@@ -90,7 +90,7 @@ TEST(WeightsSafetensors, DtypeNames) {
     auto d = parse_file_dtype(name);
     ASSERT_TRUE(d) << name;
     EXPECT_EQ(file_dtype_name(*d), name);
-    EXPECT_EQ(file_dtype_size(*d), size);
+    EXPECT_EQ(dtype_size(*d), size);
   }
   EXPECT_FALSE(parse_file_dtype("f32"));
 }

@@ -6,21 +6,6 @@
 
 namespace fuselm::kernels {
 
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-  }
-  return "?";
-}
-
-std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType d : {DType::f32, DType::bf16, DType::f16})
-    if (name == dtype_name(d)) return d;
-  return std::nullopt;
-}
-
 namespace {
 
 template <DType S, DType D>
@@ -45,6 +30,7 @@ void convert_range_to(DType d, const void* src, void* dst, int64_t begin, int64_
     case DType::f32: return convert_range<S, DType::f32>(src, dst, begin, end);
     case DType::bf16: return convert_range<S, DType::bf16>(src, dst, begin, end);
     case DType::f16: return convert_range<S, DType::f16>(src, dst, begin, end);
+    default: return;  // not a storage dtype: the callers check
   }
 }
 
@@ -53,6 +39,7 @@ void convert_range_any(DType s, DType d, const void* src, void* dst, int64_t beg
     case DType::f32: return convert_range_to<DType::f32>(d, src, dst, begin, end);
     case DType::bf16: return convert_range_to<DType::bf16>(d, src, dst, begin, end);
     case DType::f16: return convert_range_to<DType::f16>(d, src, dst, begin, end);
+    default: return;
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Storage dtypes of weights, and conversions to and from fp32.
 //
-// Activations are always fp32; weights may be fp32, bf16 or fp16. bf16 and fp16 values are held as
+// Activations are always fp32; weights may be fp32, bf16 or fp16 (the storage dtypes: the engine's
+// one DType of base/dtype.h, restricted to those three). bf16 and fp16 values are held as
 // raw uint16_t bit patterns (as they lie in a safetensors/GGUF file), so the helpers take and return
 // uint16_t. Conversions to fp32 are exact; conversions from fp32 round to nearest, ties to even,
 // keep infinities and NaNs (NaN stays NaN, quieted), and produce fp16 subnormals where due.
@@ -9,15 +10,20 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
-#include <string_view>
+
+#include "base/dtype.h"
 
 namespace fuselm::kernels {
 
-enum class DType : unsigned char { f32, bf16, f16 };
+using fuselm::DType;
+using fuselm::dtype_name;
+using fuselm::dtype_size;
 
-constexpr int64_t dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
-const char* dtype_name(DType d);                       // "f32", "bf16", "f16"
-std::optional<DType> parse_dtype(std::string_view name);  // accepts those names
+/// `d` when a kernel reads weights in it (f32, bf16, f16: the storage dtypes); nullopt otherwise.
+constexpr std::optional<DType> storage_dtype(DType d) {
+  if (d == DType::f32 || d == DType::bf16 || d == DType::f16) return d;
+  return std::nullopt;
+}
 
 inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
@@ -67,12 +73,12 @@ inline float load_as_f32(const void* p, DType d, int64_t i) {
     case DType::f32: return static_cast<const float*>(p)[i];
     case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
     case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return 0.f;
   }
-  return 0.f;
 }
 
 /// dst[i] = convert(src[i]) for i < n, any pair of dtypes (same dtype: a copy). Buffers must not
-/// overlap. Parallel (OpenMP) for large n.
+/// overlap. Both must be storage dtypes (storage_dtype). Parallel (OpenMP) for large n.
 void convert_dtype(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
 
 }  // namespace fuselm::kernels

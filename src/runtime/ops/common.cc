@@ -1,6 +1,5 @@
 #include "runtime/ops/common.h"
 
-#include "weights/dtypes.h"
 
 #include <cstring>
 #include <stdexcept>
@@ -109,7 +108,7 @@ Tensor scalar_tensor(const Value& v, double& storage) {
 }
 
 kernels::DType weight_storage(OpCall& c, const Tensor& w, const char* what) {
-  if (auto d = weights::storage_dtype(w.dtype)) return *d;
+  if (auto d = kernels::storage_dtype(w.dtype)) return *d;
   c.fail(fmt::format("{} dtype {} is not supported", what, ir::dtype_name(w.dtype)));
 }
 

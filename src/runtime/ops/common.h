@@ -49,7 +49,7 @@ int broadcast_shape(const Tensor& a, const Tensor& b, std::array<int64_t, kMaxDi
 /// A 0-d tensor view of a scalar value, stored in `storage`.
 Tensor scalar_tensor(const Value& v, double& storage);
 
-/// The kernels' storage dtype of weight w (f32, bf16, f16; weights/dtypes.h); fails naming
+/// The kernels' storage dtype of weight w (f32, bf16, f16; kernels/cpu/dtype.h); fails naming
 /// `what` and the dtype otherwise.
 kernels::DType weight_storage(OpCall& c, const Tensor& w, const char* what);
 
