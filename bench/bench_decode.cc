@@ -32,7 +32,7 @@
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/probe.h"
+#include "bench/probe.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -225,7 +225,7 @@ int run(int argc, char** argv) {
               static_cast<long long>(o.tokens), static_cast<long long>(o.prefill), o.repeats);
   std::fflush(stdout);
 
-  const double bw = kernels::measure_memory_bandwidth_gbs(size_t{1} << 30, 3);
+  const double bw = bench::measure_memory_bandwidth_gbs(size_t{1} << 30, 3);
   std::printf("memory bandwidth: %.1f GB/s (1 GiB streaming read, all threads, best of 3)\n\n", bw);
   std::fflush(stdout);
 

@@ -25,11 +25,12 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear.h"
-#include "kernels/cpu/probe.h"
+#include "bench/probe.h"
 
 namespace {
 
 using namespace fuselm::kernels;
+using namespace fuselm::bench;  // the machine probes
 
 // SmolLM2-135M: hidden 576, intermediate 1536, 30 layers, 9 heads, 3 kv heads, head dim 64,
 // vocab 49152; q|k|v and gate|up stacked as the engine runs them.

@@ -27,13 +27,14 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear.h"
-#include "kernels/cpu/probe.h"
+#include "bench/probe.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_packed.h"
 
 namespace {
 
 using namespace fuselm::kernels;
+using namespace fuselm::bench;  // the machine probes
 
 struct Shape {
   const char* name;

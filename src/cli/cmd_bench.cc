@@ -25,7 +25,7 @@
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/probe.h"
+#include "bench/probe.h"
 #include "kv/paged_kv_cache.h"
 
 namespace fuselm::cli {
@@ -67,14 +67,14 @@ struct Bandwidth {
   std::string method;
 };
 
-/// All threads streaming a buffer far larger than the last-level cache (kernels::probe), best of 3.
+/// All threads streaming a buffer far larger than the last-level cache (bench/probe.h), best of 3.
 Bandwidth measure_bandwidth(const BenchArgs& a, int threads) {
   if (a.no_bandwidth) return {0, "not measured (--no-bandwidth)"};
   const int64_t llc = llc_bytes();
   const int64_t bytes = a.bandwidth_mib > 0 ? a.bandwidth_mib << 20 : std::max<int64_t>(int64_t{1} << 30, 4 * llc);
   omp_set_num_threads(threads);
   Bandwidth b;
-  b.gbs = kernels::measure_memory_bandwidth_gbs(static_cast<size_t>(bytes), 3);
+  b.gbs = bench::measure_memory_bandwidth_gbs(static_cast<size_t>(bytes), 3);
   b.method = fmt::format("{}-thread streaming read of a {} MiB buffer, LLC {} MiB, best of 3", threads, bytes >> 20,
                          llc >> 20);
   return b;

@@ -1,15 +1,19 @@
 // Machine probes: the read loop sums correctly on every ISA path; the probes return sane values.
 #include <numeric>
 
-#include "kernels/cpu/probe.h"
+#include "bench/probe.h"
 #include "kernels_testing.h"
 
-namespace fuselm::kernels {
+namespace fuselm::bench {
 namespace {
 
-class KernelsProbe : public ::testing::TestWithParam<Isa> {};
+using kernels::Isa;
+using kernels::ScopedCpuIsa;
+namespace testing = kernels::testing;
 
-TEST_P(KernelsProbe, StreamSumAddsEveryElement) {
+class BenchProbe : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(BenchProbe, StreamSumAddsEveryElement) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa isa(GetParam());
   for (size_t n : {0, 1, 15, 64, 255, 256, 1000, 4096 + 77}) {
@@ -19,15 +23,15 @@ TEST_P(KernelsProbe, StreamSumAddsEveryElement) {
   }
 }
 
-TEST_P(KernelsProbe, ProbesReturnPositiveRates) {
+TEST_P(BenchProbe, ProbesReturnPositiveRates) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa isa(GetParam());
   EXPECT_GT(measure_memory_bandwidth_gbs(size_t{8} << 20, 1), 0.0);
   EXPECT_GT(measure_fma_peak_gflops(0.01), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(, KernelsProbe, ::testing::ValuesIn(testing::all_isas()),
+INSTANTIATE_TEST_SUITE_P(, BenchProbe, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 
 }  // namespace
-}  // namespace fuselm::kernels
+}  // namespace fuselm::bench

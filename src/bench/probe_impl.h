@@ -1,6 +1,9 @@
 // Loops of the machine probes over Vec<Isa> (internal; included like linear_impl.h).
-namespace fuselm::kernels {
+namespace fuselm::bench {
 namespace {  // NOLINT
+
+using kernels::Isa;
+using kernels::Vec;
 
 // Reads x[0..n) as 4 interleaved sequential streams (more lines in flight per core than one
 // stream gets from the prefetchers), 2 accumulators per stream.
@@ -55,4 +58,4 @@ constexpr ProbeKernels make_probe_kernels() {
 }
 
 }  // namespace
-}  // namespace fuselm::kernels
+}  // namespace fuselm::bench

@@ -1,4 +1,4 @@
-#include "kernels/cpu/probe.h"
+#include "bench/probe.h"
 
 #include <omp.h>
 
@@ -7,21 +7,25 @@
 #include <cstring>
 #include <new>
 
-#include "kernels/cpu/probe_kernels.h"
+#include "bench/probe_kernels.h"
 #include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
-#include "kernels/cpu/probe_impl.h"
+#include "bench/probe_impl.h"
 
-namespace fuselm::kernels {
+namespace fuselm::bench {
+
+using kernels::Isa;
+using kernels::Range;
+using kernels::split_range;
 
 const ProbeKernels kProbeKernelsGeneric = make_probe_kernels<Isa::generic>();
 
 namespace {
 
 const ProbeKernels& probe_kernels() {
-  return isa_kernels<kProbeKernelsGeneric, kProbeKernelsAvx2, kProbeKernelsAvx512>(cpu_isa());
+  return kernels::isa_kernels<kProbeKernelsGeneric, kProbeKernelsAvx2, kProbeKernelsAvx512>(kernels::cpu_isa());
 }
 
 }  // namespace
@@ -90,4 +94,4 @@ double measure_fma_peak_gflops(double seconds) {
   return best;
 }
 
-}  // namespace fuselm::kernels
+}  // namespace fuselm::bench

@@ -1,11 +1,13 @@
 #pragma once
-// Machine probes: the ceilings that kernels are measured against, reusable by any benchmark.
+// Machine probes: the ceilings that kernels are measured against, reusable by any benchmark
+// (`fuselm bench`, bench/*.cc). Not kernels: they measure the machine, using the kernels' SIMD
+// vectors (kernels/cpu/simd.h) and ISA path (cpu_isa()) so that they read as fast as kernels can.
 //   memory bandwidth  for memory-bound kernels (decode GEMV, attention over a long cache)
 //   FMA peak          for compute-bound kernels (prefill GEMM)
 // Both use all OpenMP threads (omp_get_max_threads()) and the widest vectors cpu_isa() allows.
 #include <cstddef>
 
-namespace fuselm::kernels {
+namespace fuselm::bench {
 
 /// Streams a `bytes`-sized buffer (default 1 GiB) with all threads, each reading the part it first
 /// touched; returns the best of `repeats` passes in GB/s (1e9 bytes per second). Allocates and
@@ -19,4 +21,4 @@ double measure_fma_peak_gflops(double seconds = 0.3);
 /// Sum of x[0..n) read as 4 interleaved streams with wide loads (the bandwidth probe's read loop).
 float stream_sum_f32(const float* x, size_t n);
 
-}  // namespace fuselm::kernels
+}  // namespace fuselm::bench

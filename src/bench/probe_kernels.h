@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace fuselm::kernels {
+namespace fuselm::bench {
 
 struct ProbeKernels {
   float (*stream_sum)(const float* x, size_t n);
@@ -15,4 +15,4 @@ extern const ProbeKernels kProbeKernelsGeneric;
 extern const ProbeKernels kProbeKernelsAvx2;
 extern const ProbeKernels kProbeKernelsAvx512;
 
-}  // namespace fuselm::kernels
+}  // namespace fuselm::bench
