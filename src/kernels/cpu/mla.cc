@@ -143,4 +143,29 @@ void mla_attention(const MlaArgs& a) {
   else absorbed(a, at);
 }
 
+void mla_write_latent(const float* lat, const float* rot, int64_t t, int64_t R, int64_t Dr, const int32_t* slots,
+                      float* cache, uint16_t* cache_bf16) {
+  const int64_t Dl = R + Dr;
+  for (int64_t i = 0; i < t; ++i) {
+    const float* lat_row = lat + i * R;
+    const float* rot_row = rot + i * Dr;
+    if (!cache) {
+      uint16_t* row = cache_bf16 + int64_t{slots[i]} * Dl;
+      for (int64_t e = 0; e < R; ++e) row[e] = f32_to_bf16(lat_row[e]);
+      for (int64_t e = 0; e < Dr; ++e) row[R + e] = f32_to_bf16(rot_row[e]);
+      continue;
+    }
+    float* row = cache + int64_t{slots[i]} * Dl;
+    std::memcpy(row, lat_row, static_cast<size_t>(R) * sizeof(float));
+    std::memcpy(row + R, rot_row, static_cast<size_t>(Dr) * sizeof(float));
+  }
+}
+
+void mla_widen_rows(const uint16_t* cache_bf16, const int32_t* slots, int64_t n, int64_t Dl, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* src = cache_bf16 + int64_t{slots[j]} * Dl;
+    for (int64_t e = 0; e < Dl; ++e) out[j * Dl + e] = bf16_to_f32(src[e]);
+  }
+}
+
 }  // namespace fuselm::kernels

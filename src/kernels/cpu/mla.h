@@ -38,4 +38,12 @@ bool mla_expands(const MlaArgs& a);
 int64_t mla_scratch_floats(const MlaArgs& a);
 void mla_attention(const MlaArgs& a);
 
+/// Writes the latent rows of t new tokens into their cache slots: row i = [lat + i·R (R floats) |
+/// rot + i·Dr (Dr floats)] goes to slot slots[i], into `cache` (fp32 rows of R+Dr) or, when it is
+/// null, rounded to nearest even into `cache_bf16`. Slots must be in range (the op checks them).
+void mla_write_latent(const float* lat, const float* rot, int64_t t, int64_t R, int64_t Dr, const int32_t* slots,
+                      float* cache, uint16_t* cache_bf16);
+/// Widens the bf16 cache rows of slots[0..n) (Dl values each) into dense fp32 rows out[j·Dl, +Dl).
+void mla_widen_rows(const uint16_t* cache_bf16, const int32_t* slots, int64_t n, int64_t Dl, float* out);
+
 }  // namespace fuselm::kernels

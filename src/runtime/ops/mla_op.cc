@@ -13,7 +13,8 @@
 //     per group of heads into scratch (never cached), then ordinary attention.
 // Absorbed costs t·ctx·H·(2R+Dr) + t·H·(Dn+Dv)·R, expanded ctx·H·(Dn+Dv)·R + t·ctx·H·(Dn+Dr+Dv);
 // the op expands when t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R. Weights are read in their storage dtype.
-// The op writes the rows and checks shapes; the arithmetic is kernels::mla_attention (kernels/cpu/mla.h).
+// The op checks shapes and slots; writing the rows (kernels::mla_write_latent), widening a bf16
+// cache (kernels::mla_widen_rows) and the arithmetic (kernels::mla_attention) are kernels/cpu/mla.h.
 #include <cstring>
 #include <vector>
 
@@ -78,22 +79,12 @@ void mla_attention(OpCall& c) {
   for (const auto& s : batch.sequences) {
     if (s.first_token + s.num_tokens > T || s.num_tokens > s.context_len)
       c.fail("batch layout does not match the token count");
-    const int64_t first = s.context_len - s.num_tokens;
-    for (int64_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t slot = s.slots[first + i];
-      if (slot < 0 || slot >= batch.kv->num_slots()) c.fail(fmt::format("slot {} is outside the KV cache", slot));
-      const float* lat_row = lf.ptr<float>() + (s.first_token + i) * R;
-      const float* rot_row = rf.ptr<float>() + (s.first_token + i) * Dr;
-      if (bf16) {
-        uint16_t* row = cache16 + int64_t{slot} * Dl;
-        for (int64_t e = 0; e < R; ++e) row[e] = kernels::f32_to_bf16(lat_row[e]);
-        for (int64_t e = 0; e < Dr; ++e) row[R + e] = kernels::f32_to_bf16(rot_row[e]);
-        continue;
-      }
-      float* row = cache + int64_t{slot} * Dl;
-      std::memcpy(row, lat_row, static_cast<size_t>(R) * sizeof(float));
-      std::memcpy(row + R, rot_row, static_cast<size_t>(Dr) * sizeof(float));
-    }
+    const int32_t* slots = s.slots + (s.context_len - s.num_tokens);
+    for (int64_t i = 0; i < s.num_tokens; ++i)
+      if (slots[i] < 0 || slots[i] >= batch.kv->num_slots())
+        c.fail(fmt::format("slot {} is outside the KV cache", slots[i]));
+    kernels::mla_write_latent(lf.ptr<float>() + s.first_token * R, rf.ptr<float>() + s.first_token * Dr, s.num_tokens,
+                              R, Dr, slots, cache, cache16);
     covered += s.num_tokens;
   }
   if (covered != T) c.fail(fmt::format("batch covers {} of {} tokens", covered, T));
@@ -110,10 +101,7 @@ void mla_attention(OpCall& c) {
     if (bf16) {
       const int64_t n = s.context_len * Dl;
       float* rows = sw.alloc(DType::f32, std::span<const int64_t>(&n, 1)).ptr<float>();
-      for (int64_t j = 0; j < s.context_len; ++j) {
-        const uint16_t* src = cache16 + int64_t{s.slots[j]} * Dl;
-        for (int64_t e = 0; e < Dl; ++e) rows[j * Dl + e] = kernels::bf16_to_f32(src[e]);
-      }
+      kernels::mla_widen_rows(cache16, s.slots, s.context_len, Dl, rows);
       while (static_cast<int64_t>(dense.size()) < s.context_len) dense.push_back(static_cast<int32_t>(dense.size()));
       m.cache = rows;
       m.num_slots = s.context_len;
