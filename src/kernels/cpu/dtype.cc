@@ -8,6 +8,22 @@ namespace fuselm::kernels {
 
 namespace {
 
+/// Element i of `src` as fp32, read byte-wise: mapped checkpoint tensors may be misaligned (on x86
+/// this is the same load as an aligned one).
+template <DType S>
+float load_unaligned(const void* src, int64_t i) {
+  const auto* p = static_cast<const unsigned char*>(src);
+  if constexpr (S == DType::f32) {
+    float v;
+    std::memcpy(&v, p + 4 * i, 4);
+    return v;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return S == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+}
+
 template <DType S, DType D>
 void convert_range(const void* src, void* dst, int64_t begin, int64_t end) {
   if constexpr (S == D) {
@@ -16,7 +32,7 @@ void convert_range(const void* src, void* dst, int64_t begin, int64_t end) {
                 static_cast<size_t>(end - begin) * dtype_size(D));
   } else {
     for (int64_t i = begin; i < end; ++i) {
-      const float v = load_as_f32(src, S, i);
+      const float v = load_unaligned<S>(src, i);
       if constexpr (D == DType::f32) static_cast<float*>(dst)[i] = v;
       if constexpr (D == DType::bf16) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
       if constexpr (D == DType::f16) static_cast<uint16_t*>(dst)[i] = f32_to_f16(v);
