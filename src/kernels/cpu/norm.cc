@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "kernels/cpu/norm_kernels.h"
 #include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"

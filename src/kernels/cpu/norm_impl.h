@@ -1,5 +1,21 @@
-// Row normalisation bodies over Vec<Isa> (internal; included like linear_impl.h).
+// Row normalisation bodies over Vec<Isa> and their per-ISA table (internal). norm.cc includes it
+// for the generic table; CMake writes the avx2 and avx512 tables from the line below.
+// isa-table: NormKernels make_norm_kernels
+#include <cstdint>
+
 namespace fuselm::kernels {
+
+/// Per-ISA kernel table of the row normalisations. Each entry handles one row.
+struct NormKernels {
+  void (*rms_norm)(const float* x, const float* w, float* y, int64_t width, float eps, float w_offset);
+  void (*layer_norm)(const float* x, const float* w, const float* b, float* y, int64_t width, float eps);
+  void (*softmax)(const float* x, float* y, int64_t width);
+};
+
+extern const NormKernels kNormKernelsGeneric;
+extern const NormKernels kNormKernelsAvx2;
+extern const NormKernels kNormKernelsAvx512;
+
 namespace {  // NOLINT
 
 // sum of f(x[i]) over a row, with 4 vector accumulators
