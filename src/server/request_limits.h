@@ -13,8 +13,9 @@
 namespace fuselm::server {
 
 struct RequestLimits {
-  /// Bodies larger than this answer 413 before they are read (cpp-httplib's payload limit checks
-  /// Content-Length; the body is skipped, never buffered). 0: no limit.
+  /// Bodies larger than this answer 413, never buffered: past a Content-Length cpp-httplib's
+  /// payload limit skips the body unread; a chunked body (or one read to the end of the
+  /// connection) is kept up to the cap and the rest read past (body_reader.h). 0: no limit.
   size_t max_body_bytes = size_t{32} << 20;
   /// Arrays and objects nested deeper than this answer 400 while parsing, before a deep value
   /// exists (chat messages with tool schemas nest about 10 deep).
