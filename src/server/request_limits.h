@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "server/api_error.h"
 
@@ -26,6 +27,13 @@ struct RequestLimits {
   /// Wall time of one generation request, queueing included; past it the request is cancelled and
   /// answers 504 (a stream gets an error event instead). 0: no limit.
   double timeout_s = 0;
+  /// Stop strings a request may give, and the bytes of each: the stop matcher compares every
+  /// held-back tail with every stop string at each token, so 10,000 strings or one of megabytes
+  /// would stall a stream. More answer 400 (OpenAI's API allows 4).
+  size_t max_stops = 64;
+  size_t max_stop_bytes = 1024;
+  /// stop_token_ids a request may give (each token is looked up in them).
+  size_t max_stop_token_ids = 1024;
 };
 
 /// The request body `raw` as JSON (Json: nlohmann::json or nlohmann::ordered_json), which must be
@@ -37,6 +45,10 @@ nlohmann::ordered_json parse_request_body_ordered(const std::string& raw, const 
 /// Checks a requested max_tokens against limits.max_tokens (400 naming both) and returns the
 /// default for a request that gave none: `fallback`, capped by the limit.
 int64_t check_max_tokens(const RequestLimits& limits, bool given, int64_t requested, int64_t fallback);
+
+/// Checks a request's stop strings and stop_token_ids against the limits above (400 naming the
+/// field, the count or size, and the limit).
+void check_stops(const RequestLimits& limits, const std::vector<std::string>& stops, size_t stop_token_ids);
 
 /// The per-request deadline: expired() once limits.timeout_s has passed since construction.
 class Deadline {
