@@ -6,8 +6,8 @@
 #   scripts/test.sh --sanitize      long mode: the C++ unit tests, then the bad-input tests against
 #                                   the fuselm binary, built with AddressSanitizer and
 #                                   UndefinedBehaviorSanitizer (build-asan/), then a short serving
-#                                   test (request limits, streams, hang-ups) on that binary; any
-#                                   report fails
+#                                   test (request limits, streams, hang-ups, hostile clients) on
+#                                   that binary; any report fails
 #   scripts/test.sh --long [SECONDS] long mode: the soak test (tests/soak/soak.py, default 120 s of
 #                                   concurrent clients against `fuselm serve` on build/fuselm)
 set -euo pipefail
@@ -29,7 +29,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   FUSELM_BIN="$PWD/build-asan/fuselm" .venv/bin/python -m pytest -q tests/python/test_bad_input.py "$@"
   echo "test: serving tests against the sanitized fuselm"
   FUSELM_BIN="$PWD/build-asan/fuselm" .venv/bin/python -m pytest -q tests/python/test_serve_limits.py \
-    tests/python/test_serve.py -k "limit or deep or 413 or timeout or queue or streaming_equals or disconnect or errors_are or tokenize" "$@"
+    tests/python/test_serve.py -k "limit or deep or 413 or chunk or timeout or queue or streaming_equals or disconnect or errors_are or tokenize" "$@"
+  echo "test: hostile-client tests against the sanitized fuselm"
+  FUSELM_BIN="$PWD/build-asan/fuselm" .venv/bin/python -m pytest -q tests/python/test_serve_hostile.py "$@"
   echo "test: sanitized run clean"
   exit 0
 fi

@@ -7,8 +7,10 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <utility>
 
 #include "server/api_error.h"
+#include "server/body_reader.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "server/responses.h"
@@ -32,12 +34,16 @@ uint64_t random_seed() {
   return rng();
 }
 
-// Runs a handler, turning its exceptions into OpenAI error objects.
+// Runs a POST handler on the request with its body read under the body cap (body_reader.h: also
+// chunked bodies, which cpp-httplib's payload limit does not see), turning its exceptions into
+// OpenAI error objects.
 template <class F>
-auto guarded(F f) {
-  return [f](const httplib::Request& req, httplib::Response& res) {
+auto guarded(F f, size_t max_body_bytes) {
+  return [f, max_body_bytes](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
     try {
-      f(req, res);
+      httplib::Request full = req;
+      full.body = read_body_capped(req, reader, max_body_bytes);
+      f(std::as_const(full), res);
     } catch (const ApiError& e) {
       send_error(res, e.status, e.what(), e.param);
     } catch (const engine::RequestError& e) {
@@ -83,16 +89,15 @@ void HttpServer::routes() {
   svr_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(engine::to_prometheus(engine_.metrics(), cfg_.model_name), "text/plain; version=0.0.4");
   });
-  svr_->Post("/v1/completions", guarded([this](const auto& q, auto& r) { generate(q, r, false); }));
-  svr_->Post("/v1/chat/completions", guarded([this](const auto& q, auto& r) { generate(q, r, true); }));
-  svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }));
-  svr_->Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }));
-  svr_->Post("/apply-template", guarded([this](const auto& q, auto& r) { apply_template(q, r); }));
+  svr_->Post("/v1/completions", guarded([this](const auto& q, auto& r) { generate(q, r, false); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/v1/chat/completions", guarded([this](const auto& q, auto& r) { generate(q, r, true); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/apply-template", guarded([this](const auto& q, auto& r) { apply_template(q, r); }, cfg_.limits.max_body_bytes));
   svr_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404 && res.body.empty()) send_error(res, 404, "no route " + req.method + " " + req.path);
     if (res.status == 413 && res.body.empty())
-      send_error(res, 413, fmt::format("the request body is larger than this server accepts ({} bytes; --max-body-mb)",
-                                       cfg_.limits.max_body_bytes));
+      send_error(res, 413, body_too_large_message(cfg_.limits.max_body_bytes));
   });
 }
 
@@ -146,6 +151,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
   CommonFields c = read_common(body, chat, random_seed());
+  check_stops(cfg_.limits, c.request.stop, c.request.stop_token_ids.size());
   c.request.prompt_ids = chat ? chat_prompt(body, hreq.body) : completion_prompt(body);
   const int64_t n = static_cast<int64_t>(c.request.prompt_ids.size());
   if (n >= cfg_.max_context)

@@ -41,6 +41,19 @@ int64_t check_max_tokens(const RequestLimits& limits, bool given, int64_t reques
   return given ? requested : std::min(fallback, limits.max_tokens);
 }
 
+void check_stops(const RequestLimits& limits, const std::vector<std::string>& stops, size_t stop_token_ids) {
+  if (stops.size() > limits.max_stops)
+    throw ApiError(400, fmt::format("'stop' has {} strings, more than this server allows ({})", stops.size(), limits.max_stops),
+                   "stop");
+  for (const auto& s : stops)
+    if (s.size() > limits.max_stop_bytes)
+      throw ApiError(400, fmt::format("a 'stop' string has {} bytes, more than this server allows ({})", s.size(),
+                                      limits.max_stop_bytes), "stop");
+  if (stop_token_ids > limits.max_stop_token_ids)
+    throw ApiError(400, fmt::format("'stop_token_ids' has {} ids, more than this server allows ({})", stop_token_ids,
+                                    limits.max_stop_token_ids), "stop_token_ids");
+}
+
 Deadline::Deadline(const RequestLimits& limits) : timeout_s_(limits.timeout_s), start_(std::chrono::steady_clock::now()) {}
 
 bool Deadline::expired() const {

@@ -7,14 +7,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "server/api_error.h"
 
 namespace fuselm::server {
 
 struct RequestLimits {
-  /// Bodies larger than this answer 413 before they are read (cpp-httplib's payload limit checks
-  /// Content-Length; the body is skipped, never buffered). 0: no limit.
+  /// Bodies larger than this answer 413, never buffered: past a Content-Length cpp-httplib's
+  /// payload limit skips the body unread; a chunked body (or one read to the end of the
+  /// connection) is kept up to the cap and the rest read past (body_reader.h). 0: no limit.
   size_t max_body_bytes = size_t{32} << 20;
   /// Arrays and objects nested deeper than this answer 400 while parsing, before a deep value
   /// exists (chat messages with tool schemas nest about 10 deep).
@@ -25,6 +27,13 @@ struct RequestLimits {
   /// Wall time of one generation request, queueing included; past it the request is cancelled and
   /// answers 504 (a stream gets an error event instead). 0: no limit.
   double timeout_s = 0;
+  /// Stop strings a request may give, and the bytes of each: the stop matcher compares every
+  /// held-back tail with every stop string at each token, so 10,000 strings or one of megabytes
+  /// would stall a stream. More answer 400 (OpenAI's API allows 4).
+  size_t max_stops = 64;
+  size_t max_stop_bytes = 1024;
+  /// stop_token_ids a request may give (each token is looked up in them).
+  size_t max_stop_token_ids = 1024;
 };
 
 /// The request body `raw` as JSON (Json: nlohmann::json or nlohmann::ordered_json), which must be
@@ -36,6 +45,10 @@ nlohmann::ordered_json parse_request_body_ordered(const std::string& raw, const 
 /// Checks a requested max_tokens against limits.max_tokens (400 naming both) and returns the
 /// default for a request that gave none: `fallback`, capped by the limit.
 int64_t check_max_tokens(const RequestLimits& limits, bool given, int64_t requested, int64_t fallback);
+
+/// Checks a request's stop strings and stop_token_ids against the limits above (400 naming the
+/// field, the count or size, and the limit).
+void check_stops(const RequestLimits& limits, const std::vector<std::string>& stops, size_t stop_token_ids);
 
 /// The per-request deadline: expired() once limits.timeout_s has passed since construction.
 class Deadline {

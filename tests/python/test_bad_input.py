@@ -195,6 +195,18 @@ def _ref_to_a_later_node(j):
     _first(j, "aten.silu.default")["args"] = [{"ref": "no_such_node"}]
 
 
+def _cycle(j):
+    # silu reads the node that reads silu: a cycle (and a reference to a node that exists, later).
+    silu = _first(j, "aten.silu.default")
+    user = next(n for n in j["nodes"] if any(isinstance(a, dict) and a.get("ref") == silu["name"] for a in n.get("args", [])))
+    silu["args"] = [{"ref": user["name"]}]
+
+
+def _self_reference(j):
+    silu = _first(j, "aten.silu.default")
+    silu["args"] = [{"ref": silu["name"]}]
+
+
 def _module_index_out_of_range(j):
     _first(j, "aten.silu.default")["module_stack"] = [10_000]
 
@@ -217,6 +229,8 @@ def _unknown_checkpoint_key(j):
     (_outputs_not_names, ["ir.json", "output"]),
     (_op_not_a_string, ["ir.json", "silu"]),
     (_ref_to_a_later_node, ["ir.json", "no_such_node"]),
+    (_cycle, ["ir.json", "silu", "not an earlier node"]),
+    (_self_reference, ["ir.json", "silu", "not an earlier node"]),
     (_module_index_out_of_range, ["ir.json", "silu", "10000"]),
     (_parameter_not_in_table, ["ir.json", "parameter"]),
     (_weight_arg_not_a_tensor, ["linear", "model.layers.0"]),

@@ -177,3 +177,54 @@ def test_number_past_double_range_answers_400(server):
     status, err = raw_post(server, "/v1/completions", b'{"prompt": "x", "temperature": 1e400}')
     assert status == 400, err
     assert "out of range" in err["error"]["message"]
+
+
+def chunks(total: int, piece: int = 1 << 20):
+    yield b'{"model": "m", "prompt": "'
+    for _ in range(total // piece):
+        yield b"a" * piece
+    yield b'"}'
+
+
+def test_chunked_100_mb_body_answers_413_without_being_held(server):
+    # cpp-httplib 0.11.4 checks its payload limit against Content-Length only: a chunked body was
+    # read whole into memory and run. Now it is capped as it is read (src/server/body_reader.h).
+    before = rss_kib(server)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    try:
+        conn.request("POST", "/v1/completions", body=chunks(100 << 20), encode_chunked=True,
+                     headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        r = conn.getresponse()
+        err = json.loads(r.read())
+        assert r.status == 413, err
+        assert "larger than this server accepts" in err["error"]["message"] and str(1 << 20) in err["error"]["message"]
+        assert rss_kib(server) - before < 50 * 1024
+        # The rest of the body was read past, so the same connection still answers in step.
+        conn.request("POST", "/tokenize", body=json.dumps({"prompt": "Hello"}).encode(),
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.status == 200 and json.loads(r.read())["count"] > 0
+    finally:
+        conn.close()
+
+
+def test_chunked_body_under_the_cap_is_read(server):
+    body = json.dumps({"prompt": "Hello world"}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    try:
+        conn.request("POST", "/tokenize", body=iter([body[:5], body[5:]]), encode_chunked=True,
+                     headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        r = conn.getresponse()
+        assert r.status == 200 and json.loads(r.read())["count"] > 0
+    finally:
+        conn.close()
+
+
+def test_bad_chunk_framing_answers_400(server):
+    import socket
+    with socket.create_connection(("127.0.0.1", server.port), timeout=600) as s:
+        s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Content-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+        head = s.recv(65536).decode("latin-1")
+    assert head.startswith("HTTP/1.1 400"), head
+    assert server.get("/health")[0] == 200
