@@ -62,6 +62,8 @@ class Setup:
         self.python = sys.executable
         self.pydeps = self.cache / "pydeps"
         self.not_run: list[str] = []  # "model TYPE: fuselm's error" for rows llama.cpp ran alone
+        self.no_repack: set[Path] = set()  # GGUFs llama-bench runs with --repack 0 (see run_engine)
+        self.notes: list[str] = []
 
     # --- models and their GGUF files -------------------------------------------------------
     def models(self) -> dict[str, Path]:
@@ -163,7 +165,22 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
     tests = ["-p", str(a.n_prompt), "-n", str(a.n_gen), "-r", str(reps), "-t", str(threads)]
     if engine == "llama.cpp":
         cmd = [setup.bin / "llama-bench", "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
-        return json_out(run(cmd).stdout)
+        if gguf in setup.no_repack:
+            cmd += ["--repack", "0"]
+        proc = run(cmd, check=False)
+        if proc.returncode < 0 and gguf not in setup.no_repack:
+            # ggml's CPU repack of quantized weights dies by a signal in some builds and CPUs
+            # (ggml-org/llama.cpp#16479 and alike); llama.cpp then runs the blocks as they are
+            # in the file (--repack 0), which the table's footnote says.
+            log(f"llama-bench died by signal {-proc.returncode} on {gguf.name}; rerunning with --repack 0")
+            setup.no_repack.add(gguf)
+            setup.notes.append(f"llama-bench died by signal {-proc.returncode} on {gguf.name} with its "
+                               f"weight repacking (the default); its rows ran with --repack 0")
+            return run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, reps, depths)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-3000:])
+            raise SystemExit(f"compare: error: llama-bench on {gguf.name} exited {proc.returncode}")
+        return json_out(proc.stdout)
     if engine == "fuselm":
         src, dtype = fsrc
         cmd = [setup.fuselm, "bench", src, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
@@ -303,6 +320,8 @@ def main() -> None:
     print("\n% ceiling: tg tokens/s over the decode ceiling: the memory bandwidth fuselm bench measured / (bytes "
           "one token reads of the GGUF file's tensors + fuselm's KV bytes). fuselm weights: the storage types "
           "fuselm holds, by share of its weight bytes." + (f"\nfuselm did not run: {'; '.join(setup.not_run)}" if setup.not_run else ""))
+    for note in setup.notes:
+        print(f"note: {note}.")
     print(f"samples: {out}")
 
 
