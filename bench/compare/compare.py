@@ -210,7 +210,8 @@ def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, r
             t0 = time.time()
             for r in run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, a.reps, depths):
                 results.append({"model": name, "type": wtype, "engine": engine, "threads": threads,
-                                "round": rnd, "file_bytes_per_token": file_bytes, "row": r})
+                                "round": rnd, "file_bytes_per_token": file_bytes, "row": r,
+                                "fuselm_reads": "GGUF" if fsrc and fsrc[1] is None else f"HF --dtype {wtype}"})
             log(f"  {time.time() - t0:.0f} s")
 
 
@@ -228,9 +229,11 @@ def summarize(results: list[dict]) -> list[dict]:
         g["engines"].setdefault(res["engine"], []).extend(r["samples_ts"])
         if res["engine"] == "fuselm":
             g["ceiling"] = r.get("decode_ceiling_ts", 0)
-            g["weights"] = r.get("weight_types") or r.get("weight_dtype", "")
+            g["weights"] = f"{res['fuselm_reads']}: " + (r.get("weight_types") or r.get("weight_dtype", ""))
+            if res["fuselm_reads"] != "GGUF":
+                g["file_bytes"] = 0  # not the file's bytes: fuselm's own ceiling stands
             # the same ceiling for both engines: fuselm's bandwidth over the file's bytes per token
-            fb, bw = res.get("file_bytes_per_token", 0), r.get("mem_bw_gbs", 0)
+            fb, bw = g.get("file_bytes", res.get("file_bytes_per_token", 0)), r.get("mem_bw_gbs", 0)
             if fb and bw:
                 g["ceiling"] = bw * 1e9 / (fb + r.get("kv_bytes_per_token", 0))
     rows = []
@@ -319,7 +322,8 @@ def main() -> None:
     print_table(rows, len(args.threads) > 1)
     print("\n% ceiling: tg tokens/s over the decode ceiling: the memory bandwidth fuselm bench measured / (bytes "
           "one token reads of the GGUF file's tensors + fuselm's KV bytes). fuselm weights: the storage types "
-          "fuselm holds, by share of its weight bytes." + (f"\nfuselm did not run: {'; '.join(setup.not_run)}" if setup.not_run else ""))
+          "fuselm holds, by share of its weight bytes, after what it read: GGUF (the same file as llama.cpp) or HF "
+          "--dtype T (the HF weights quantized at load, when fuselm cannot read that GGUF: not the same bytes)." + (f"\nfuselm did not run: {'; '.join(setup.not_run)}" if setup.not_run else ""))
     for note in setup.notes:
         print(f"note: {note}.")
     print(f"samples: {out}")
