@@ -4,12 +4,15 @@ run, interleaved (see bench/compare/run.sh, which builds what this needs, and be
 
 For each model (default: SmolLM2-135M-Instruct and a random-weight TinyLlama-shaped 1.1 B Llama)
 and weight type, the same HF weights are converted to GGUF by llama.cpp's own convert_hf_to_gguf.py
-(F32, BF16; Q8_0 and Q4_0 when fuselm can run them: detected by asking `fuselm bench` to load
-them, never assumed), then `llama-bench`, `fuselm bench` and transformers (bench/compare/
+(F32, BF16), and the F32 file to Q8_0, Q4_0 and Q4_K_M by its `llama-quantize` (kept where
+fuselm can run them: detected by asking `fuselm bench` to load them, never assumed); fuselm runs
+those very files, so both engines read identical quantized bytes. Then `llama-bench`, `fuselm bench` and transformers (bench/compare/
 hf_bench.py) run pp and tg tests round-robin, `--rounds` times each (the engine order rotating
 every round) so that a change of machine load hits every engine alike; the samples of all rounds
 make each mean ± standard deviation. Prints one markdown table and writes every sample to
-$CACHE/results/compare-<time>.json.
+$CACHE/results/compare-<time>.json. The decode ceiling of a row is the bandwidth `fuselm bench`
+measured over the bytes one token reads of the GGUF file's tensors (each once; an embedding table
+that is not also the LM head, one row) plus fuselm's KV bytes, the same figure for both engines.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 ENGINES = ["llama.cpp", "fuselm", "transformers"]
 FLOAT_TYPES = ["f32", "bf16"]
-QUANT_TYPES = ["q8_0", "q4_0"]
+QUANT_TYPES = ["q8_0", "q4_0", "q4_k_m"]
 
 
 def log(msg: str) -> None:
@@ -58,6 +61,9 @@ class Setup:
         self.fuselm = Path(args.fuselm)
         self.python = sys.executable
         self.pydeps = self.cache / "pydeps"
+        self.not_run: list[str] = []  # "model TYPE: fuselm's error" for rows llama.cpp ran alone
+        self.no_repack: set[Path] = set()  # GGUFs llama-bench runs with --repack 0 (see run_engine)
+        self.notes: list[str] = []
 
     # --- models and their GGUF files -------------------------------------------------------
     def models(self) -> dict[str, Path]:
@@ -86,13 +92,14 @@ class Setup:
         return {"PYTHONPATH": str(self.pydeps)}
 
     def gguf(self, name: str, model_dir: Path, wtype: str) -> Path:
-        """The model's GGUF of this type from llama.cpp's own converter (and llama-quantize for Q4_0)."""
+        """The model's GGUF of this type: llama.cpp's own converter for f32/bf16, its llama-quantize
+        from the f32 file for the quantized types (as a llama.cpp user makes them)."""
         out = self.cache / "gguf" / f"{name}-{wtype}.gguf"
         if out.exists():
             return out
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
-        if wtype in ("f32", "bf16", "q8_0"):
+        if wtype in FLOAT_TYPES:
             log(f"converting {model_dir} to {out.name} (convert_hf_to_gguf.py --outtype {wtype})")
             run([self.python, self.tree / "convert_hf_to_gguf.py", model_dir, "--outtype", wtype, "--outfile", tmp],
                 env=self.converter_env())
@@ -125,12 +132,26 @@ class Setup:
         return (model_dir, wtype) if self.fuselm_loads(model_dir, wtype) else None
 
 
-def quant_types_fuselm_runs(setup: Setup, name: str, model_dir: Path, wanted: list[str]) -> list[str]:
-    """Quantized types fuselm runs, asked of the first model: `fuselm bench` loads the type's GGUF
-    (from llama.cpp's converter) or the HF weights with --dtype TYPE."""
-    ok = [t for t in wanted if setup.fuselm_source(name, model_dir, t) is not None]
-    log(f"fuselm runs quantized types: {ok or 'none'} (of {wanted}; asked fuselm bench to load each)")
-    return ok
+def fuselm_load_error(setup: Setup, source: Path) -> str:
+    """The last line fuselm prints when it cannot load `source` (its one-line error)."""
+    proc = run([setup.fuselm, "bench", source, "-p", "0", "-n", "0", "-r", "1", "--no-bandwidth", "-o", "json"],
+               check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {proc.returncode}"
+
+
+def gguf_bytes_per_token(path: Path) -> int:
+    """Bytes one decoded token reads of a GGUF's tensors: each once, except an embedding table
+    (ggml's `token_embd.weight`) when the file has a separate LM head (`output.weight`): one row."""
+    import gguf  # the gguf package of requirements.txt
+
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    total = sum(int(t.n_bytes) for t in tensors.values())
+    emb = tensors.get("token_embd.weight")
+    if emb is not None and "output.weight" in tensors:
+        rows = int(emb.shape[-1])  # ggml order: ne[1] (the vocabulary) last
+        total -= int(emb.n_bytes) - int(emb.n_bytes) // rows
+    return total
 
 
 # --- one engine's run ---------------------------------------------------------------------
@@ -144,7 +165,22 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
     tests = ["-p", str(a.n_prompt), "-n", str(a.n_gen), "-r", str(reps), "-t", str(threads)]
     if engine == "llama.cpp":
         cmd = [setup.bin / "llama-bench", "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
-        return json_out(run(cmd).stdout)
+        if gguf in setup.no_repack:
+            cmd += ["--repack", "0"]
+        proc = run(cmd, check=False)
+        if proc.returncode < 0 and gguf not in setup.no_repack:
+            # ggml's CPU repack of quantized weights dies by a signal in some builds and CPUs
+            # (ggml-org/llama.cpp#16479 and alike); llama.cpp then runs the blocks as they are
+            # in the file (--repack 0), which the table's footnote says.
+            log(f"llama-bench died by signal {-proc.returncode} on {gguf.name}; rerunning with --repack 0")
+            setup.no_repack.add(gguf)
+            setup.notes.append(f"llama-bench died by signal {-proc.returncode} on {gguf.name} with its "
+                               f"weight repacking (the default); its rows ran with --repack 0")
+            return run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, reps, depths)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-3000:])
+            raise SystemExit(f"compare: error: llama-bench on {gguf.name} exited {proc.returncode}")
+        return json_out(proc.stdout)
     if engine == "fuselm":
         src, dtype = fsrc
         cmd = [setup.fuselm, "bench", src, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
@@ -158,8 +194,14 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
 def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, results: list[dict]) -> None:
     a = setup.args
     gguf = setup.gguf(name, hf_dir, wtype) if "llama.cpp" in a.engines else None
-    fsrc = setup.fuselm_source(name, hf_dir, wtype)
-    engines = [e for e in a.engines if not (e == "transformers" and wtype not in FLOAT_TYPES)]
+    fsrc = setup.fuselm_source(name, hf_dir, wtype) if "fuselm" in a.engines else None
+    if fsrc is None and "fuselm" in a.engines:
+        why = fuselm_load_error(setup, gguf) if gguf else "no GGUF"
+        log(f"{name} {wtype}: fuselm does not run it ({why}); llama.cpp only")
+        setup.not_run.append(f"{name} {wtype.upper()}: {why}")
+    file_bytes = gguf_bytes_per_token(gguf) if gguf else 0
+    engines = [e for e in a.engines if not (e == "transformers" and wtype not in FLOAT_TYPES)
+               and not (e == "fuselm" and fsrc is None)]
     for rnd in range(a.rounds):
         order = engines[rnd % len(engines):] + engines[:rnd % len(engines)]
         for engine in order:
@@ -168,7 +210,8 @@ def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, r
             t0 = time.time()
             for r in run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, a.reps, depths):
                 results.append({"model": name, "type": wtype, "engine": engine, "threads": threads,
-                                "round": rnd, "row": r})
+                                "round": rnd, "file_bytes_per_token": file_bytes, "row": r,
+                                "fuselm_reads": "GGUF" if fsrc and fsrc[1] is None else f"HF --dtype {wtype}"})
             log(f"  {time.time() - t0:.0f} s")
 
 
@@ -186,12 +229,20 @@ def summarize(results: list[dict]) -> list[dict]:
         g["engines"].setdefault(res["engine"], []).extend(r["samples_ts"])
         if res["engine"] == "fuselm":
             g["ceiling"] = r.get("decode_ceiling_ts", 0)
+            g["weights"] = f"{res['fuselm_reads']}: " + (r.get("weight_types") or r.get("weight_dtype", ""))
+            if res["fuselm_reads"] != "GGUF":
+                g["file_bytes"] = 0  # not the file's bytes: fuselm's own ceiling stands
+            # the same ceiling for both engines: fuselm's bandwidth over the file's bytes per token
+            fb, bw = g.get("file_bytes", res.get("file_bytes_per_token", 0)), r.get("mem_bw_gbs", 0)
+            if fb and bw:
+                g["ceiling"] = bw * 1e9 / (fb + r.get("kv_bytes_per_token", 0))
     rows = []
     for (model, wtype, threads, key), g in groups.items():
         row = {"model": model, "type": wtype, "threads": threads, "test": test_name(key)}
         for e, ts in g["engines"].items():
             row[e] = (statistics.fmean(ts), statistics.stdev(ts) if len(ts) > 1 else 0.0, len(ts))
         row["ceiling"] = g.get("ceiling", 0) if key[1] else 0
+        row["weights"] = g.get("weights", "")
         rows.append(row)
     return rows
 
@@ -205,15 +256,16 @@ def ratio(a, b) -> str:
 
 
 def print_table(rows: list[dict], threads_shown: bool) -> None:
-    head = ["model", "type", *(["threads"] if threads_shown else []), "test", "llama.cpp t/s", "fuselm t/s",
+    head = ["model", "type", "fuselm weights", *(["threads"] if threads_shown else []), "test", "llama.cpp t/s",
+            "fuselm t/s",
             "transformers t/s", "fuselm / llama.cpp", "fuselm / transformers", "fuselm % ceiling",
             "llama.cpp % ceiling"]
     print("| " + " | ".join(head) + " |")
-    print("|" + "|".join(["---"] * (3 + threads_shown) + ["---:"] * (len(head) - 3 - threads_shown)) + "|")
+    print("|" + "|".join(["---"] * (4 + threads_shown) + ["---:"] * (len(head) - 4 - threads_shown)) + "|")
     for r in rows:
         f, l, t = r.get("fuselm"), r.get("llama.cpp"), r.get("transformers")
         pct = lambda v: "" if not r["ceiling"] or v is None else f"{100 * v[0] / r['ceiling']:.0f} %"
-        vals = [r["model"], r["type"].upper(), *([str(r["threads"])] if threads_shown else []), r["test"],
+        vals = [r["model"], r["type"].upper(), r["weights"], *([str(r["threads"])] if threads_shown else []), r["test"],
                 cell(l), cell(f), cell(t), ratio(f, l), ratio(f, t), pct(f), pct(l)]
         print("| " + " | ".join(vals) + " |")
 
@@ -250,10 +302,10 @@ def main() -> None:
     setup = Setup(args)
     start = machine_line()
     models = setup.models()
-    wanted_quant = [t for t in args.types if t in QUANT_TYPES]
-    first = next(iter(models.items()))
-    quant_ok = quant_types_fuselm_runs(setup, *first, wanted_quant) if wanted_quant else []
-    types = [t for t in args.types if t in FLOAT_TYPES or t in quant_ok]
+    unknown = [t for t in args.types if t not in FLOAT_TYPES + QUANT_TYPES]
+    if unknown:
+        raise SystemExit(f"compare: error: --types {' '.join(unknown)}: known types are {FLOAT_TYPES + QUANT_TYPES}")
+    types = args.types
     results: list[dict] = []
     for name, d in models.items():
         for wtype in types:
@@ -268,9 +320,12 @@ def main() -> None:
           f"eager; {args.rounds} interleaved rounds x {args.reps} repetitions; tokens/s, mean ± stddev")
     print(f"machine at start: {start}\nmachine at end:   {machine_line()}\n")
     print_table(rows, len(args.threads) > 1)
-    skipped = [t for t in wanted_quant if t not in quant_ok]
-    print("\n% ceiling: tg tokens/s over the decode ceiling fuselm bench prints (measured bandwidth / bytes read per "
-          "token)." + (f" Not run: {', '.join(skipped)} (fuselm does not run them yet)." if skipped else ""))
+    print("\n% ceiling: tg tokens/s over the decode ceiling: the memory bandwidth fuselm bench measured / (bytes "
+          "one token reads of the GGUF file's tensors + fuselm's KV bytes). fuselm weights: the storage types "
+          "fuselm holds, by share of its weight bytes, after what it read: GGUF (the same file as llama.cpp) or HF "
+          "--dtype T (the HF weights quantized at load, when fuselm cannot read that GGUF: not the same bytes)." + (f"\nfuselm did not run: {'; '.join(setup.not_run)}" if setup.not_run else ""))
+    for note in setup.notes:
+        print(f"note: {note}.")
     print(f"samples: {out}")
 
 

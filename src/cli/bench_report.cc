@@ -84,6 +84,7 @@ nlohmann::ordered_json row_json(const BenchRow& r) {
   j["avg_ts"] = r.avg_ts();
   j["stddev_ts"] = r.stddev_ts();
   j["weight_dtype"] = r.weight_dtype;
+  j["weight_types"] = r.weight_types;
   j["isa"] = r.isa;
   j["weight_bytes_per_token"] = r.weight_bytes_per_token;
   j["kv_bytes_per_token"] = r.kv_bytes_per_token;

@@ -23,6 +23,7 @@ struct BenchRow {
   std::vector<int64_t> samples_ns;   // one per repetition
   // fuselm's own fields.
   std::string weight_dtype;          // --dtype as given: auto, f32, bf16, ...
+  std::string weight_types;          // what the weights are in memory: "Q4_0 77% Q6_K 22% F32 1%"
   std::string isa;                   // kernel path (FUSELM_CPU_ISA)
   int64_t weight_bytes_per_token = 0;  // weight bytes read per decoded token (embedding tables: one row)
   int64_t kv_bytes_per_token = 0;      // KV cache bytes read per decoded token at this test's mean depth

@@ -225,6 +225,7 @@ void bench_dtype(const BenchArgs& a, const std::string& dtype, BenchPrinter& out
         row.n_gen = ng;
         row.n_depth = d;
         row.weight_dtype = dtype;
+        row.weight_types = m.weight_types();
         row.isa = kernels::isa_name(kernels::cpu_isa());
         row.weight_bytes_per_token = per_token;
         row.kv_bytes_per_token = ng > 0 ? m.kv_cache().bytes_per_token() * (d + ng / 2) : 0;

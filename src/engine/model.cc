@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -103,6 +104,24 @@ void free_packed_sources(const std::map<std::string, Tensor>& params, const std:
 
 }  // namespace
 
+/// "Q4_0 77% Q6_K 22% F32 1%": each storage type's share of the weight bytes, largest first.
+std::string weight_type_mix(const std::map<const void*, int64_t>& bytes,
+                            const std::map<const void*, std::string>& type) {
+  std::map<std::string, int64_t> by_type;
+  int64_t total = 0;
+  for (const auto& [p, b] : bytes) by_type[type.at(p)] += b, total += b;
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const auto& [t, b] : by_type) order.push_back({b, t});
+  std::sort(order.rbegin(), order.rend());
+  std::string out;
+  for (const auto& [b, t] : order) {
+    std::string up = t;
+    for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : " ", up, total ? 100.0 * b / total : 0.0);
+  }
+  return out;
+}
+
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
   std::vector<std::string> errors;
   const auto layers = fusers::kv_layers(g, errors);
@@ -138,6 +157,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
 
   std::map<std::string, Tensor> params, constants;
   std::map<const void*, int64_t> seen;
+  std::map<const void*, std::string> seen_type;  // storage type of each read weight
   std::set<std::string, std::less<>> sliced;  // parameters this rank holds a slice of
   std::map<std::string, weights::WeightView> quantized;  // target -> its blocks
   auto tensor_of = [&](const std::string& target, const weights::WeightView& view) {
@@ -165,10 +185,12 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     auto it = params.find(n.target);
     if (it == params.end()) continue;
     seen[it->second.data] = it->second.numel() * ir::dtype_size(it->second.dtype);
+    seen_type[it->second.data] = std::string(ir::dtype_name(it->second.dtype));
     if (auto q = quantized.find(n.target); q != quantized.end()) {
       it->second.quant = m->quant_.adopt(q->second);
       seen[it->second.data] = it->second.quant->packed ? it->second.quant->packed->bytes()
                                                        : static_cast<int64_t>(q->second.nbytes());
+      seen_type[it->second.data] = kernels::quant_info(it->second.quant->type).name;
     }
   }
   // The sources of stacked weights are read no more: drop their converted copies (bf16 SmolLM2
@@ -181,6 +203,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   m->params_->retain_only(keep_full);
   free_packed_sources(params, embedding_tables(m->graph_), m->fused_buffers_);
   for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
+  m->weight_types_ = weight_type_mix(seen, seen_type);
   if (!m->graph_.constants.empty()) {
     m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));
     for (const auto& [target, info] : m->graph_.constants.items()) {

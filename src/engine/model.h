@@ -77,6 +77,9 @@ class Model {
   /// Bytes of weights read per decoded token (every parameter once; a quantized one's packed
   /// copy or blocks).
   int64_t weight_bytes() const { return weight_bytes_; }
+  /// The storage types of those bytes, largest share first: "Q4_0 77% Q6_K 22% F32 1%" (block
+  /// types as kept in memory, dense ones by dtype; shares of weight_bytes(), rounded).
+  const std::string& weight_types() const { return weight_types_; }
   const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
   /// What the fusers did (empty when fusion is off).
   const fusers::Report& fusion_report() const { return fusion_report_; }
@@ -96,6 +99,7 @@ class Model {
   std::vector<int> input_roles_;  // per graph input: 0 = token ids, 1 = positions [1, T], 2 = positions [T]
   std::vector<runtime::Tensor> inputs_;
   int64_t vocab_size_ = 0, max_context_ = 0, weight_bytes_ = 0;
+  std::string weight_types_;
   std::vector<int64_t> eos_ids_;
   std::optional<int64_t> bos_id_;
   StepHook before_forward_;

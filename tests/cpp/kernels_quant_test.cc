@@ -114,6 +114,7 @@ std::vector<QuantCase> cases() {
     out.push_back({t, 5, 17, b, true, 0, 2});
     out.push_back({t, 9, 35, 2 * b, true, 1, 2});
     out.push_back({t, 1, 70, 4 * b, false, 0, 2});
+    out.push_back({t, 4, 15, 5 * b, true});  // a full group of 4 rows of x, n one short of 16
   }
   return out;
 }
@@ -135,7 +136,10 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
   for (QuantType t : {QuantType::q8_0, QuantType::q4_0, QuantType::q4_1}) {
     for (QuantCase c : std::vector<QuantCase>{{t, 1, 1, 32}, {t, 1, 16, 64, true}, {t, 2, 17, 96, false, 3},
                                               {t, 5, 40, 32, true, 0, 2}, {t, 9, 33, 128, true, 1, 2},
-                                              {t, 1, 100, 256, false, 0, 2}}) {
+                                              {t, 1, 100, 256, false, 0, 2},
+                                              // one lane short of a 16-row vector / two 8-row halves,
+                                              // odd block counts, exactly 4 and 8 rows of x
+                                              {t, 4, 15, 160}, {t, 8, 31, 224, true, 0, 2}}) {
       c.packed = true;
       check_quant(c, seed += 10);
     }
