@@ -12,13 +12,10 @@ ATTN_BY_HAND = ("attention computed by hand (no AttentionInterface dispatch: its
 
 # family -> why it does not pass yet
 WAITING: dict[str, str] = {
-    "gpt_neo": ATTN_BY_HAND,
     "gptj": ATTN_BY_HAND,
     "falcon": ATTN_BY_HAND,
     "falcon_new": ATTN_BY_HAND,
     "bloom": ATTN_BY_HAND,
-    # ran with wrong logits before capture checked for the attention op; now refused
-    "xglm": ATTN_BY_HAND,
 }
 
 
