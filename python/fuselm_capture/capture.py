@@ -290,8 +290,10 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
     tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16) - token_max_cut)
     example, dynamic = forward_inputs(model, 8, tokens)
     _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
-    from .attn_by_hand import scalar_constants_on_cpu
-    with _one_sequence(), scalar_constants_on_cpu() if token_max_cut else contextlib.nullcontext():
+    if token_max_cut:  # the eager capture of attention by hand traces on fake CPU tensors
+        from .attn_by_hand import on_fake_cpu
+        example = on_fake_cpu(model, example)
+    with _one_sequence():
         ep = export_module(model, example, dynamic)
     return model, constants, ep
 
@@ -329,7 +331,7 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
                            "engine cannot carry across steps")
     for line in found:
         _progress(f"attention written by hand: {line}")
-    return model, constants, ep
+    return model, constants, attn_by_hand.bridge_decompositions(ep)
 
 
 def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
