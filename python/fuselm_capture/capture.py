@@ -266,6 +266,74 @@ def _remote_code_gate(config_path: Path, trust_remote_code: bool) -> bool:
     return True
 
 
+def _has_attention_op(ep) -> bool:
+    return any(n.op == "call_function" and str(n.target).startswith("fuselm.attention") for n in ep.graph.nodes)
+
+
+def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
+    """(model on meta, its recomputed non-persistent buffers, ExportedProgram) of config's causal LM.
+    token_max_cut lowers the token count's upper bound (see _capture_by_hand)."""
+    from transformers import AutoModelForCausalLM
+    with parameters_on_meta():
+        try:
+            model = AutoModelForCausalLM.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
+    model.eval()
+    try:
+        ops.identify_experts(model)
+    except ops.ExpertsCaptureError as e:
+        raise CaptureError(f"{type(model).__name__}: {e}") from e
+    constants = _non_persistent_buffers(model)
+    model.to("meta")
+    # No default context length: the engine refuses a record without one (it sizes the KV cache).
+    tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16) - token_max_cut)
+    example, dynamic = forward_inputs(model, 8, tokens)
+    _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
+    if token_max_cut:  # the eager capture of attention by hand traces on fake CPU tensors
+        from .attn_by_hand import on_fake_cpu
+        example = on_fake_cpu(model, example)
+    with _one_sequence():
+        ep = export_module(model, example, dynamic)
+    return model, constants, ep
+
+
+def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Exception):
+    """The eager capture of a model whose fuselm capture failed (first) or holds no attention op,
+    with its hand-written attention rewritten into fuselm.attention; CaptureError when that is
+    not provable either. The token bound is one below the context: a [C, C] mask buffer sliced
+    at exactly C tokens makes torch guard T != C (the engine does not read the bound)."""
+    from . import attn_by_hand
+    if isinstance(first, (CaptureError, ops.MaskCaptureError)) and "no fuselm.attention op" not in str(first):
+        hand = _attention_by_hand(_causal_lm_class(config))
+        if hand is None:  # a failure of its own, not of dispatching to fuselm's attention
+            raise first
+    _progress(f"{type(first).__name__}: {_first_line(first)}; capturing the eager implementation instead")
+    try:
+        model, constants, ep = _build_and_export(config, dict(kwargs, attn_implementation="eager"), max_pos, 1)
+    except Exception as e:  # noqa: BLE001 - neither implementation builds and exports
+        if isinstance(first, CaptureError) and "no fuselm.attention op" not in str(first):
+            raise first from e
+        raise CaptureError(f"{config_path}: transformers cannot build a causal LM for {type(config).__name__} "
+                           f"({config.model_type}): {_first_line(first)} (eager: {_first_line(e)})") from e
+    tok = next((n.meta["val"].shape[1] for n in ep.graph.nodes if n.op == "placeholder" and n.name == "input_ids"),
+               None)
+    try:
+        found = attn_by_hand.rewrite(ep, constants, int(getattr(config, "vocab_size", 0) or 0),
+                                     max(max_pos or 1 << 20, 16) - 1, tok)
+    except attn_by_hand.Refused as e:
+        raise CaptureError(f"{type(model).__name__}: {e}") from e
+    if not found:
+        # Each step runs the new tokens only, over the engine's KV cache; a causal LM whose tokens
+        # meet anywhere but in the attention op (a recurrence, an attention not found) would run wrong.
+        raise CaptureError(f"{type(model).__name__}: the graph has no fuselm.attention op and no attention "
+                           "written by hand was found, so the model mixes tokens by other ops, which the "
+                           "engine cannot carry across steps")
+    for line in found:
+        _progress(f"attention written by hand: {line}")
+    return model, constants, attn_by_hand.bridge_decompositions(ep)
+
+
 def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
     """Captures a Hugging Face causal LM directory (config.json + *.safetensors) to out_dir/ir.json.
 
@@ -294,43 +362,15 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
         raise CaptureError(f"{config_path}: transformers cannot build a config from it: {_first_line(e)}") from e
     _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
     kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32, "trust_remote_code": remote}
-    try:
-        with parameters_on_meta():
-            try:
-                model = AutoModelForCausalLM.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
-            except TypeError:
-                model = AutoModelForCausalLM.from_config(config, **kwargs)
-    except Exception as e:  # noqa: BLE001 - e.g. a config class with no causal LM
-        if (why := _attention_by_hand(_causal_lm_class(config))) is not None:  # its own lookup of fuselm's name
-            raise CaptureError(why) from e
-        raise CaptureError(f"{config_path}: transformers cannot build a causal LM for {type(config).__name__} "
-                           f"({config.model_type}): {_first_line(e)}") from e
-    model.eval()
-    try:
-        ops.identify_experts(model)
-    except ops.ExpertsCaptureError as e:
-        raise CaptureError(f"{config_path}: {e}") from e
-    constants = _non_persistent_buffers(model)
-    model.to("meta")
-
-    # No default context length: the engine refuses a record without one (it sizes the KV cache).
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 0) or None
-    tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16))
-    example, dynamic = forward_inputs(model, 8, tokens)
-    _progress(f"exporting {type(model).__name__} with torch.export ({', '.join(example)})")
     try:
-        with _one_sequence():
-            ep = export_module(model, example, dynamic)
-    except Exception as e:  # noqa: BLE001 - e.g. a by-hand attention's lookup of fuselm's name
-        if (why := _attention_by_hand(type(model))) is not None:
-            raise CaptureError(why) from e
-        raise
-    if not any(n.op == "call_function" and str(n.target).startswith("fuselm.attention") for n in ep.graph.nodes):
-        # Each step runs the new tokens only, over the engine's KV cache; a causal LM whose tokens
-        # meet anywhere but in the attention op (attention by hand, a recurrence) would run wrong.
-        raise CaptureError(_attention_by_hand(type(model)) or
-                           f"{type(model).__name__}: the graph has no fuselm.attention op, so the model mixes "
-                           "tokens by other ops, which the engine cannot carry across steps")
+        model, constants, ep = _build_and_export(config, kwargs, max_pos)
+        if not _has_attention_op(ep):
+            raise CaptureError("no fuselm.attention op")
+    except Exception as e:  # noqa: BLE001 - by hand: the model's own dict lacks fuselm, or no attention op
+        # The model may compute attention by hand: capture it through its eager implementation
+        # (every transformers model accepts it) and find its attention by dataflow (attn_by_hand.py).
+        model, constants, ep = _capture_by_hand(config, kwargs, max_pos, config_path, e)
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
     if gguf.exists():

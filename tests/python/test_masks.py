@@ -118,23 +118,37 @@ def test_unexpressible_mask_is_refused(fuselm_bin, model_cache, tmp_path):
     assert all(o["mask"].startswith("bidirectional") for o in ops), ops
 
 
-@pytest.mark.parametrize("family", ["bloom", "gpt_neo"])
-def test_attention_by_hand_is_refused(family, fuselm_bin, model_cache):
-    """transformers 5.18's bloom (ALiBi through baddbmm), falcon, gpt_neo and gptj compute attention
-    by hand: captured as they are, their graphs would attend over the flattened batch without their
-    mask and with no KV cache. Capture refuses them with one line naming the class."""
+def _by_hand_dir(model_cache, family: str):
     import transformers
     from transformers import AutoModelForCausalLM
     d = model_cache / f"{family}_by_hand"
     if not (d / "config.json").exists():
         cfg = {"bloom": lambda: transformers.BloomConfig(vocab_size=512, hidden_size=64, n_layer=2, n_head=4),
                "gpt_neo": lambda: transformers.GPTNeoConfig(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4,
-                                                            attention_types=[[["global", "local"], 1]],
-                                                            max_position_embeddings=256)}[family]()
+                                                            attention_types=[[["local", "global"], 1]],
+                                                            window_size=8, max_position_embeddings=256)}[family]()
         AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    return d
+
+
+def test_attention_by_hand_with_a_bias_is_refused(fuselm_bin, model_cache):
+    """transformers 5.18's bloom computes attention by hand with ALiBi through baddbmm: capture finds
+    the attention (python/fuselm_capture/attn_by_hand.py) but its bias on the visible scores is no mask,
+    so it is refused with one line naming the class, the module and the reason."""
+    d = _by_hand_dir(model_cache, "bloom")
     proc = subprocess.run([str(fuselm_bin), "generate", str(d), "--prompt-ids", "1,2,3", "--max-tokens", "2",
                            "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0, proc.stdout
     last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith("fuselm: error: ") and "computes attention by hand" in last, proc.stderr
-    assert "ForCausalLM" in last, last
+    assert last.startswith("fuselm: error: ") and "attention written by hand in transformer.h.0" in last, proc.stderr
+    assert "ForCausalLM" in last and "adds a bias to the visible scores" in last, last
+
+
+def test_attention_by_hand_window_is_read_from_the_graph(fuselm_bin, model_cache, tmp_path):
+    """gpt_neo's local layers hide keys through a [C, C] buffer the forward slices; capture proves on
+    probes that the layer's mask is a sliding window of 8 (the other layer causal) and writes it into
+    the op, and the logits past the window match transformers'."""
+    d = _by_hand_dir(model_cache, "gpt_neo")
+    check_parity("gpt_neo_by_hand/20", fuselm_bin, d, list(range(1, 21)), tmp_path)  # 20 tokens: past the window
+    ops = attention_ops(d)
+    assert [(o["mask"], o["sliding_window"]) for o in ops] == [("sliding", 8), ("causal", -1)], ops
