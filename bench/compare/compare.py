@@ -59,6 +59,7 @@ class Setup:
         self.tree = Path(args.llamacpp) / "src"  # llama.cpp's source: convert_hf_to_gguf.py, gguf-py
         self.bin = Path(args.llamacpp) / "build" / "bin"
         self.fuselm = Path(args.fuselm)
+        self.fuselm_base = Path(args.fuselm_base) if args.fuselm_base else None
         self.python = sys.executable
         self.pydeps = self.cache / "pydeps"
         self.not_run: list[str] = []  # "model TYPE: fuselm's error" for rows llama.cpp ran alone
@@ -181,9 +182,10 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
             sys.stderr.write(proc.stderr[-3000:])
             raise SystemExit(f"compare: error: llama-bench on {gguf.name} exited {proc.returncode}")
         return json_out(proc.stdout)
-    if engine == "fuselm":
+    if engine in ("fuselm", "fuselm-base"):
         src, dtype = fsrc
-        cmd = [setup.fuselm, "bench", src, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
+        binary = setup.fuselm if engine == "fuselm" else setup.fuselm_base
+        cmd = [binary, "bench", src, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
         if dtype:
             cmd += ["--dtype", dtype]
         return json_out(run(cmd).stdout)
@@ -202,6 +204,8 @@ def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, r
     file_bytes = gguf_bytes_per_token(gguf) if gguf else 0
     engines = [e for e in a.engines if not (e == "transformers" and wtype not in FLOAT_TYPES)
                and not (e == "fuselm" and fsrc is None)]
+    if setup.fuselm_base and fsrc is not None:  # the other fuselm build, right after this one in every round
+        engines.insert(engines.index("fuselm") + 1 if "fuselm" in engines else len(engines), "fuselm-base")
     for rnd in range(a.rounds):
         order = engines[rnd % len(engines):] + engines[:rnd % len(engines)]
         for engine in order:
@@ -256,10 +260,11 @@ def ratio(a, b) -> str:
 
 
 def print_table(rows: list[dict], threads_shown: bool) -> None:
+    base = any("fuselm-base" in r for r in rows)
     head = ["model", "type", "fuselm weights", *(["threads"] if threads_shown else []), "test", "llama.cpp t/s",
             "fuselm t/s",
             "transformers t/s", "fuselm / llama.cpp", "fuselm / transformers", "fuselm % ceiling",
-            "llama.cpp % ceiling"]
+            "llama.cpp % ceiling", *(["fuselm-base t/s", "fuselm / fuselm-base"] if base else [])]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * (4 + threads_shown) + ["---:"] * (len(head) - 4 - threads_shown)) + "|")
     for r in rows:
@@ -267,6 +272,8 @@ def print_table(rows: list[dict], threads_shown: bool) -> None:
         pct = lambda v: "" if not r["ceiling"] or v is None else f"{100 * v[0] / r['ceiling']:.0f} %"
         vals = [r["model"], r["type"].upper(), r["weights"], *([str(r["threads"])] if threads_shown else []), r["test"],
                 cell(l), cell(f), cell(t), ratio(f, l), ratio(f, t), pct(f), pct(l)]
+        if base:
+            vals += [cell(r.get("fuselm-base")), ratio(f, r.get("fuselm-base"))]
         print("| " + " | ".join(vals) + " |")
 
 
@@ -285,6 +292,9 @@ def main() -> None:
     ap.add_argument("--llamacpp", required=True, help="the directory bench/compare/llamacpp.sh prints (src/, build/bin/)")
     ap.add_argument("--cache", required=True)
     ap.add_argument("--fuselm", default=str(REPO / "build" / "fuselm"))
+    ap.add_argument("--fuselm-base", default="",
+                    help="another fuselm binary (e.g. a build of main) run as engine fuselm-base in the same "
+                         "rounds: the table adds its t/s and fuselm / fuselm-base")
     ap.add_argument("--models", nargs="+", default=["default", "tinyllama"],
                     help="default, tinyllama, or HF model directories")
     ap.add_argument("--types", nargs="+", default=FLOAT_TYPES + QUANT_TYPES,

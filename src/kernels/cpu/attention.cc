@@ -118,68 +118,70 @@ void attention(const AttentionArgs& args) {
   const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-#pragma omp for schedule(static)
-    for (int64_t w = 0; w < writes; ++w) {
+  // Every new K/V row into the cache before any token reads it (a task of its own: the join
+  // orders it before the reads).
+  const int nt_writes = kernel_threads(writes * (a.dqk + a.dv), int64_t{1} << 14);
+  parallel_for_ranges(nt_writes, writes, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
       const int64_t i = w / a.hkv, h = w % a.hkv;
       const int64_t slot = a.slots[first + i];
       store_row(a, a.k_cache, slot * k_row + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
       store_row(a, a.v_cache, slot * v_row + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
-    // (implicit barrier: every new K/V is in the cache before any token reads it)
+  });
 
+  parallel_for_dynamic(nt, items, [&](int64_t rev) {
     constexpr int64_t kMaxGroup = 64;
     float* o[kMaxGroup];
     float m[kMaxGroup], l[kMaxGroup];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = items - 1; it >= 0; --it) {  // latest tokens (most keys) first
-      const int64_t i = it / (a.hkv * segments), g = it / segments % a.hkv, sg = it % segments;
-      const int64_t pos = first + i, lo = key_lo(pos), keys = pos + 1 - lo;
-      const int64_t s_lo = lo + keys * sg / segments, s_hi = lo + keys * (sg + 1) / segments;
-      for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {  // (groups wider than 64: in slices)
-        const int64_t nh = std::min(kMaxGroup, group - h0);
-        for (int64_t r = 0; r < nh; ++r) {
-          const int64_t h = g * group + h0 + r;
-          o[r] = part ? part + (it * group + h0 + r) * part_row : a.out + (i * a.hq + h) * dv;
-          std::fill(o[r], o[r] + dv, 0.f);
-          const bool sink = a.sinks && sg == 0;
-          m[r] = sink ? a.sinks[h] : neg_inf;
-          l[r] = sink ? 1.f : 0.f;
-        }
-        attend(a, i, g * group + h0, nh, s_lo, s_hi, o, m, l);
-        for (int64_t r = 0; r < nh; ++r) {
-          if (part) {
-            o[r][dv] = m[r];
-            o[r][dv + 1] = l[r];
-          } else {
-            kern.scale_row(o[r], dv, 1.f / l[r]);
-          }
+    const int64_t it = items - 1 - rev;  // latest tokens (most keys) first
+    const int64_t i = it / (a.hkv * segments), g = it / segments % a.hkv, sg = it % segments;
+    const int64_t pos = first + i, lo = key_lo(pos), keys = pos + 1 - lo;
+    const int64_t s_lo = lo + keys * sg / segments, s_hi = lo + keys * (sg + 1) / segments;
+    for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {  // (groups wider than 64: in slices)
+      const int64_t nh = std::min(kMaxGroup, group - h0);
+      for (int64_t r = 0; r < nh; ++r) {
+        const int64_t h = g * group + h0 + r;
+        o[r] = part ? part + (it * group + h0 + r) * part_row : a.out + (i * a.hq + h) * dv;
+        std::fill(o[r], o[r] + dv, 0.f);
+        const bool sink = a.sinks && sg == 0;
+        m[r] = sink ? a.sinks[h] : neg_inf;
+        l[r] = sink ? 1.f : 0.f;
+      }
+      attend(a, i, g * group + h0, nh, s_lo, s_hi, o, m, l);
+      for (int64_t r = 0; r < nh; ++r) {
+        if (part) {
+          o[r][dv] = m[r];
+          o[r][dv + 1] = l[r];
+        } else {
+          kern.scale_row(o[r], dv, 1.f / l[r]);
         }
       }
     }
+  });
 
-    if (part) {  // merge the segments of each (token, head)
-#pragma omp for schedule(static)
-      for (int64_t th = 0; th < a.t * a.hq; ++th) {
-        const int64_t i = th / a.hq, h = th % a.hq, g = h / group, r = h % group;
-        auto row = [&](int64_t sg) { return part + (((i * a.hkv + g) * segments + sg) * group + r) * part_row; };
-        float mx = neg_inf;
-        for (int64_t sg = 0; sg < segments; ++sg) mx = std::max(mx, row(sg)[dv]);
-        float* out = a.out + th * dv;
-        std::fill(out, out + dv, 0.f);
-        float sum = 0.f;
-        for (int64_t sg = 0; sg < segments; ++sg) {
-          const float* pr = row(sg);
-          if (pr[dv + 1] == 0.f) continue;  // an empty segment
-          const float wgt = std::exp(pr[dv] - mx);
-          sum += pr[dv + 1] * wgt;
-          for (int64_t d = 0; d < dv; ++d) out[d] += wgt * pr[d];
-        }
-        kern.scale_row(out, dv, 1.f / sum);
+  if (!part) return;
+  // merge the segments of each (token, head)
+  const int nt_merge = kernel_threads(a.t * a.hq * segments * dv, int64_t{1} << 13);
+  parallel_for_ranges(nt_merge, a.t * a.hq, 1, [&](int64_t th0, int64_t th1) {
+    for (int64_t th = th0; th < th1; ++th) {
+      const int64_t i = th / a.hq, h = th % a.hq, g = h / group, r = h % group;
+      auto row = [&](int64_t sg) { return part + (((i * a.hkv + g) * segments + sg) * group + r) * part_row; };
+      float mx = neg_inf;
+      for (int64_t sg = 0; sg < segments; ++sg) mx = std::max(mx, row(sg)[dv]);
+      float* out = a.out + th * dv;
+      std::fill(out, out + dv, 0.f);
+      float sum = 0.f;
+      for (int64_t sg = 0; sg < segments; ++sg) {
+        const float* pr = row(sg);
+        if (pr[dv + 1] == 0.f) continue;  // an empty segment
+        const float wgt = std::exp(pr[dv] - mx);
+        sum += pr[dv + 1] * wgt;
+        for (int64_t d = 0; d < dv; ++d) out[d] += wgt * pr[d];
       }
+      kern.scale_row(out, dv, 1.f / sum);
     }
-  }
+  });
 }
 
 void attention_batch(std::span<const AttentionArgs> batch) {
@@ -209,16 +211,15 @@ void attention_batch(std::span<const AttentionArgs> batch) {
   const int64_t group = seqs[0].hq / seqs[0].hkv, hkv = seqs[0].hkv;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   auto key_lo = [](const AttentionArgs& a, int64_t pos) { return first_key(a, pos); };
-  // Plain locals for the team: a thread_local named inside the region would be each thread's own.
+  // Plain locals for the tasks: a thread_local named inside them would be each thread's own.
   const AttentionArgs* const seq = seqs.data();
   const int64_t* const first = first_item.data();
   const int64_t n_seq = static_cast<int64_t>(seqs.size());
   auto sequence_of = [&](int64_t it) { return std::upper_bound(first, first + n_seq, it) - first - 1; };
 
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-#pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; ++it) {  // every new K/V row into the cache first
+  const int nt_writes = kernel_threads(items * (seq[0].dqk + seq[0].dv), int64_t{1} << 14);
+  parallel_for_ranges(nt_writes, items, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t it = i0; it < i1; ++it) {  // every new K/V row into the cache first
       const int64_t sq = sequence_of(it);
       const AttentionArgs& a = seq[sq];
       if (!a.k) continue;
@@ -227,31 +228,30 @@ void attention_batch(std::span<const AttentionArgs> batch) {
       store_row(a, a.k_cache, slot * a.k_row_stride + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
       store_row(a, a.v_cache, slot * a.v_row_stride + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
-    // (implicit barrier: every new K/V is in the cache before any token reads it)
+  });
 
+  parallel_for_dynamic(nt, items, [&](int64_t rev) {
     constexpr int64_t kMaxGroup = 64;
     float* o[kMaxGroup];
     float m[kMaxGroup], l[kMaxGroup];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = items - 1; it >= 0; --it) {
-      const int64_t sq = sequence_of(it);
-      const AttentionArgs& a = seq[sq];
-      const int64_t w = it - first[sq], i = w / hkv, g = w % hkv;
-      const int64_t pos = a.ctx_len - a.t + i;
-      for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
-        const int64_t nh = std::min(kMaxGroup, group - h0);
-        for (int64_t r = 0; r < nh; ++r) {
-          const int64_t h = g * group + h0 + r;
-          o[r] = a.out + (i * a.hq + h) * a.dv;
-          std::fill(o[r], o[r] + a.dv, 0.f);
-          m[r] = a.sinks ? a.sinks[h] : neg_inf;
-          l[r] = a.sinks ? 1.f : 0.f;
-        }
-        group_kernel(kern, a)(a, i, g * group + h0, nh, key_lo(a, pos), pos + 1, o, m, l);
-        for (int64_t r = 0; r < nh; ++r) kern.scale_row(o[r], a.dv, 1.f / l[r]);
+    const int64_t it = items - 1 - rev;
+    const int64_t sq = sequence_of(it);
+    const AttentionArgs& a = seq[sq];
+    const int64_t w = it - first[sq], i = w / hkv, g = w % hkv;
+    const int64_t pos = a.ctx_len - a.t + i;
+    for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
+      const int64_t nh = std::min(kMaxGroup, group - h0);
+      for (int64_t r = 0; r < nh; ++r) {
+        const int64_t h = g * group + h0 + r;
+        o[r] = a.out + (i * a.hq + h) * a.dv;
+        std::fill(o[r], o[r] + a.dv, 0.f);
+        m[r] = a.sinks ? a.sinks[h] : neg_inf;
+        l[r] = a.sinks ? 1.f : 0.f;
       }
+      group_kernel(kern, a)(a, i, g * group + h0, nh, key_lo(a, pos), pos + 1, o, m, l);
+      for (int64_t r = 0; r < nh; ++r) kern.scale_row(o[r], a.dv, 1.f / l[r]);
     }
-  }
+  });
 }
 
 }  // namespace fuselm::kernels

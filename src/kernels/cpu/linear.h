@@ -14,7 +14,7 @@
 //
 // Decode-sized m (<= 8 rows per pass) streams W once for all rows (memory-bound GEMV); larger m
 // runs a blocked GEMM that packs fp32 panels of W per call into per-thread scratch. Threads
-// (OpenMP, at most omp_get_max_threads(), one when called inside a parallel region) split the
+// (the kernels' pool, threading.h: at most omp_get_max_threads(), one inside a parallel task) split the
 // output columns, or the rows when n is too narrow.
 #include <cstdint>
 #include <memory>

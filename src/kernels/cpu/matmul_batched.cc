@@ -90,8 +90,7 @@ void matmul_batched(const MatmulBatchedArgs& x) {
   // Many small products: one per thread at a time (the kernels inside then run serially).
   const int nt = kernel_threads(batches * s.m * s.n * std::max<int64_t>(1, s.k), int64_t{1} << 16);
   if (batches >= 2 * nt && nt > 1) {
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int64_t bi = 0; bi < batches; ++bi) run(bi);
+    parallel_for_dynamic(nt, batches, run);
   } else {
     for (int64_t bi = 0; bi < batches; ++bi) run(bi);
   }

@@ -1,13 +1,12 @@
 #include "kernels/cpu/mla.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/threading.h"
 
 namespace fuselm::kernels {
 namespace {
@@ -27,11 +26,11 @@ void absorbed(const MlaArgs& a, AttentionArgs at) {
   const int64_t Dl = R + Dr, Dkv = Dn + Dv;
   float* qa = a.scratch;          // [t, H, Dl]
   float* ol = qa + t * H * Dl;    // [t, H, R]
-  // Heads in one parallel region (kernels::linear runs single-threaded inside it): one join per
+  // Heads in one parallel task (kernels::linear runs single-threaded inside it): one join per
   // projection instead of one per head, which matters for decode on a busy machine.
-  const int nt = t * H * Dkv * R >= (int64_t{1} << 16) ? omp_get_max_threads() : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t h = 0; h < H; ++h) {  // q'_h[:, :R] = q_nope_h · W_k[h]  (W_k[h] is [Dn, R]: kn)
+  const int nt = t * H * Dkv * R >= (int64_t{1} << 16) ? kernel_threads(H, 1) : 1;
+  parallel_for_ranges(nt, H, 1, [&](int64_t h0, int64_t h1) {
+  for (int64_t h = h0; h < h1; ++h) {  // q'_h[:, :R] = q_nope_h · W_k[h]  (W_k[h] is [Dn, R]: kn)
     LinearArgs l;
     l.x = a.q + h * a.q_head_stride;
     l.lda = Dn + Dr;
@@ -47,6 +46,7 @@ void absorbed(const MlaArgs& a, AttentionArgs at) {
       std::memcpy(qa + (i * H + h) * Dl + R, a.q + h * a.q_head_stride + i * (Dn + Dr) + Dn,
                   static_cast<size_t>(Dr) * sizeof(float));
   }
+  });
   at.k_cache = const_cast<float*>(a.cache);
   at.v_cache = at.k_cache;  // V = the first R floats of the row
   at.k_row_stride = Dl;
@@ -56,8 +56,8 @@ void absorbed(const MlaArgs& a, AttentionArgs at) {
   at.out = ol;
   at.hq = H, at.hkv = 1, at.dqk = Dl, at.dv = R;
   attention(at);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t h = 0; h < H; ++h) {  // out_h = W_v[h] · o_h  (W_v[h] is [Dv, R]: nk)
+  parallel_for_ranges(nt, H, 1, [&](int64_t h0, int64_t h1) {
+  for (int64_t h = h0; h < h1; ++h) {  // out_h = W_v[h] · o_h  (W_v[h] is [Dv, R]: nk)
     LinearArgs l;
     l.x = ol + h * R;
     l.lda = H * R;
@@ -69,6 +69,7 @@ void absorbed(const MlaArgs& a, AttentionArgs at) {
     l.m = t, l.n = Dv, l.k = R;
     linear(l);
   }
+  });
 }
 
 // Expanded: the context's rows gathered once, then per group of heads K/V from one GEMM.

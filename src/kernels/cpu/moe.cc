@@ -177,17 +177,16 @@ void experts(const ExpertsArgs& a) {
   // rows: threaded GEMMs over a handful of rows lose to their own fork/join and packing (4x
   // slower measured at 16 rows per expert), but one thread per expert leaves cores idle when
   // there are fewer experts than threads.
-  const int max_threads = omp_get_max_threads();
+  const int max_threads = std::max(1, omp_get_max_threads());
   const bool by_expert = n_active >= 2 * max_threads || pairs_n <= 32 * n_active;
   const int nt = by_expert ? kernel_threads(n_active, 1) : 1;
   // Largest experts first, so that dynamic scheduling ends with the small ones.
   std::stable_sort(active.begin(), active.end(),
                    [&](int64_t a, int64_t b) { return start[a + 1] - start[a] > start[b + 1] - start[b]; });
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
-  for (int64_t j = 0; j < n_active; ++j) {
+  parallel_for_dynamic(nt, n_active, [&](int64_t j) {
     const int64_t ex = active[j];
     run_expert(a, ex, order.data() + start[ex], start[ex + 1] - start[ex], slot_out.data());
-  }
+  });
   for (int64_t r = 0; r < a.t; ++r) {
     float* y = a.y + r * a.h;
     std::fill_n(y, a.h, 0.0f);

@@ -7,7 +7,7 @@
 namespace fuselm::kernels {
 
 int kernel_threads(int64_t work, int64_t min_work_per_thread) {
-  if (omp_in_parallel()) return 1;
+  if (in_parallel()) return 1;
   const int64_t max_threads = std::max(1, omp_get_max_threads());
   const int64_t by_work = std::max<int64_t>(1, work / std::max<int64_t>(1, min_work_per_thread));
   return static_cast<int>(std::min(max_threads, by_work));

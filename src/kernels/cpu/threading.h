@@ -1,19 +1,28 @@
 #pragma once
-// Thread-count policy, range splitting and per-thread scratch buffers shared by the kernels
-// (internal to src/kernels/cpu).
+// Thread-count policy, range splitting, a persistent thread pool and per-thread scratch buffers
+// shared by the kernels (internal to src/kernels/cpu).
 //
-// Kernels split their own rows/columns over OpenMP threads. They never use more threads than
-// omp_get_max_threads(), use fewer when the work is small, and run single-threaded when called
-// from inside a parallel region (no nested oversubscription).
+// Kernels split their own rows/columns over the pool's threads. They never use more threads than
+// omp_get_max_threads() (what -t / --threads and OMP_NUM_THREADS set), use fewer when the work is
+// small, and run single-threaded when called from inside a parallel task or an OpenMP region (no
+// nested oversubscription). The pool's workers live for the process: they spin briefly after a
+// task (the next kernel usually follows within microseconds) and then sleep on a futex, so an
+// idle or oversubscribed machine does not burn cores in a barrier the way libgomp's did.
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 namespace fuselm::kernels {
 
-/// Threads to use for `work` units when each thread should get at least `min_work_per_thread`.
+/// Threads to use for `work` units when each thread should get at least `min_work_per_thread`:
+/// between 1 and omp_get_max_threads(); 1 inside a parallel task or an OpenMP region.
 int kernel_threads(int64_t work, int64_t min_work_per_thread);
+
+/// True inside a task of parallel_run (on any of its threads) or inside an OpenMP parallel region.
+bool in_parallel();
 
 struct Range {
   int64_t begin, end;
@@ -23,6 +32,26 @@ struct Range {
 /// `align` (the last part takes the remainder).
 Range split_range(int64_t n, int parts, int i, int64_t align = 1);
 
+namespace detail {
+using TaskFn = void (*)(void* ctx, int part, int parts);
+/// Runs fn(ctx, part, parts) for part 0..parts-1 on the pool (part 0 on the calling thread) and
+/// returns when all are done; rethrows the first exception a part threw. Runs every part on the
+/// calling thread when it is already inside a task or when another thread holds the pool.
+void run_parallel(int parts, TaskFn fn, void* ctx);
+}  // namespace detail
+
+/// Calls fn(part, parts) once for each part in [0, nt) on nt threads of the pool (directly, as
+/// fn(0, 1), when nt <= 1). Exceptions propagate to the caller after every part has finished.
+template <class F>
+void parallel_run(int nt, F&& fn) {
+  if (nt <= 1) {
+    fn(0, 1);
+    return;
+  }
+  auto trampoline = [](void* ctx, int part, int parts) { (*static_cast<F*>(ctx))(part, parts); };
+  detail::run_parallel(nt, trampoline, static_cast<void*>(&fn));
+}
+
 /// Calls fn(begin, end) on `nt` threads for the parts of [0, n) (directly when nt <= 1).
 template <class F>
 void parallel_for_ranges(int nt, int64_t n, int64_t align, F&& fn) {
@@ -30,17 +59,32 @@ void parallel_for_ranges(int nt, int64_t n, int64_t align, F&& fn) {
     if (n > 0) fn(int64_t{0}, n);
     return;
   }
-#pragma omp parallel num_threads(nt)
-  {
-    const Range r = split_range(n, omp_get_num_threads(), omp_get_thread_num(), align);
+  parallel_run(nt, [&](int part, int parts) {
+    const Range r = split_range(n, parts, part, align);
     if (r.begin < r.end) fn(r.begin, r.end);
+  });
+}
+
+/// Calls fn(i) for every i in [0, n) on `nt` threads, each taking the next index when it is free
+/// (OpenMP's schedule(dynamic, 1)): for items of very different cost.
+template <class F>
+void parallel_for_dynamic(int nt, int64_t n, F&& fn) {
+  if (nt <= 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
   }
+  std::atomic<int64_t> next{0};
+  parallel_run(static_cast<int>(std::min<int64_t>(nt, n)), [&](int, int) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+         i = next.fetch_add(1, std::memory_order_relaxed))
+      fn(i);
+  });
 }
 
 /// A per-thread scratch buffer of at least `count` floats, 64-byte aligned. `slot` (0..7) names
 /// independent buffers. Reallocated only when a thread asks for more than it ever did (contents
-/// are then lost); never freed before the thread exits. Kernels use it for packing, so that the hot
-/// path does not allocate.
+/// are then lost); never freed before the thread exits (the pool's threads live for the process).
+/// Kernels use it for packing, so that the hot path does not allocate.
 float* thread_scratch(int slot, size_t count);
 
 }  // namespace fuselm::kernels
