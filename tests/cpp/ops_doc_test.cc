@@ -21,7 +21,13 @@ std::string render() {
       << "`FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*` rewrites it). Every op below\n"
       << "has a reference case in `tests/cpp/runtime_ops_test.cc` (`RuntimeOps.EveryRegisteredOpHasACase`\n"
       << "fails otherwise): the op run in a hand-built graph on contiguous, transposed and strided inputs\n"
-      << "against loops written from PyTorch's semantics. `aten.*` ops are the ATen operators captured\n"
+      << "against loops written from PyTorch's semantics. Every op also has a case in\n"
+      << "`tests/python/test_ops_torch.py`, which captures a one-op module through the capture path, runs\n"
+      << "it in the generic interpreter (`build/fuselm_run_graph`) and compares it with torch itself\n"
+      << "(odd sizes, broadcasting, views, 0-d and empty tensors, integer and bool dtypes, symbolic sizes;\n"
+      << "the fuselm ops that fusers put in or that need the KV cache or a communicator name the tests\n"
+      << "that check them instead).\n"
+      << "`aten.*` ops are the ATen operators captured\n"
       << "graphs hold; `fuselm.*` ops are put in by capture (attention, experts) or by the fusers\n"
       << "(`docs/fusers.md`). An op missing here stops loading with a one-line error naming it and its module.\n\n";
   for (const char* ns : {"aten", "fuselm"}) {

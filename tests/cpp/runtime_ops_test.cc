@@ -1240,6 +1240,18 @@ void add_scalar_cases(Cases& m) {
                 return g.op_scalar("operator.truediv", {R(f), I(2)});
               }), 2.5);
   };
+  m["math.trunc"] = [] {
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.trunc", {F(2.75)}); }), 2);
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.trunc", {F(-2.75)}); }), -2);
+  };
+  m["math.floor"] = [] {
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.floor", {F(2.75)}); }), 2);
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.floor", {F(-2.25)}); }), -3);
+  };
+  m["math.ceil"] = [] {
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.ceil", {F(2.25)}); }), 3);
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.ceil", {F(-2.75)}); }), -2);
+  };
   m["torch.sym_int"] = [] {
     EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("torch.sym_int", {F(2.75)}); }), 2);
     EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("torch.sym_int", {F(-2.75)}); }), -2);  // Python int() truncates
