@@ -1,5 +1,6 @@
 // docs/ops.md is generated from the op registry: this test renders the list from
-// OpRegistry::builtin() and fails when docs/ops.md differs. To regenerate after adding an op:
+// OpRegistry::builtin() and fails when docs/ops.md (or capture's copy of the names,
+// python/fuselm_capture/engine_ops.txt) differs. To regenerate after adding an op:
 //   FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*
 #include <gtest/gtest.h>
 
@@ -54,6 +55,22 @@ std::string render() {
 TEST(OpsDoc, DocsOpsMdListsTheRegistry) {
   const std::string path = std::string(FUSELM_SOURCE_DIR) + "/docs/ops.md";
   const std::string want = render();
+  if (std::getenv("FUSELM_WRITE_OPS_MD")) {
+    std::ofstream(path) << want;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path << " is missing; run FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*";
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_EQ(got.str(), want) << path << " is out of date with the op registry; regenerate it (see the test's header)";
+}
+
+// python/fuselm_capture/engine_ops.txt: the registry's names, one a line, which capture reads to
+// decompose the ops the engine lacks (python/fuselm_capture/decompose.py). Same regeneration.
+TEST(OpsDoc, CaptureEngineOpsListIsTheRegistry) {
+  const std::string path = std::string(FUSELM_SOURCE_DIR) + "/python/fuselm_capture/engine_ops.txt";
+  std::string want;
+  for (const auto& name : OpRegistry::builtin().names()) want += name + "\n";
   if (std::getenv("FUSELM_WRITE_OPS_MD")) {
     std::ofstream(path) << want;
   }

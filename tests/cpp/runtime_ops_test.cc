@@ -783,6 +783,19 @@ void add_product_cases(Cases& m) {
     mm_case("aten.bmm.default", rand_host(DType::f32, {2, 3, 4}, 185), Layout::transposed, rand_host(DType::f32, {2, 4, 5}, 186),
             Layout::strided, "strided operands");
   };
+  m["aten.baddbmm.default"] = [] {
+    const Host self = rand_host(DType::f32, {2, 1, 5}, 189), a = rand_host(DType::f32, {2, 3, 4}, 190),
+               b = rand_host(DType::f32, {2, 4, 5}, 191);
+    const Host prod = matmul_ref(a, b);
+    Host want = prod;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      auto ix = unravel(i, want.shape);
+      want.v[i] = as_dtype(DType::f32, 0.5 * at(self, {ix[0], 0, ix[2]}) + 2.0 * prod.v[i]);
+    }
+    check_op("aten.baddbmm.default", {{self}, {a, Layout::transposed}, {b, Layout::strided}},
+             [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), F(0.5), F(2.0)}; }, want,
+             "broadcast self, beta 0.5, alpha 2", 1e-5, 1e-5);
+  };
   m["aten.mm.default"] = [mm_case] {
     mm_case("aten.mm.default", rand_host(DType::f32, {3, 4}, 187), Layout::transposed, rand_host(DType::f32, {4, 5}, 188),
             Layout::contiguous, "transposed lhs");

@@ -206,6 +206,13 @@ CASES: dict[str, list[Case]] = {
     "aten.bmm.default": [Case(lambda a, b: A.bmm.default(a, b), [r(2, 3, 4), r(2, 4, 5)], "batched"),
                          Case(lambda a, b: A.bmm.default(a, T(b)), [r(3, 1, 7), r(3, 5, 7)], "transposed, 1 row",
                               rtol=1e-4, atol=1e-5)],
+    "aten.baddbmm.default": [
+        Case(lambda s, a, b: A.baddbmm.default(s, a, b), [r(2, 1, 5), r(2, 3, 4), r(2, 4, 5)], "broadcast self",
+             rtol=1e-4, atol=1e-5),
+        Case(lambda s, a, b: A.baddbmm.default(s, a, T(b), beta=0.5, alpha=0.25), [r(2, 3, 5), r(2, 3, 4), r(2, 5, 4)],
+             "beta, alpha, transposed", rtol=1e-4, atol=1e-5),
+        Case(lambda s, a, b: A.baddbmm.default(s, a, b, beta=0.0), [torch.full((3, 1), float("nan")), r(2, 3, 4),
+                                                                    r(2, 4, 5)], "beta 0 ignores NaN", rtol=1e-4, atol=1e-5)],
     "aten.cat.default": [Case(lambda a, b: A.cat.default([a, b], 1), [r(3, 2), r(3, 5)], "dim 1"),
                          Case(lambda a, b: A.cat.default([T(a), b]), [r(4, 3), r(1, 4)], "dim 0, transposed"),
                          Case(lambda a, b: A.cat.default([a, b], -1), [r(2, 0), r(2, 3)], "an empty piece"),

@@ -178,6 +178,29 @@ void matmul(OpCall& c) {
   set_out(c, out);
 }
 
+// baddbmm(self, batch1 [B,M,K], batch2 [B,K,N], beta, alpha) = beta * self + alpha * bmm (self
+// broadcast to [B,M,N]; beta 0 ignores it, as torch does): attention written by hand adds its
+// mask or ALiBi bias this way.
+void baddbmm(OpCall& c) {
+  const Tensor self = c.tensor(0);
+  const double beta = c.real(3), alpha = c.real(4);
+  OpCall product{c.ctx, c.node, c.args.subspan(1, 2), c.out};  // bmm of arguments 1 and 2 into c.out
+  matmul(product);
+  const Tensor out = c.out.t;
+  std::array<int64_t, kMaxDims> ss{}, idx{};
+  broadcast_strides(self, out, ss);
+  float* o = out.ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < out.ndim; ++d) off += idx[d] * ss[d];
+    o[i] = static_cast<float>(alpha * o[i] + (beta == 0.0 ? 0.0 : beta * load_double(self, off)));
+    for (int d = out.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < out.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // embedding(weight [V, H], indices) -> [..., H] in f32, rows converted from the weight dtype.
 void embedding_rows(OpCall& c, const Tensor& w);
 
@@ -232,6 +255,7 @@ void register_matmul_ops(OpRegistry& r) {
   r.add("aten.matmul.default", matmul);
   r.add("aten.bmm.default", matmul);
   r.add("aten.mm.default", matmul);
+  r.add("aten.baddbmm.default", baddbmm);
   r.add("aten.embedding.default", embedding);
 }
 
