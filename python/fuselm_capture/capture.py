@@ -2,7 +2,8 @@
 
 Models are built with parameters on the meta device (meta_init.py), attention and experts routed
 to the opaque fuselm ops (ops.py), then exported non-strict with a dynamic token count, use_cache
-off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, aten.silu, ...).
+off and no decompositions, so the graph keeps high-level ATen ops (aten.linear, aten.silu, ...);
+only ops the engine lacks are then decomposed (decompose.py).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -
     names = {id(m): n for n, m in module.named_modules()}
     try:
         with torch.no_grad():
-            return torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+            ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
         inner = _innermost_module(e, names)
         where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
@@ -69,6 +70,13 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -
         raise CaptureError(
             f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
         ) from e
+    # Ops the engine lacks become ops it has (decompose.py), or capture stops naming them.
+    from .decompose import UnsupportedOpError, decompose_missing
+    from .ir_writer import DROPPED_OPS
+    try:
+        return decompose_missing(ep, set(DROPPED_OPS))
+    except UnsupportedOpError as e:
+        raise CaptureError(f"{type(module).__name__}: {e}") from e
 
 
 def _non_persistent_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -160,8 +160,10 @@ def _stacked_pair(module) -> tuple[str, str] | str:
     if len(params) != 2 or any("." in n for n in params):
         return f"its parameters ({shapes}) are not two stacked tensors of its own"
     (na, a), (nb, b) = params.items()
+    # gate_up may have more experts than down: the extra ones may be zero-compute (identity)
+    # experts, which _prove_stacked_experts checks by behaviour.
     for (gn, g), (dn, d) in (((na, a), (nb, b)), ((nb, b), (na, a))):
-        if (g.dim() == 3 and d.dim() == 3 and g.shape[0] == d.shape[0] and g.shape[1] == 2 * d.shape[2]
+        if (g.dim() == 3 and d.dim() == 3 and g.shape[0] >= d.shape[0] and g.shape[1] == 2 * d.shape[2]
                 and g.shape[2] == d.shape[1]):
             return gn, dn
     return f"its parameters ({shapes}) are not a stacked pair [E, 2I, H] and [E, H, I]"
@@ -172,17 +174,28 @@ def _prove_stacked_experts(module, gate_up: str, down: str) -> str:
     ExpertsInterface, proven by running the module's own forward on a probe: a copy holding small
     random stacked weights, random tokens and routing, whose output must equal
     sum_j w_j · down_e(act(gate_e x) ⊙ up_e x) (concatenated [gate; up] halves) for one act.
-    Raises ExpertsCaptureError saying why not."""
+    When gate_up holds more experts than down (E_all > E), experts E.. are zero-compute: their term
+    must be w_j · x. The probe then keeps the module's own expert counts (its forward may read
+    them) and routes every token to both kinds. Raises ExpertsCaptureError saying why not."""
     import copy
     f64, gen = torch.float64, torch.Generator().manual_seed(0)
-    e = min(int(getattr(module, gate_up).shape[0]), 4)
+    e_all, e_dn = int(getattr(module, gate_up).shape[0]), int(getattr(module, down).shape[0])
+    zero = e_all > e_dn
+    e = e_all if zero else min(e_all, 4)
+    e_routed = e_dn if zero else e
     t, k, i, h = 6, min(e, 2), 4, 8
     probe = copy.copy(module)
     gu = torch.randn(e, 2 * i, h, dtype=f64, generator=gen)
-    dn = torch.randn(e, h, i, dtype=f64, generator=gen)
+    dn = torch.randn(e_routed, h, i, dtype=f64, generator=gen)
     probe._parameters = {gate_up: torch.nn.Parameter(gu), down: torch.nn.Parameter(dn)}
     x = torch.randn(t, h, dtype=f64, generator=gen)
-    ids = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(t)])
+    if zero:  # one routed and one zero-compute expert per token (in either order)
+        routed = torch.randint(0, e_routed, (t,), generator=gen)
+        ident = torch.randint(e_routed, e, (t,), generator=gen)
+        ids = torch.stack([routed, ident], 1)
+        ids[::2] = ids[::2].flip(1)
+    else:
+        ids = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(t)])
     w = torch.rand(t, k, dtype=f64, generator=gen) + 0.5
     try:
         with torch.no_grad():
@@ -194,19 +207,35 @@ def _prove_stacked_experts(module, gate_up: str, down: str) -> str:
         want = torch.zeros_like(x)
         for r in range(t):
             for j in range(k):
-                y = gu[ids[r, j]] @ x[r]
-                want[r] += w[r, j] * (dn[ids[r, j]] @ (act(y[:i]) * y[i:]))
+                ex = int(ids[r, j])
+                if ex >= e_routed:
+                    want[r] += w[r, j] * x[r]
+                    continue
+                y = gu[ex] @ x[r]
+                want[r] += w[r, j] * (dn[ex] @ (act(y[:i]) * y[i:]))
         if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, rtol=1e-9, atol=1e-9):
             return name
-    raise ExpertsCaptureError(f"it does not compute sum_k w_k * down(act(gate x) * up x) over its stacked weights "
+    kinds = "routed and zero-compute (identity) experts" if zero else "its stacked weights"
+    raise ExpertsCaptureError(f"it does not compute sum_k w_k * down(act(gate x) * up x) over {kinds} "
                               f"for act in {', '.join(_ACTIVATIONS)}")
 
 
 def _stacked_experts_forward(self, hidden_states, top_k_index, top_k_weights):
-    """The forward capture gives an experts module proven by _prove_stacked_experts."""
+    """The forward capture gives an experts module proven by _prove_stacked_experts. Zero-compute
+    experts (indices past down's) add w · x in ATen ops; the fused op sees them with weight 0."""
     gate_up, down, activation = self._fuselm_stacked
-    return torch.ops.fuselm.experts(hidden_states, top_k_index, top_k_weights, getattr(self, gate_up),
-                                    getattr(self, down), None, None, activation, True, False, True, 0.0, 0.0)
+    gu, dn = getattr(self, gate_up), getattr(self, down)
+    e = dn.shape[0]
+    if gu.shape[0] == e:
+        return torch.ops.fuselm.experts(hidden_states, top_k_index, top_k_weights, gu, dn,
+                                        None, None, activation, True, False, True, 0.0, 0.0)
+    is_zero = top_k_index >= e
+    ids = torch.where(is_zero, torch.zeros_like(top_k_index), top_k_index)
+    weights = torch.where(is_zero, torch.zeros_like(top_k_weights), top_k_weights)
+    routed = torch.ops.fuselm.experts(hidden_states, ids, weights, gu[:e], dn,
+                                      None, None, activation, True, False, True, 0.0, 0.0)
+    identity = (top_k_weights - weights).sum(dim=-1, keepdim=True).to(hidden_states.dtype)
+    return routed + hidden_states * identity
 
 
 def identify_experts(model: torch.nn.Module) -> None:

@@ -1,5 +1,6 @@
 // docs/ops.md is generated from the op registry: this test renders the list from
-// OpRegistry::builtin() and fails when docs/ops.md differs. To regenerate after adding an op:
+// OpRegistry::builtin() and fails when docs/ops.md (or capture's copy of the names,
+// python/fuselm_capture/engine_ops.txt) differs. To regenerate after adding an op:
 //   FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*
 #include <gtest/gtest.h>
 
@@ -21,7 +22,13 @@ std::string render() {
       << "`FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*` rewrites it). Every op below\n"
       << "has a reference case in `tests/cpp/runtime_ops_test.cc` (`RuntimeOps.EveryRegisteredOpHasACase`\n"
       << "fails otherwise): the op run in a hand-built graph on contiguous, transposed and strided inputs\n"
-      << "against loops written from PyTorch's semantics. `aten.*` ops are the ATen operators captured\n"
+      << "against loops written from PyTorch's semantics. Every op also has a case in\n"
+      << "`tests/python/test_ops_torch.py`, which captures a one-op module through the capture path, runs\n"
+      << "it in the generic interpreter (`build/fuselm_run_graph`) and compares it with torch itself\n"
+      << "(odd sizes, broadcasting, views, 0-d and empty tensors, integer and bool dtypes, symbolic sizes;\n"
+      << "the fuselm ops that fusers put in or that need the KV cache or a communicator name the tests\n"
+      << "that check them instead).\n"
+      << "`aten.*` ops are the ATen operators captured\n"
       << "graphs hold; `fuselm.*` ops are put in by capture (attention, experts) or by the fusers\n"
       << "(`docs/fusers.md`). An op missing here stops loading with a one-line error naming it and its module.\n\n";
   for (const char* ns : {"aten", "fuselm"}) {
@@ -48,6 +55,22 @@ std::string render() {
 TEST(OpsDoc, DocsOpsMdListsTheRegistry) {
   const std::string path = std::string(FUSELM_SOURCE_DIR) + "/docs/ops.md";
   const std::string want = render();
+  if (std::getenv("FUSELM_WRITE_OPS_MD")) {
+    std::ofstream(path) << want;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path << " is missing; run FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*";
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_EQ(got.str(), want) << path << " is out of date with the op registry; regenerate it (see the test's header)";
+}
+
+// python/fuselm_capture/engine_ops.txt: the registry's names, one a line, which capture reads to
+// decompose the ops the engine lacks (python/fuselm_capture/decompose.py). Same regeneration.
+TEST(OpsDoc, CaptureEngineOpsListIsTheRegistry) {
+  const std::string path = std::string(FUSELM_SOURCE_DIR) + "/python/fuselm_capture/engine_ops.txt";
+  std::string want;
+  for (const auto& name : OpRegistry::builtin().names()) want += name + "\n";
   if (std::getenv("FUSELM_WRITE_OPS_MD")) {
     std::ofstream(path) << want;
   }

@@ -783,6 +783,19 @@ void add_product_cases(Cases& m) {
     mm_case("aten.bmm.default", rand_host(DType::f32, {2, 3, 4}, 185), Layout::transposed, rand_host(DType::f32, {2, 4, 5}, 186),
             Layout::strided, "strided operands");
   };
+  m["aten.baddbmm.default"] = [] {
+    const Host self = rand_host(DType::f32, {2, 1, 5}, 189), a = rand_host(DType::f32, {2, 3, 4}, 190),
+               b = rand_host(DType::f32, {2, 4, 5}, 191);
+    const Host prod = matmul_ref(a, b);
+    Host want = prod;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      auto ix = unravel(i, want.shape);
+      want.v[i] = as_dtype(DType::f32, 0.5 * at(self, {ix[0], 0, ix[2]}) + 2.0 * prod.v[i]);
+    }
+    check_op("aten.baddbmm.default", {{self}, {a, Layout::transposed}, {b, Layout::strided}},
+             [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), F(0.5), F(2.0)}; }, want,
+             "broadcast self, beta 0.5, alpha 2", 1e-5, 1e-5);
+  };
   m["aten.mm.default"] = [mm_case] {
     mm_case("aten.mm.default", rand_host(DType::f32, {3, 4}, 187), Layout::transposed, rand_host(DType::f32, {4, 5}, 188),
             Layout::contiguous, "transposed lhs");
@@ -1239,6 +1252,18 @@ void add_scalar_cases(Cases& m) {
                 int f = g.op_scalar("torch.sym_float", {R(g.op_scalar("aten.sym_size.int", {R(x), I(1)}))});
                 return g.op_scalar("operator.truediv", {R(f), I(2)});
               }), 2.5);
+  };
+  m["math.trunc"] = [] {
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.trunc", {F(2.75)}); }), 2);
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.trunc", {F(-2.75)}); }), -2);
+  };
+  m["math.floor"] = [] {
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.floor", {F(2.75)}); }), 2);
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.floor", {F(-2.25)}); }), -3);
+  };
+  m["math.ceil"] = [] {
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.ceil", {F(2.25)}); }), 3);
+    EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("math.ceil", {F(-2.75)}); }), -2);
   };
   m["torch.sym_int"] = [] {
     EXPECT_EQ(scalar_result([](OpGraph& g, int) { return g.op_scalar("torch.sym_int", {F(2.75)}); }), 2);

@@ -58,9 +58,10 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
                                                  norm_topk_prob=False, use_sliding_window=True, sliding_window=16,
                                                  max_window_layers=1)),
     # Its experts module is not routed through ExpertsInterface: captured by the structural rule
-    # (ops.identify_experts). No zero-compute (identity) experts: those are not supported.
+    # (ops.identify_experts), with its default zero_expert_num (256 zero-compute, identity, experts
+    # beside the 8 routed ones; gate_up holds rows for all of them).
     "longcat_flash": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,
-                                                 expert_ffn_hidden_size=32, n_routed_experts=8, zero_expert_num=0,
+                                                 expert_ffn_hidden_size=32, n_routed_experts=8,
                                                  moe_topk=2, routed_scaling_factor=2.0)),
 }
 

@@ -264,15 +264,26 @@ def test_structural_rule_proves_the_gating_function_by_behaviour(tmp_path):
         capture_module(StepBlock(0.5).eval(), {"x": torch.randn(1, 5, 8)}, {"x": {1: t}}, tmp_path / "clamped")
 
 
-def test_identity_experts_are_a_clear_capture_error(tmp_path):
-    """LongCat-Flash's zero-compute experts make gate_up [E+Z, 2I, H] and down [E, H, I]: not a
-    stacked pair, so the rule does not take the module and the export error says why."""
+def test_identity_experts_are_captured_by_behaviour(tmp_path):
+    """LongCat-Flash's zero-compute experts make gate_up [E+Z, 2I, H] and down [E, H, I]: the probe
+    proves experts E.. add w * x (identity), so each block becomes one fuselm.experts op over the
+    routed experts plus that identity term (parity with its default 256 zero experts is the
+    longcat_flash family). A module whose extra experts compute anything else is refused."""
     from transformers import AutoModelForCausalLM
-    from fuselm_capture.capture import CaptureError, capture_model_dir
+    from fuselm_capture import ops
+    from fuselm_capture.capture import capture_model_dir
     cfg = moe_models.make_config("longcat_flash")
     cfg.zero_expert_num = 2
     AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "m")
-    with pytest.raises(CaptureError, match=r"LongcatFlashExperts\).*not captured as an experts op: LongcatFlashExperts "
-                                           r"is not routed through ExpertsInterface and its parameters \(\(10, 64, 64\), "
-                                           r"\(8, 64, 32\)\) are not a stacked pair"):
-        capture_model_dir(tmp_path / "m")
+    ir = json.loads(capture_model_dir(tmp_path / "m").read_text())
+    assert sum(n["op"] == "fuselm.experts.default" for n in ir["nodes"]) == 2  # two MoE blocks
+
+    model = AutoModelForCausalLM.from_config(cfg)
+    block = next(m for m in model.modules() if type(m).__name__ == "LongcatFlashExperts")
+    base = type(block)
+    zeroing = type("ZeroingExperts", (base,), {})  # its extra experts output zero instead
+    zeroing.forward = lambda self, x, ids, w: base.forward(self, x, torch.clamp(ids, max=self.num_routed_experts - 1),
+                                                           torch.where(ids >= self.num_routed_experts, 0.0, w))
+    block.__class__ = zeroing
+    ops.identify_experts(model)
+    assert "zero-compute" in block._fuselm_not_experts, block._fuselm_not_experts

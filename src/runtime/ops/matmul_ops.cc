@@ -60,19 +60,40 @@ void linear(OpCall& c) {
   set_out(c, out);
 }
 
+// out = alpha * out + beta * bias broadcast to out's [M, N] (torch: beta 0 ignores the bias).
+void scale_and_add_bias(const Tensor& bias, double beta, double alpha, const Tensor& out) {
+  std::array<int64_t, kMaxDims> bs{};
+  broadcast_strides(bias, out, bs);
+  float* o = out.ptr<float>();
+  const int64_t M = out.shape[0], N = out.shape[1];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const double b = beta == 0.0 ? 0.0 : beta * load_double(bias, m * bs[0] + n * bs[1]);
+      o[m * N + n] = static_cast<float>(alpha * o[m * N + n] + b);
+    }
+}
+
 // addmm(bias, mat1 [M,K], mat2 [K,N], beta, alpha): GPT-2's Conv1D, weight stored [in, out].
+// A bias of one value per column with beta = alpha = 1 goes to the kernel; any other bias that
+// broadcasts to [M, N], or other beta/alpha, is applied after the product.
 void addmm(OpCall& c) {
   const Tensor& bias = c.tensor(0);
   const Tensor& x = c.tensor(1);
   const Tensor& w = c.tensor(2);
   if (x.ndim != 2 || w.ndim != 2) c.fail("addmm needs 2-d operands");
-  if (c.real(3) != 1.0 || c.real(4) != 1.0) c.fail("addmm with beta or alpha other than 1");
+  const double beta = c.real(3), alpha = c.real(4);
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[1];
+  if (w.shape[0] != K) c.fail("addmm shapes " + x.describe() + " and " + w.describe() + " do not match");
+  Tensor out = c.alloc(DType::f32, {M, N});
+  std::array<int64_t, kMaxDims> bshape{};
+  try {
+    if (broadcast_shape(bias, out, bshape) != 2 || bshape[0] != M || bshape[1] != N) throw std::runtime_error("");
+  } catch (const std::runtime_error&) {
+    c.fail("addmm bias " + bias.describe() + " does not broadcast to [" + std::to_string(M) + ", " + std::to_string(N) + "]");
+  }
+  const bool row_bias = beta == 1.0 && alpha == 1.0 && bias.numel() == N && (bias.ndim == 1 || bias.shape[0] == 1);
   Scratch sx(c.ctx), sw(c.ctx), sb(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, sx);
-  Tensor bc = contiguous_as(bias, DType::f32, sb);
-  if (bc.numel() != N) c.fail("addmm bias must have one value per output column");
-  Tensor out = c.alloc(DType::f32, {M, N});
   const bool dense = w.strides[1] == 1 && w.strides[0] == N;
   Tensor wc = dense ? w : contiguous_as(w, DType::f32, sw);
   kernels::LinearArgs a;
@@ -81,19 +102,30 @@ void addmm(OpCall& c) {
   a.w_dtype = weight_dtype(c, wc);
   a.w_layout = kernels::WeightLayout::kn;
   a.packed = packed_for(c, wc.data, N, K, kernels::WeightLayout::kn);
-  a.bias = bc.ptr<float>();
+  a.bias = row_bias ? contiguous_as(bias, DType::f32, sb).ptr<float>() : nullptr;
   a.y = out.ptr<float>();
   a.m = M;
   a.n = N;
   a.k = K;
   kernels::linear(a);
+  if (!row_bias) scale_and_add_bias(bias, beta, alpha, out);
   set_out(c, out);
 }
 
 // Batched matmul of activations with broadcasting over batch dims: [..., M, K] @ [..., K, N].
 void matmul(OpCall& c) {
   Tensor a = c.tensor(0), b = c.tensor(1);
-  if (a.ndim < 2 || b.ndim < 2) c.fail("matmul of 1-d operands is not supported");
+  if (a.ndim < 1 || b.ndim < 1) c.fail("matmul of a 0-d operand");
+  // torch.matmul: a 1-d left operand is a row [1, K], a 1-d right one a column [K, 1]; the
+  // added dim is dropped from the result.
+  const bool a_vec = a.ndim == 1, b_vec = b.ndim == 1;
+  if (a_vec) {
+    a.shape[1] = a.shape[0], a.strides[1] = a.strides[0];
+    a.shape[0] = 1, a.strides[0] = 0, a.ndim = 2;
+  }
+  if (b_vec) {
+    b.shape[1] = 1, b.strides[1] = 0, b.ndim = 2;
+  }
   const int64_t M = a.shape[a.ndim - 2], K = a.shape[a.ndim - 1], N = b.shape[b.ndim - 1];
   if (b.shape[b.ndim - 2] != K) c.fail("matmul shapes " + a.describe() + " and " + b.describe() + " do not match");
   // Broadcast batch dims.
@@ -133,14 +165,61 @@ void matmul(OpCall& c) {
       idx[d] = 0;
     }
   }
+  // Contiguous, so dropping the added size-1 dims changes the header alone.
+  if (a_vec && b_vec) {
+    out.ndim -= 2;
+  } else if (b_vec) {
+    out.ndim -= 1;  // [..., M, 1] -> [..., M]
+  } else if (a_vec) {  // [..., 1, N] -> [..., N]
+    out.shape[out.ndim - 2] = out.shape[out.ndim - 1];
+    out.strides[out.ndim - 2] = out.strides[out.ndim - 1];
+    out.ndim -= 1;
+  }
   set_out(c, out);
 }
 
+// baddbmm(self, batch1 [B,M,K], batch2 [B,K,N], beta, alpha) = beta * self + alpha * bmm (self
+// broadcast to [B,M,N]; beta 0 ignores it, as torch does): attention written by hand adds its
+// mask or ALiBi bias this way.
+void baddbmm(OpCall& c) {
+  const Tensor self = c.tensor(0);
+  const double beta = c.real(3), alpha = c.real(4);
+  OpCall product{c.ctx, c.node, c.args.subspan(1, 2), c.out};  // bmm of arguments 1 and 2 into c.out
+  matmul(product);
+  const Tensor out = c.out.t;
+  std::array<int64_t, kMaxDims> ss{}, idx{};
+  broadcast_strides(self, out, ss);
+  float* o = out.ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < out.ndim; ++d) off += idx[d] * ss[d];
+    o[i] = static_cast<float>(alpha * o[i] + (beta == 0.0 ? 0.0 : beta * load_double(self, off)));
+    for (int d = out.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < out.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // embedding(weight [V, H], indices) -> [..., H] in f32, rows converted from the weight dtype.
+void embedding_rows(OpCall& c, const Tensor& w);
+
 void embedding(OpCall& c) {
   const Tensor& w = c.tensor(0);
+  if (w.ndim != 2) c.fail("embedding weight must be 2-d, got " + w.describe());
+  if (!w.is_contiguous() && !w.quant) {  // a view of a table (a transpose): look up in a dense copy
+    Scratch sw(c.ctx);
+    Tensor copy = c.tensor(0);
+    Tensor wc = contiguous_as(copy, DType::f32, sw);
+    embedding_rows(c, wc);
+    return;
+  }
+  embedding_rows(c, w);
+}
+
+// The lookup of embedding() over a contiguous (or block-quantized) table w.
+void embedding_rows(OpCall& c, const Tensor& w) {
   const Tensor& idx = c.tensor(1);
-  if (w.ndim != 2 || !w.is_contiguous()) c.fail("embedding weight must be a contiguous 2-d tensor");
   const int64_t V = w.shape[0], H = w.shape[1];
   std::array<int64_t, kMaxDims> shape{};
   for (int d = 0; d < idx.ndim; ++d) shape[d] = idx.shape[d];
@@ -176,6 +255,7 @@ void register_matmul_ops(OpRegistry& r) {
   r.add("aten.matmul.default", matmul);
   r.add("aten.bmm.default", matmul);
   r.add("aten.mm.default", matmul);
+  r.add("aten.baddbmm.default", baddbmm);
   r.add("aten.embedding.default", embedding);
 }
 

@@ -71,22 +71,25 @@ void reduce(OpCall& c, Init init, Acc acc, Fin fin) {
   set_out(c, out);
 }
 
+// softmax over any dim d: rows of width shape[d], elements `inner` apart in the contiguous copy.
 void softmax(OpCall& c) {
   const Tensor& x = c.tensor(0);
   int d = wrap_dim(c.integer(1), x.ndim);
-  if (d != x.ndim - 1) c.fail("softmax over a dimension other than the last");
   Scratch s(c.ctx);
   Tensor xc = contiguous_as(x, DType::f32, s);
   Tensor out = c.alloc(DType::f32, x.sizes());
+  int64_t inner = 1;
+  for (int k = d + 1; k < x.ndim; ++k) inner *= x.shape[k];
   const int64_t w = x.shape[d], rows = x.numel() / std::max<int64_t>(w, 1);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* p = xc.ptr<float>() + r * w;
-    float* o = out.ptr<float>() + r * w;
+    const int64_t base = (r / inner) * w * inner + r % inner;
+    const float* p = xc.ptr<float>() + base;
+    float* o = out.ptr<float>() + base;
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t k = 0; k < w; ++k) m = std::max(m, p[k]);
+    for (int64_t k = 0; k < w; ++k) m = std::max(m, p[k * inner]);
     double sum = 0;
-    for (int64_t k = 0; k < w; ++k) sum += (o[k] = std::exp(p[k] - m));
-    for (int64_t k = 0; k < w; ++k) o[k] = static_cast<float>(o[k] / sum);
+    for (int64_t k = 0; k < w; ++k) sum += (o[k * inner] = std::exp(p[k * inner] - m));
+    for (int64_t k = 0; k < w; ++k) o[k * inner] = static_cast<float>(o[k * inner] / sum);
   }
   if (c.out_dtype() != DType::f32) {
     Tensor conv = c.alloc(c.out_dtype(), x.sizes());

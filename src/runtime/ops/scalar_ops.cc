@@ -45,6 +45,10 @@ void register_scalar_ops(OpRegistry& r) {
   });
   r.add("torch.sym_float", [](OpCall& c) { c.out.set_real(c.real(0)); });
   r.add("torch.sym_int", [](OpCall& c) { c.out.set_int(static_cast<int64_t>(c.real(0))); });
+  // Python's math functions on a symbolic float (torch.sym_int(x) exports as math.trunc).
+  r.add("math.trunc", [](OpCall& c) { c.out.set_int(static_cast<int64_t>(std::trunc(c.real(0)))); });
+  r.add("math.floor", [](OpCall& c) { c.out.set_int(static_cast<int64_t>(std::floor(c.real(0)))); });
+  r.add("math.ceil", [](OpCall& c) { c.out.set_int(static_cast<int64_t>(std::ceil(c.real(0)))); });
   r.add("torch.sym_max", [](OpCall& c) { scalar_binary(c, [](double a, double b) { return std::max(a, b); }); });
   r.add("torch.sym_min", [](OpCall& c) { scalar_binary(c, [](double a, double b) { return std::min(a, b); }); });
 }

@@ -1,0 +1,88 @@
+"""Ops the engine lacks, decomposed at capture into ops it has.
+
+engine_ops.txt is the engine's op registry (OpRegistry::builtin(), kept equal to it by
+tests/cpp/ops_doc_test.cc). After export, every call of an ATen op outside it is decomposed with
+PyTorch's own tables (torch._decomp: the Core ATen decompositions, then the wider table) limited
+to the missing ops, so the rest of the graph keeps its high-level ops (aten.linear, ...) that the
+fusers read. Decompositions may produce other missing ops, so it repeats a few rounds. An op that
+no table decomposes is refused here, naming it and the module it comes from, instead of at load.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+ENGINE_OPS_FILE = Path(__file__).with_name("engine_ops.txt")
+MAX_ROUNDS = 4
+
+
+class UnsupportedOpError(RuntimeError):
+    """An op of the graph that the engine lacks and no decomposition table covers."""
+
+
+@lru_cache(maxsize=1)
+def engine_ops() -> frozenset[str]:
+    return frozenset(line.strip() for line in ENGINE_OPS_FILE.read_text().splitlines() if line.strip())
+
+
+def _where(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "<root>"
+    path, cls = list(stack.values())[-1]
+    cls_name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+    return f"{path or '<root>'} ({cls_name.rsplit('.', 1)[-1]})"
+
+
+def missing_ops(ep: torch.export.ExportedProgram, ignored: set[str]) -> dict[str, torch.fx.Node]:
+    """Op name -> its first node, for the graph's calls the engine lacks (names as the IR writes them)."""
+    from .ir_writer import op_name
+    have = engine_ops()
+    out: dict[str, torch.fx.Node] = {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = op_name(node.target)
+        if name not in have and name not in ignored and name not in out:
+            out[name] = node
+    return out
+
+
+def _table(ops) -> dict:
+    from torch._decomp import core_aten_decompositions, decomposition_table
+    core = core_aten_decompositions()
+    table = {}
+    for op in ops:
+        fn = core.get(op) or decomposition_table.get(op)
+        if fn is None and isinstance(op, torch._ops.OpOverload):
+            # CompositeImplicitAutograd ops decompose by their own definition.
+            try:
+                fn = op.decompose if op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd) else None
+            except Exception:  # noqa: BLE001 - no such kernel
+                fn = None
+        if fn is not None:
+            table[op] = fn
+    return table
+
+
+def decompose_missing(ep: torch.export.ExportedProgram, ignored: set[str]) -> torch.export.ExportedProgram:
+    """ep with every op the engine lacks decomposed into ops it has; raises UnsupportedOpError
+    naming the op and its module when one cannot be. ignored: op names the IR drops anyway."""
+    for _ in range(MAX_ROUNDS):
+        missing = missing_ops(ep, ignored)
+        if not missing:
+            return ep
+        table = _table(node.target for node in missing.values())
+        if not table:
+            break
+        ep = ep.run_decompositions(table)
+    missing = missing_ops(ep, ignored)
+    if missing:
+        name, node = next(iter(missing.items()))
+        rest = sorted(set(missing) - {name})
+        others = f" (nor {', '.join(rest[:5])})" if rest else ""
+        raise UnsupportedOpError(f"op {name} in module {_where(node)} is not in the engine's op set and no "
+                                 f"PyTorch decomposition table covers it{others}")
+    return ep

@@ -1,0 +1,91 @@
+"""Capture decomposes the ops the engine lacks into ops it has (python/fuselm_capture/decompose.py)
+and refuses, naming the op and its module, an op that no PyTorch decomposition table covers.
+
+The decomposed graph is run by build/fuselm_run_graph (the generic interpreter) and compared with
+the module run in torch.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = REPO / "build" / "fuselm_run_graph"
+
+
+class RareOps(nn.Module):
+    """A block whose activations are ops the engine's registry does not have."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        y = self.proj(x)
+        return F.mish(y) + F.hardsigmoid(y) * torch.logsumexp(y, -1, keepdim=True) + F.leaky_relu(y, 0.1)
+
+
+class Wrap(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Sorts(nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=-1, stable=True).values
+
+
+def test_engine_ops_list_is_read():
+    from fuselm_capture.decompose import engine_ops
+    ops = engine_ops()
+    assert "aten.linear.default" in ops and "aten.mish.default" not in ops
+
+
+def test_missing_ops_are_decomposed_and_run_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    from fuselm_capture.decompose import engine_ops
+    torch.manual_seed(0)
+    model = Wrap(RareOps()).eval()
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    case = tmp_path / "cases" / "rare"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
+    assert held <= engine_ops(), f"ops the engine lacks are left: {sorted(held - engine_ops())}"
+    assert "aten.linear.default" in held, "ops the engine has were decomposed too"
+    # The module's weights are graph parameters; the runner takes every tensor as an input.
+    x = torch.randn(1, 9, 6)
+    inputs = {"x": x}
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] == "parameter":
+            n["kind"] = "input"
+            inputs[n["target"]] = model.state_dict()[n["target"]]
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), float((got - want).abs().max())
+
+
+def test_op_without_decomposition_is_refused_naming_op_and_module(tmp_path):
+    from fuselm_capture.capture import CaptureError, capture_module
+    with pytest.raises(CaptureError) as err:
+        capture_module(Wrap(Sorts()).eval(), {"x": torch.randn(2, 5)}, {"x": None}, tmp_path / "ir")
+    msg = str(err.value)
+    assert "aten.sort" in msg and "inner (Sorts)" in msg, msg
+    assert not (tmp_path / "ir" / "ir.json").exists()
