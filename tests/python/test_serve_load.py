@@ -120,3 +120,11 @@ def test_64_concurrent_streams_with_preemption_and_hang_ups_all_finish_right(ser
     wait_for(server, lambda m: m["num_requests_running"] == 0 and m["num_requests_waiting"] == 0
              and m["kv_blocks_used"] == 0 and m["request_aborted_total"] - before["request_aborted_total"] == hang_ups,
              "after the load")
+
+
+def test_a_second_server_on_the_same_port_is_refused(server, fuselm_bin, smollm2_dir):  # noqa: F811
+    # cpp-httplib's default socket options set SO_REUSEPORT, under which this bind succeeded.
+    r = subprocess.run([str(fuselm_bin), "serve", str(smollm2_dir), "--port", str(server.port)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{server.port}" in r.stderr, r.stderr[-2000:]
