@@ -94,7 +94,7 @@ def start_llama_server(args, gguf: Path, slots: int) -> tuple[subprocess.Popen, 
     ctx = slots * (args.prompt_len + args.output_len + 64)
     threads = str(args.threads or os.cpu_count())
     cmd = [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
-           "-c", str(ctx), "-t", threads, "-tb", threads, "--no-webui", "--log-disable"]
+           "-c", str(ctx), "-t", threads, "-tb", threads, "--no-webui", "--log-disable", *args.llama_args.split()]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
@@ -207,6 +207,48 @@ def row_text(engine: str, r: dict) -> str:
             f"{r['ttft_p99_ms']:>9.0f} {r['tpot_median_ms']:>9.1f} {r['tpot_p99_ms']:>9.1f}")
 
 
+def print_summary(rows: dict[str, list[dict]], label: str) -> None:
+    """Per concurrency: each engine's output tok/s and its ratio to its own 1-stream figure, the
+    fuselm / llama-server ratio, TTFT and TPOT side by side; then the issue's goals, met or not."""
+    engines = list(rows)
+    base = {e: next((r["output_tok_s"] for r in rows[e] if r["concurrency"] == 1), None) for e in engines}
+    both = "fuselm" in rows and "llama-server" in rows
+    cols = [f"{'streams':>7}"]
+    for e in engines:
+        cols += [f"{e[:12] + ' tok/s':>18}", f"{'x 1-stream':>10}"]
+    if both:
+        cols.append(f"{'fuselm/llama':>12}")
+    for e in engines:
+        cols.append(f"{e[:6] + ' TTFT med/p99':>20} {e[:6] + ' TPOT med/p99':>19}")
+    print(f"summary{' (' + label + ')' if label else ''}, TTFT/TPOT in ms:")
+    print(" ".join(cols))
+    for i, c in enumerate(r["concurrency"] for r in rows[engines[0]]):
+        line = [f"{c:>7}"]
+        for e in engines:
+            r = rows[e][i]
+            ratio = f"{r['output_tok_s'] / base[e]:.2f}x" if base[e] else "-"
+            line += [f"{r['output_tok_s']:>18.1f}", f"{ratio:>10}"]
+        if both:
+            line.append(f"{rows['fuselm'][i]['output_tok_s'] / rows['llama-server'][i]['output_tok_s']:>11.2f}x")
+        for e in engines:
+            r = rows[e][i]
+            line.append(f"{r['ttft_median_ms']:>10.0f}/{r['ttft_p99_ms']:<9.0f} {r['tpot_median_ms']:>9.1f}/{r['tpot_p99_ms']:<9.1f}")
+        print(" ".join(line))
+    failed = sum(r["failed"] for e in engines for r in rows[e])
+    if failed:
+        print(f"{failed} requests failed (see the failed column)")
+    first = engines[0]
+    by_c = {e: {r["concurrency"]: r["output_tok_s"] for r in rows[e]} for e in engines}
+    if base[first] and 16 in by_c[first]:
+        x = by_c[first][16] / base[first]
+        print(f"goal: {first} throughput at 16 streams >= 4x at 1 stream: {x:.2f}x ({'met' if x >= 4 else 'not met'})")
+    if both:
+        for c in (16, 64):
+            if c in by_c["fuselm"] and c in by_c["llama-server"]:
+                x = by_c["fuselm"][c] / by_c["llama-server"][c]
+                print(f"goal: fuselm >= 1.2x llama-server at {c} streams: {x:.2f}x ({'met' if x >= 1.2 else 'not met'})")
+
+
 def measure(args, url: str, model: str | None, c: int) -> dict:
     model = model or model_name(url)
     one_request(url, model, [1000] * 8, 4)  # warm-up
@@ -235,8 +277,15 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=49152, help="random prompt ids are drawn below this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--llama-args", default="", help="more llama-server options, one string (e.g. '--no-repack')")
+    ap.add_argument("--print-gguf", metavar="TYPE", help="print the path of llama.cpp's GGUF of the model at TYPE "
+                    "(its converter, then llama-quantize for q4_0/q4_1/...; cached) and exit")
+    ap.add_argument("--label", default="", help="names the weights in the summary (e.g. BF16, Q4_1 GGUF)")
     args = ap.parse_args()
 
+    if args.print_gguf:
+        print(llama_gguf(argparse.Namespace(**{**vars(args), "gguf": None, "dtype": args.print_gguf})))
+        return
     engines = ["url"] if args.url else args.engines
     gguf = llama_gguf(args) if "llama-server" in engines else None
     procs: dict[str, subprocess.Popen | None] = {}
@@ -247,6 +296,7 @@ def main() -> None:
             urls["url"] = args.url
         if "fuselm" in engines:
             procs["fuselm"], urls["fuselm"] = start_server(args)
+        print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
         print(HEADER, flush=True)
         for c in args.concurrency:
             for e in engines:
@@ -256,14 +306,8 @@ def main() -> None:
                 r = measure(args, urls[e], args.model if e == "url" else None, c)
                 rows[e].append(r)
                 print(row_text(args.url or e, r), flush=True)
-        if "fuselm" in rows and "llama-server" in rows:
-            print("\nfuselm / llama-server output tokens/s: " + ", ".join(
-                f"{f['concurrency']} streams {f['output_tok_s'] / l['output_tok_s']:.2f}x"
-                for f, l in zip(rows["fuselm"], rows["llama-server"])))
-        base = rows[engines[0]]
-        if len(base) > 1 and base[0]["concurrency"] == 1:
-            print(f"{engines[0]}: throughput at {base[-1]['concurrency']} streams / at 1 stream: "
-                  f"{base[-1]['output_tok_s'] / base[0]['output_tok_s']:.2f}x")
+        print()
+        print_summary(rows, args.label)
         print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
         if args.json:
             Path(args.json).write_text(json.dumps({"prompt_len": args.prompt_len, "output_len": args.output_len,

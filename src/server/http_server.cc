@@ -4,7 +4,11 @@
 #include <fmt/core.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <random>
 #include <utility>
@@ -63,6 +67,13 @@ HttpServer::HttpServer(engine::Engine& engine, const tokenizer::Tokenizer* token
   const int threads = cfg_.threads;
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   if (cfg_.limits.max_body_bytes > 0) svr_->set_payload_max_length(cfg_.limits.max_body_bytes);
+  // SO_REUSEADDR only (cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind
+  // the same port silently), and the socket is kept to widen its backlog once bound.
+  svr_->set_socket_options([this](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
+  });
   routes();
 }
 
@@ -71,6 +82,10 @@ HttpServer::~HttpServer() = default;
 void HttpServer::bind() {
   if (!svr_->bind_to_port(cfg_.host, cfg_.port))
     throw std::runtime_error(fmt::format("cannot listen on {}:{} (address in use or not available)", cfg_.host, cfg_.port));
+  // listen(2) again on a listening socket only changes its backlog (Linux, POSIX).
+  if (listen_fd_ < 0 || ::listen(listen_fd_, cfg_.listen_backlog) != 0)
+    throw std::runtime_error(fmt::format("cannot set the listen backlog of {}:{} to {}: {}", cfg_.host, cfg_.port,
+                                         cfg_.listen_backlog, std::strerror(errno)));
 }
 
 void HttpServer::serve() { svr_->listen_after_bind(); }

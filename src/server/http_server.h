@@ -31,6 +31,10 @@ struct ServerConfig {
   /// when the model has none (chat then answers 400). Throws ApiError or std::exception.
   std::function<std::string(const nlohmann::ordered_json& body, bool add_generation_prompt)> render_chat;
   int threads = 128;  // HTTP worker threads; each open stream holds one
+  /// Pending-connection queue of the listening socket (listen(2)'s backlog, capped by the
+  /// kernel's somaxconn). cpp-httplib 0.11 listens with 5: a burst of clients overflowed it, and
+  /// the overflowed connections (SYN cookies) hung or were reset.
+  int listen_backlog = 4096;
   RequestLimits limits;  // body size, JSON depth, max_tokens, timeout (request_limits.h)
 };
 
@@ -64,6 +68,7 @@ class HttpServer {
   ServerConfig cfg_;
   std::unique_ptr<httplib::Server> svr_;
   std::atomic<bool> draining_{false};
+  int listen_fd_ = -1;  // the socket cpp-httplib bound (recorded by its socket-options hook)
 };
 
 }  // namespace fuselm::server

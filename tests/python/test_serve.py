@@ -2,7 +2,8 @@
 chat and completions, streamed and not, stop strings, logprobs, seeds, usage, API key; 32
 concurrent greedy streams equal to each request run alone; a client that hangs up frees its
 blocks; a pool too small for the load preempts and still gives the right text; a repeated system
-prompt hits the prefix cache; OpenAI error objects. One server per module keeps it quick."""
+prompt hits the prefix cache; a seeded request keeps its text among other requests; a streamed stop
+string is cut and counted; OpenAI error objects. One server per module keeps it quick."""
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -129,6 +130,38 @@ def test_seeded_runs_repeat_and_unseeded_differ(client):
     c = client.completions.create(**kw).choices[0].text
     d = client.completions.create(**kw).choices[0].text
     assert c != d
+
+
+def test_a_seed_gives_the_same_text_whatever_else_is_in_the_batch(client):
+    kw = dict(model=MODEL, prompt="My favourite animal is", max_tokens=16, temperature=1.0, extra_body={"ignore_eos": True})
+    alone = client.completions.create(seed=99, **kw).choices[0].text
+
+    def run(i):  # the seeded request twice among unseeded sampled ones with other prompts
+        if i in (2, 5):
+            return client.completions.create(seed=99, **kw).choices[0].text
+        return client.completions.create(**{**kw, "prompt": QUESTIONS[i]}).choices[0].text
+
+    with cf.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(run, range(8)))
+    assert got[2] == got[5] == alone
+
+
+def test_streamed_stop_string_is_cut_and_usage_counts_the_tokens(client, tok):
+    kw = dict(model=MODEL, prompt="1, 2, 3, 4, 5,", max_tokens=20, temperature=0)
+    full = client.completions.create(logprobs=0, **kw)
+    text = full.choices[0].text
+    assert full.usage.prompt_tokens == len(tok(kw["prompt"])["input_ids"])
+    assert full.usage.completion_tokens == len(full.choices[0].logprobs.tokens)
+    stop = text[5:9]
+    chunks = list(client.completions.create(stop=[stop], stream=True, stream_options={"include_usage": True}, **kw))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text[:text.find(stop)]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    # Every sampled token counts, the one that completed the stop string included (as vLLM).
+    lp = full.choices[0].logprobs
+    end = text.find(stop) + len(stop)
+    used = next(k + 1 for k in range(len(lp.tokens)) if lp.text_offset[k] + len(lp.tokens[k]) >= end)
+    assert chunks[-1].usage.completion_tokens == used
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
 
 
 def test_32_concurrent_greedy_streams_equal_each_run_alone(client):
