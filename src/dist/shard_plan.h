@@ -35,6 +35,7 @@ struct ShardPlan {
   std::vector<std::string> sharded;     // "<target>: column|row ..." lines
   std::vector<std::string> replicated;  // "<target>: <why>" lines
   int all_reduces = 0;
+  int all_gathers = 0;  // of the vocab-parallel LM head's logits
 };
 
 /// Shards `plan` for rank `rank` of `size`: rewrites plan.graph (literals, metas, all-reduces)

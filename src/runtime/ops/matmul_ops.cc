@@ -136,8 +136,11 @@ void matmul(OpCall& c) {
   set_out(c, out);
 }
 
-// embedding(weight [V, H], indices) -> [..., H] in f32, rows converted from the weight dtype.
-void embedding(OpCall& c) {
+// Rows [first, first + V) of a vocabulary looked up in weight [V, H] -> [..., H] in f32, rows
+// converted from the weight dtype. `masked` (a vocab-parallel slice, src/dist): an id outside this
+// rank's rows gives a zero row (another rank holds it; the all-reduce after sums them). Otherwise
+// an id outside the table is an error.
+void lookup_rows(OpCall& c, int64_t first, bool masked) {
   const Tensor& w = c.tensor(0);
   const Tensor& idx = c.tensor(1);
   if (w.ndim != 2 || !w.is_contiguous()) c.fail("embedding weight must be a contiguous 2-d tensor");
@@ -149,24 +152,29 @@ void embedding(OpCall& c) {
   Scratch s(c.ctx);
   Tensor ic = contiguous_as(idx, DType::i64, s);
   const int64_t n = ic.numel();
-  if (w.quant) {  // block-quantized table: dequantize the rows looked up
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = ic.ptr<int64_t>()[i];
-      if (row < 0 || row >= V) c.fail("token id " + std::to_string(row) + " is outside the vocabulary of " + std::to_string(V));
-      kernels::quant_weight_row(*w.quant, row, out.ptr<float>() + i * H);
-    }
-    set_out(c, out);
-    return;
-  }
-  const auto wd = weight_dtype(c, w);
+  const auto wd = w.quant ? kernels::DType::f32 : weight_dtype(c, w);
   for (int64_t i = 0; i < n; ++i) {
-    int64_t row = ic.ptr<int64_t>()[i];
-    if (row < 0 || row >= V) c.fail("token id " + std::to_string(row) + " is outside the vocabulary of " + std::to_string(V));
-    const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
-    kernels::convert_dtype(src, wd, out.ptr<float>() + i * H, kernels::DType::f32, H);
+    const int64_t id = ic.ptr<int64_t>()[i], row = id - first;
+    float* dst = out.ptr<float>() + i * H;
+    if (row < 0 || row >= V) {
+      if (!masked || id < 0) c.fail("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V));
+      std::fill(dst, dst + H, 0.0f);
+    } else if (w.quant) {  // block-quantized table: dequantize the rows looked up
+      kernels::quant_weight_row(*w.quant, row, dst);
+    } else {
+      const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
+      kernels::convert_dtype(src, wd, dst, kernels::DType::f32, H);
+    }
   }
   set_out(c, out);
 }
+
+// embedding(weight [V, H], indices) -> [..., H] in f32.
+void embedding(OpCall& c) { lookup_rows(c, 0, false); }
+
+// fuselm.vocab_embedding(weight [V/N, H], indices, first): this rank's slice of a vocab-parallel
+// table (rows [first, first + V/N) of the full one), other ids zero.
+void vocab_embedding(OpCall& c) { lookup_rows(c, c.integer("first"), true); }
 
 }  // namespace
 
@@ -177,6 +185,7 @@ void register_matmul_ops(OpRegistry& r) {
   r.add("aten.bmm.default", matmul);
   r.add("aten.mm.default", matmul);
   r.add("aten.embedding.default", embedding);
+  r.add("fuselm.vocab_embedding.default", vocab_embedding);
 }
 
 }  // namespace fuselm::runtime::ops
