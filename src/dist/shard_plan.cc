@@ -154,6 +154,7 @@ class Walk {
   std::optional<Failure> view(ir::Node& node);
   std::optional<Failure> embedding(ir::Node& node);
   std::optional<Failure> experts(ir::Node& node);
+  std::optional<Failure> mla(ir::Node& node);
   std::optional<Failure> norm_over_split(ir::Node& node, const Sh& x);
   std::optional<Failure> pointwise(ir::Node& node);
   std::optional<Failure> attention(ir::Node& node);
@@ -190,6 +191,7 @@ std::optional<Failure> Walk::step(ir::Node& node) {
     return linear(node, node.args[1].ref, node.args[2].ref, node.args[0].is_none() ? -1 : node.args[0].ref, true);
   if (op == "aten.embedding.default") return embedding(node);
   if (op == "fuselm.experts.default" || op == "fuselm.experts_shared.default") return experts(node);
+  if (op == "fuselm.mla_attention.default") return mla(node);
   for (const auto& a : node.args)
     if (a.kind == ir::Arg::Kind::ref && row_.contains(a.ref) && sh_[a.ref].split())
       return fail(node, origin, "reads a split weight other than as a projection's");
@@ -340,6 +342,25 @@ std::optional<Failure> Walk::experts(ir::Node& node) {
   for (const char* a : names)
     if (!node.args[def.arg(a)].is_none()) used.insert(in(node.args[def.arg(a)]).origin);
   reduce_after.push_back(node.index);
+  return std::nullopt;
+}
+
+// MLA over this rank's heads (mla_seeds): q [1, H, T, Dn+Dr] split by heads, the up-projection
+// w_up [H(Dn+Dv), R] by the same heads, the latent and rope key (the cache rows) whole. The output
+// [1, T, H, Dv] is split by heads.
+std::optional<Failure> Walk::mla(ir::Node& node) {
+  const auto& def = ir::op_def(node.op);
+  const Sh& q = in(node.args[def.arg("q")]);
+  const Sh& w = in(node.args[def.arg("w_up")]);
+  const int origin = q.split() ? q.origin : w.origin;
+  for (const char* a : {"latent", "k_rot"})
+    if (in(node.args[def.arg(a)]).split()) return fail(node, in(node.args[def.arg(a)]).origin, "has its latent path split");
+  if (!q.split() || q.dim != 1 || q.secs.size() != 1) return fail(node, origin, "has its query heads not split by heads");
+  if (!w.split() || w.dim != 0 || w.secs.size() != 1 || w.secs[0].l * q.secs[0].g != w.secs[0].g * q.secs[0].l)
+    return fail(node, origin, "has its up-projection not split by the query's heads");
+  used.insert(q.origin);
+  used.insert(w.origin);
+  sh_[node.index] = Sh{2, {q.secs[0]}, q.origin};
   return std::nullopt;
 }
 
@@ -649,6 +670,86 @@ void moe_seeds(const ir::Graph& g, int64_t n, int64_t rank, std::vector<Seed>& s
   }
 }
 
+// The one linear with a parameter weight and `width` output columns found walking back from node
+// `from` (stopping at every linear), or -1 when there is none or more than one.
+int linear_behind(const ir::Graph& g, int from, int64_t width) {
+  std::vector<int> todo{from};
+  std::set<int> seen, found;
+  while (!todo.empty()) {
+    const int c = todo.back();
+    todo.pop_back();
+    if (!seen.insert(c).second) continue;
+    const auto& m = g.nodes[c];
+    if (m.op == "aten.linear.default") {
+      const int p = m.args.size() > 1 ? param_at(g, m.args[1]) : -1;
+      if (p >= 0 && g.nodes[p].out.shape[0].value == width) found.insert(p);
+      continue;
+    }
+    std::function<void(const ir::Arg&)> visit = [&](const ir::Arg& a) {
+      if (a.kind == ir::Arg::Kind::ref) todo.push_back(a.ref);
+      for (const auto& x : a.list) visit(x);
+    };
+    for (const auto& a : m.args) visit(a);
+  }
+  return found.size() == 1 ? *found.begin() : -1;
+}
+
+// The weight of the first linear with `width` input columns reached forward from node `from`, or -1.
+int linear_after(const ir::Graph& g, int from, int64_t width) {
+  std::set<int> reach{from};
+  for (const auto& m : g.nodes) {
+    if (m.index <= from) continue;
+    bool reads = false;
+    for (const auto& a : m.args) reads |= a.kind == ir::Arg::Kind::ref && reach.contains(a.ref);
+    if (!reads) continue;
+    if (m.op == "aten.linear.default") {
+      const int p = m.args.size() > 1 ? param_at(g, m.args[1]) : -1;
+      return p >= 0 && g.nodes[p].out.shape[1].value == width ? p : -1;
+    }
+    reach.insert(m.index);
+  }
+  return -1;
+}
+
+// MLA seeds (docs/mla.md): each fuselm.mla_attention's H heads. Its q projection (the linear behind
+// q with H·(Dn+Dr) outputs) and its up-projection w_up column parallel by heads, the first linear
+// after it (H·Dv inputs: the output projection) row parallel. The latent path (the q and kv
+// down-projections, their norms, the rope key) and the latent cache stay whole on every rank.
+void mla_seeds(const ir::Graph& g, int64_t n, std::vector<Seed>& seeds, ShardPlan& out) {
+  auto seeded = [&](const std::string& t) {
+    return std::any_of(seeds.begin(), seeds.end(), [&](const Seed& s) { return s.target == t; });
+  };
+  for (const auto& node : g.nodes) {
+    if (node.op != "fuselm.mla_attention.default") continue;
+    const auto& def = ir::op_def(node.op);
+    const auto& qa = node.args.at(def.arg("q"));
+    const int wu = param_at(g, node.args.at(def.arg("w_up")));
+    static const std::vector<ir::Dim> none;
+    const auto& qm = qa.kind == ir::Arg::Kind::ref ? g.nodes[qa.ref].out.shape : none;
+    const std::string where = wu >= 0 ? g.nodes[wu].target : node.name;
+    if (wu < 0 || qm.size() != 4 || qm[1].symbolic() || qm[3].symbolic()) {
+      out.replicated.push_back(fmt::format("{}: MLA whose query or up-projection is not a [1, H, T, D] value and a "
+                                           "parameter",
+                                           where));
+      continue;
+    }
+    const int64_t H = qm[1].value, Dq = qm[3].value, Dn = node.args.at(def.arg("nope_dim")).i,
+                  Dv = node.args.at(def.arg("v_dim")).i;
+    const int qp = linear_behind(g, qa.ref, H * Dq), op = linear_after(g, node.index, H * Dv);
+    if (H % n != 0 || qp < 0 || op < 0) {
+      out.replicated.push_back(H % n != 0 ? fmt::format("{}: MLA's {} heads do not divide among {} ranks", where, H, n)
+                                          : fmt::format("{}: MLA without one query projection ({} outputs) before it "
+                                                        "and one output projection ({} inputs) after it",
+                                                        where, H * Dq, H * Dv));
+      continue;
+    }
+    if (seeded(g.nodes[qp].target) || seeded(g.nodes[wu].target) || seeded(g.nodes[op].target)) continue;
+    seeds.push_back(Seed{g.nodes[qp].target, Shard::column, 0, {HeadSection{"q", H, Dq, false}}, false, 1});
+    seeds.push_back(Seed{g.nodes[wu].target, Shard::column, 0, {HeadSection{"kv_up", H, Dn + Dv, false}}, false, 1});
+    seeds.push_back(Seed{g.nodes[op].target, Shard::row, 1, {}, false, 1});
+  }
+}
+
 // Row seeds must divide their input width; checked on the graph's parameter shapes.
 void check_rows(const ir::Graph& g, const std::vector<Seed>& seeds, int64_t n) {
   for (const auto& node : g.nodes) {
@@ -809,6 +910,7 @@ ShardPlan shard_plan(fusers::Plan& plan, int64_t size, int64_t rank) {
   auto seeds = collect_seeds(plan, size, out);
   vocab_seeds(plan.graph, size, seeds, out);
   moe_seeds(plan.graph, size, rank, seeds, out);
+  mla_seeds(plan.graph, size, seeds, out);
   check_rows(plan.graph, seeds, size);
   std::set<int> off;
   std::map<int, std::string> why;

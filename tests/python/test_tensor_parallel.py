@@ -78,7 +78,7 @@ def inspect_tp(fuselm_bin, model_dir: Path, n: int) -> subprocess.CompletedProce
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt_bigcode_mqa", "qwen2", "qwen3", "phi3", "gemma2", "mixtral", "olmoe",
-                                    "v3_style", "qwen2_moe"])
+                                    "v3_style", "qwen2_moe", "deepseek_v3", "deepseek_v2"])
 def test_tp2_matches_tp1_and_transformers(family, fuselm_bin, model_cache, tmp_path):
     check_family(family, 2, fuselm_bin, model_cache, tmp_path)
 
@@ -126,6 +126,19 @@ def test_plan_shards_the_shared_expert(fuselm_bin, model_cache):
     assert "experts' gate/up, column parallel (dim 1): 16 of each expert's 32 intermediate columns per rank" in out
     assert "shared expert's up, column parallel (dim 0): 24 of the shared expert's 48 intermediate columns per rank" in out
     assert "shared expert's down, row parallel (dim 1): 24 of the shared expert's 48 intermediate columns per rank" in out
+
+
+def test_plan_shards_mla_heads(fuselm_bin, model_cache):
+    """DeepSeek-V3-style MLA: the q up-projection and kv_b_proj split by heads, o_proj row parallel;
+    the latent path (the fused q/kv down-projection) and the latent cache stay whole."""
+    proc = inspect_tp(fuselm_bin, build("v3_style", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "model.layers.0.self_attn.q_b_proj.weight: column parallel (dim 0) q:4x24->48" in out
+    assert "model.layers.0.self_attn.kv_b_proj.weight: column parallel (dim 0) kv_up:4x28->56" in out
+    assert "model.layers.0.self_attn.o_proj.weight: row parallel (input dim 1: 24 of 48 per rank), then all-reduce" in out
+    assert "replicated  model.layers.0.self_attn.__fused_q_kv_down.weight" in out
+    assert "3 of them latent" in out
 
 
 def test_plan_shards_a_tied_table_once(fuselm_bin, model_cache):
