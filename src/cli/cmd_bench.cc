@@ -24,6 +24,7 @@
 #include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "dist/communicator.h"
 #include "kernels/cpu/isa.h"
 #include "bench/probe.h"
 #include "kv/paged_kv_cache.h"
@@ -45,6 +46,7 @@ struct BenchArgs {
   bool no_bandwidth = false;
   int64_t bandwidth_mib = 0;  // 0: max(1 GiB, 4 x the last-level cache)
   FuserArgs fusers;
+  int tensor_parallel_size = 1;  // under mpirun -np N: rank 0 benches, the others follow its steps
 };
 
 /// Bytes of the last-level cache (sysfs, the highest cache index of cpu0), 0 when unknown.
@@ -89,7 +91,7 @@ int64_t weight_bytes_per_token(engine::Model& m, int64_t* n_params) {
   for (const auto& n : g.nodes)
     for (size_t k = 0; k < n.args.size(); ++k)
       if (n.args[k].kind == ir::Arg::Kind::ref && n.args[k].ref >= 0) {
-        const bool gather = n.op == "aten.embedding.default" && k == 0;
+        const bool gather = (n.op == "aten.embedding.default" || n.op == "fuselm.vocab_embedding.default") && k == 0;
         (gather ? users_embed : users_other)[n.args[k].ref]++;
       }
   int64_t total = 0, gathered = 0;
@@ -195,6 +197,7 @@ void bench_dtype(const BenchArgs& a, const std::string& dtype, BenchPrinter& out
   ma.model_dir = a.model_dir;
   ma.dtype = dtype;
   ma.fusers = a.fusers;
+  ma.tensor_parallel_size = a.tensor_parallel_size;
   ma.max_context = longest + 16;  // the KV cache holds the longest test only
   auto loaded = load_model(ma);
   engine::Model& m = *loaded.model;
@@ -248,6 +251,9 @@ void check_args(BenchArgs& a) {
       if (x < 0) throw std::runtime_error(fmt::format("-p/-n/-d {}: token counts are at least 0", x));
   for (const auto& d : a.dtypes) weights::parse_dtype_policy(d);  // the engine's own list of dtypes
   parse_bench_format(a.output);
+  // Followers follow one loaded model until rank 0 exits: one model per job.
+  if (a.tensor_parallel_size > 1 && a.dtypes.size() != 1)
+    throw std::runtime_error("--tensor-parallel-size: bench one --dtype per MPI job");
 }
 
 }  // namespace
@@ -276,11 +282,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--bandwidth-mib", a->bandwidth_mib, "buffer of the bandwidth probe in MiB (default: max(1024, 4 x LLC))")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_fuser_options(*cmd, a->fusers);
+  cmd->add_option("--tensor-parallel-size", a->tensor_parallel_size,
+                  "split the model over N ranks of an MPI job (mpirun -np N fuselm bench ...); the other ranks run "
+                  "OMP_NUM_THREADS threads; docs/tensor-parallel.md")
+      ->check(CLI::Range(1, 4096));
   cmd->callback([a] {
     check_args(*a);
     BenchPrinter out(parse_bench_format(a->output), stdout);
     std::vector<BenchRow> rows;
-    out.header();
+    // Under TP only rank 0 reports (the others follow its steps inside load_model and never return).
+    if (dist::init_world(a->tensor_parallel_size).rank() == 0) out.header();
     for (const auto& d : a->dtypes) bench_dtype(*a, d, out, rows);
     out.footer(rows);
   });

@@ -58,6 +58,9 @@ void stop_followers() {
   const auto& st = dist::stats();
   std::fprintf(stderr, "fuselm: tensor parallel: rank 0 spent %.3f s in %lld all-reduces (%.1f us each)\n",
                st.all_reduce_seconds, st.all_reduces, st.all_reduces ? 1e6 * st.all_reduce_seconds / st.all_reduces : 0.0);
+  if (st.all_gathers)
+    std::fprintf(stderr, "fuselm: tensor parallel: rank 0 spent %.3f s in %lld all-gathers of logits (%.1f us each)\n",
+                 st.all_gather_seconds, st.all_gathers, 1e6 * st.all_gather_seconds / st.all_gathers);
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ Communicator& init_world(int tensor_parallel_size);
 struct CollectiveStats {
   double all_reduce_seconds = 0.0;
   long long all_reduces = 0;
+  double all_gather_seconds = 0.0;  // the vocab-parallel LM head's logits
+  long long all_gathers = 0;
 };
 CollectiveStats& stats();
 

@@ -2,13 +2,17 @@
 // The tensor-parallel sharding plan, derived from the fusion plan (docs/tensor-parallel.md).
 // Seeds are the fusions' own notes: stacked weights column parallel by their head sections
 // ([q_r; k_r; v_r], [gate_r; up_r]), packed weights column parallel by the sections their fuser
-// measured, output/down projections row parallel. From the seeds a propagation walks the
+// measured, output/down projections row parallel; and, found by the graph's structure, the
+// embedding tables and LM head (vocab parallel: masked lookup + all-reduce, local logits +
+// all-gather), each experts op's weights (every expert's intermediate size, one all-reduce after
+// it) and each MLA op's heads (q up-projection and w_up column, the output projection row). From the seeds a propagation walks the
 // rewritten graph and proves every op that reads a value split across ranks: it knows the split
 // dim and each block's global and local size, rewrites the rank-dependent literals (split sizes,
 // view/reshape/expand sizes that carry heads or widths) from those sizes, fixes the metas (so the
 // KV layers come out per rank) and inserts fuselm.all_reduce after each row-parallel projection.
-// An op it cannot prove (a norm over a split width, an unknown op, a value leaving the region
-// split) makes the seed it came from replicated, with the reason; the walk restarts without it.
+// An RMSNorm over a split width all-reduces its sum of squares (fuselm.rms_norm_split).
+// An op it cannot prove (another reduction over a split width, an unknown op, a value leaving the
+// region split) makes the seed it came from replicated, with the reason; the walk restarts without it.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -35,6 +39,7 @@ struct ShardPlan {
   std::vector<std::string> sharded;     // "<target>: column|row ..." lines
   std::vector<std::string> replicated;  // "<target>: <why>" lines
   int all_reduces = 0;
+  int all_gathers = 0;  // of the vocab-parallel LM head's logits
 };
 
 /// Shards `plan` for rank `rank` of `size`: rewrites plan.graph (literals, metas, all-reduces)

@@ -83,7 +83,10 @@ int find_head(const ir::Graph& g, const std::string& tok, int64_t vocab, std::st
       why = fmt::format("the head's output '{}' is also read elsewhere", n.name);
       return -1;
     }
-    if (!rowwise_ops().contains(n.op)) {
+    // A vocab-parallel LM head (src/dist) gathers its local logits into the vocabulary: the
+    // product behind it gives this rank's columns.
+    if (n.op == "fuselm.all_gather.default") vocab = -1;
+    else if (!rowwise_ops().contains(n.op)) {
       why = fmt::format("node '{}' ({}) between the head and the output is not known to act row by row", n.name, n.op);
       return -1;
     }

@@ -7,7 +7,8 @@ namespace {
 
 // Whether argument `i` of node n is where a block-quantized weight may be read.
 bool reads_blocks(const ir::Node& n, size_t i) {
-  return (n.op == "aten.linear.default" && i == 1) || (n.op == "aten.embedding.default" && i == 0);
+  return (n.op == "aten.linear.default" && i == 1) ||
+         ((n.op == "aten.embedding.default" || n.op == "fuselm.vocab_embedding.default") && i == 0);
 }
 
 void refs_of(const ir::Arg& a, std::vector<int>& out) {
@@ -61,7 +62,8 @@ std::set<std::string, std::less<>> quantizable_parameters(const ir::Graph& g,
 std::set<std::string, std::less<>> embedding_tables(const ir::Graph& g) {
   std::set<std::string, std::less<>> out;
   for (const auto& n : g.nodes)
-    if (n.op == "aten.embedding.default" && !n.args.empty() && n.args[0].kind == ir::Arg::Kind::ref)
+    if ((n.op == "aten.embedding.default" || n.op == "fuselm.vocab_embedding.default") && !n.args.empty() &&
+        n.args[0].kind == ir::Arg::Kind::ref)
       out.insert(g.nodes[static_cast<size_t>(n.args[0].ref)].target);
   return out;
 }

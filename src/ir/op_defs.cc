@@ -35,6 +35,10 @@ std::span<const OpDef> op_defs() {
        {"input", "gate_weight", "correction_bias", "scoring", "groups", "topk_group", "group_score", "top_k", "renorm",
         "renorm_eps", "scaling"}},
       {"fuselm.all_reduce.default", {"input"}},  // dist_ops.cc; the TP sharding plan (src/dist)
+      {"fuselm.all_gather.default", {"input"}},  // dist_ops.cc; the vocab-parallel LM head (src/dist)
+      {"fuselm.vocab_embedding.default", {"weight", "indices", "first"}},  // matmul_ops.cc; vocab-parallel table
+      {"fuselm.rms_norm_split.default",  // dist_ops.cc; an RMSNorm over a width split across ranks
+       {"input", "weight", "eps", "weight_offset", "width"}},
       {"fuselm.select_rows.default", {"input"}},  // select_rows_op.cc; inserted by the engine before the LM head
   };
   return kDefs;

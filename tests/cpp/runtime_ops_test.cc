@@ -1522,6 +1522,48 @@ void add_fused_cases(Cases& m) {
     check_op(op, {{x}}, args, x, "one rank", 0, 0);
     EXPECT_CONTAINS(run_error(op, {{x, Layout::transposed}}, args, DType::f32, {1, 5, 12}), "non-contiguous");
   };
+  // One process: the gather of one rank's columns is the input.
+  m["fuselm.all_gather.default"] = [] {
+    const std::string op = "fuselm.all_gather.default";
+    Host x = rand_host(DType::f32, {1, 3, 10}, 514, -3, 3);
+    auto args = [](const std::vector<int>& n) { return std::vector<Arg>{R(n[0])}; };
+    check_op(op, {{x}}, args, x, "one rank", 0, 0);
+    EXPECT_CONTAINS(run_error(op, {{x, Layout::transposed}}, args, DType::f32, {1, 3, 10}), "non-contiguous");
+  };
+  // A vocab-parallel slice: rows [first, first + V) of the full table; other ids give zero rows.
+  m["fuselm.vocab_embedding.default"] = [] {
+    const std::string op = "fuselm.vocab_embedding.default";
+    Host w = rand_host(DType::f32, {4, 6}, 515);
+    Host idx = make_host(DType::i64, {2, 3}, {0, 3, 4, 6, 7, 9});
+    Host want{DType::f32, {2, 3, 6}, {}};
+    for (double id : idx.v)
+      for (int64_t h = 0; h < 6; ++h) want.v.push_back(id >= 3 && id < 7 ? w.v[(static_cast<int64_t>(id) - 3) * 6 + h] : 0.0);
+    OpGraph g;
+    int wn = g.param(w), in = g.input(idx, Layout::transposed);
+    g.output(g.op(op, {R(wn), R(in), I(3)}, DType::f32, {2, 3, 6}));
+    expect_close(g.run(), want, 0, 0, "rows 3..6 of 10");
+  };
+  // One process: the all-reduced sum of squares is the local one, the mean is over `width` (the
+  // global width, here twice the local one, as if the other rank's columns were zero).
+  m["fuselm.rms_norm_split.default"] = [] {
+    const std::string op = "fuselm.rms_norm_split.default";
+    Host x = rand_host(DType::f32, {2, 3, 8}, 516, -3, 3);
+    Host w = rand_host(DType::f32, {8}, 517);
+    for (int64_t width : {8, 16})
+      for (double offset : {0.0, 1.0}) {
+        Host want{DType::f32, x.shape, std::vector<double>(x.numel())};
+        for (int64_t r = 0; r < 6; ++r) {
+          double ss = 0;
+          for (int64_t k = 0; k < 8; ++k) ss += x.v[r * 8 + k] * x.v[r * 8 + k];
+          const double inv = 1.0 / std::sqrt(ss / static_cast<double>(width) + 1e-6);
+          for (int64_t k = 0; k < 8; ++k) want.v[r * 8 + k] = x.v[r * 8 + k] * inv * (w.v[k] + offset);
+        }
+        OpGraph g;
+        int xn = g.input(x, Layout::strided), wn = g.param(w);
+        g.output(g.op(op, {R(xn), R(wn), F(1e-6), F(offset), I(width)}, DType::f32, x.shape));
+        expect_close(g.run(), want, 1e-5, 1e-6, "width " + std::to_string(width) + ", offset " + std::to_string(offset));
+      }
+  };
 }
 
 // fuselm.select_rows (select_rows_op.cc, inserted by the engine before the LM head): the rows

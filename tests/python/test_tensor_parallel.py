@@ -78,7 +78,7 @@ def inspect_tp(fuselm_bin, model_dir: Path, n: int) -> subprocess.CompletedProce
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt_bigcode_mqa", "qwen2", "qwen3", "phi3", "gemma2", "mixtral", "olmoe",
-                                    "v3_style"])
+                                    "v3_style", "qwen2_moe", "deepseek_v3", "deepseek_v2"])
 def test_tp2_matches_tp1_and_transformers(family, fuselm_bin, model_cache, tmp_path):
     check_family(family, 2, fuselm_bin, model_cache, tmp_path)
 
@@ -96,7 +96,71 @@ def test_plan_shards_attention_and_mlp(fuselm_bin, model_cache):
     assert "__fused_qkv.weight: column parallel (dim 0) q:4x16->32 k:2x16->16 v:2x16->16" in out
     assert "o_proj.weight: row parallel (input dim 1: 32 of 64 per rank)" in out
     assert "down_proj.weight: row parallel (input dim 1: 64 of 128 per rank)" in out
-    assert "6 all-reduces per forward" in out
+    # 6 after the row-parallel projections, 1 after the vocab-parallel embedding; the LM head's
+    # logits are all-gathered.
+    assert "7 all-reduces and 1 all-gathers per forward" in out
+    assert "model.embed_tokens.weight: vocab parallel (dim 0: 256 of 512 rows per rank)" in out
+    assert "lm_head.weight: vocab parallel (dim 0: 256 of 512 rows per rank)" in out
+
+
+def test_plan_shards_each_experts_intermediate_size(fuselm_bin, model_cache):
+    """Mixtral: every expert's gate/up halves column parallel and its down row parallel, one
+    all-reduce after the experts op; the router stays whole."""
+    proc = inspect_tp(fuselm_bin, build("mixtral", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert ("model.layers.0.mlp.experts.gate_up_proj: experts' gate/up, column parallel (dim 1): 64 of each "
+            "expert's 128 intermediate columns per rank") in out
+    assert ("model.layers.0.mlp.experts.down_proj: experts' down, row parallel (dim 2): 64 of each expert's 128 "
+            "intermediate columns per rank, then all-reduce") in out
+    assert "gate.weight" not in out  # the router is no seed: replicated
+    # 3 layers x (o_proj, experts) + the embedding.
+    assert "7 all-reduces and 1 all-gathers per forward" in out
+
+
+def test_plan_shards_the_shared_expert(fuselm_bin, model_cache):
+    """qwen2_moe: the gated shared expert is split with the routed ones (its sigmoid gate whole)."""
+    proc = inspect_tp(fuselm_bin, build("qwen2_moe", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "experts' gate/up, column parallel (dim 1): 16 of each expert's 32 intermediate columns per rank" in out
+    assert "shared expert's up, column parallel (dim 0): 24 of the shared expert's 48 intermediate columns per rank" in out
+    assert "shared expert's down, row parallel (dim 1): 24 of the shared expert's 48 intermediate columns per rank" in out
+
+
+def test_plan_shards_mla_heads(fuselm_bin, model_cache):
+    """DeepSeek-V3-style MLA: the q up-projection and kv_b_proj split by heads, o_proj row parallel;
+    the latent path (the fused q/kv down-projection) and the latent cache stay whole."""
+    proc = inspect_tp(fuselm_bin, build("v3_style", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "model.layers.0.self_attn.q_b_proj.weight: column parallel (dim 0) q:4x24->48" in out
+    assert "model.layers.0.self_attn.kv_b_proj.weight: column parallel (dim 0) kv_up:4x28->56" in out
+    assert "model.layers.0.self_attn.o_proj.weight: row parallel (input dim 1: 24 of 48 per rank), then all-reduce" in out
+    assert "replicated  model.layers.0.self_attn.__fused_q_kv_down.weight" in out
+    assert "3 of them latent" in out
+
+
+def test_plan_shards_a_tied_table_once(fuselm_bin, model_cache):
+    """gemma2 ties its LM head to the embedding: one table, split by vocabulary rows for both uses."""
+    proc = inspect_tp(fuselm_bin, build("gemma2", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "vocab parallel" in line]
+    assert len(lines) == 1 and lines[0].endswith(".weight: vocab parallel (dim 0: 256 of 512 rows per rank)"), lines
+    assert "1 all-gathers per forward" in proc.stdout
+
+
+def test_vocab_that_does_not_divide_stays_replicated(fuselm_bin, model_cache, tmp_path):
+    """513 vocabulary rows over 2 ranks: the table and LM head stay whole on every rank (inspect
+    says why) and the model still runs as TP 1 and transformers do."""
+    tiny_models.FAMILIES.setdefault("llama_v513", ("LlamaConfig", {"vocab_size": 513}))
+    proc = inspect_tp(fuselm_bin, build("llama_v513", model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    assert ("replicated  model.embed_tokens.weight: its 513 vocabulary rows do not divide among 2 ranks"
+            in proc.stdout)
+    assert "replicated  lm_head.weight: its 513 vocabulary rows do not divide among 2 ranks" in proc.stdout
+    assert "0 all-gathers" in proc.stdout
+    check_family("llama_v513", 2, fuselm_bin, model_cache, tmp_path)
 
 
 def test_plan_replicates_mqa_kv(fuselm_bin, model_cache):
@@ -106,12 +170,17 @@ def test_plan_replicates_mqa_kv(fuselm_bin, model_cache):
     assert "c_attn.weight: column parallel (dim 0) q:4x16->32 k:1x16->16 v:1x16->16" in proc.stdout
 
 
-def test_plan_replicates_full_width_qk_norm(fuselm_bin, model_cache):
-    """OLMoE normalizes q and k over the full width: not provable per rank, so replicated, with why."""
+def test_plan_shards_full_width_qk_norm(fuselm_bin, model_cache):
+    """OLMoE normalizes q and k over their full widths: each rank holds its heads' columns of the
+    norm weights and all-reduces the sum of squares, so the attention stays sharded."""
     proc = inspect_tp(fuselm_bin, build("olmoe", model_cache), 2)
     assert proc.returncode == 0, proc.stderr
-    assert "replicated  model.layers.0.self_attn.__fused_qkv.weight" in proc.stdout
-    assert "normalizes over a width split across ranks" in proc.stdout
+    out = proc.stdout
+    assert "replicated  model.layers.0.self_attn.__fused_qkv.weight" not in out
+    assert ("model.layers.0.self_attn.q_norm.weight: weight of an RMSNorm over a split width (32 of 64 per rank; "
+            "its sum of squares is all-reduced)") in out
+    assert ("model.layers.0.self_attn.k_norm.weight: weight of an RMSNorm over a split width (16 of 32 per rank; "
+            "its sum of squares is all-reduced)") in out
 
 
 def test_heads_that_do_not_divide_fail_in_one_line(fuselm_bin, model_cache, tmp_path):

@@ -201,9 +201,13 @@ void baddbmm(OpCall& c) {
   }
 }
 
-// embedding(weight [V, H], indices) -> [..., H] in f32, rows converted from the weight dtype.
-void embedding_rows(OpCall& c, const Tensor& w);
+// Rows [first, first + V) of a vocabulary looked up in weight [V, H] (contiguous or block-quantized)
+// -> [..., H] in f32, rows converted from the weight dtype. `masked` (a vocab-parallel slice,
+// src/dist): an id outside this rank's rows gives a zero row (another rank holds it; the all-reduce
+// after sums them). Otherwise an id outside the table is an error.
+void lookup_rows(OpCall& c, const Tensor& w, int64_t first, bool masked);
 
+// embedding(weight [V, H], indices) -> [..., H] in f32.
 void embedding(OpCall& c) {
   const Tensor& w = c.tensor(0);
   if (w.ndim != 2) c.fail("embedding weight must be 2-d, got " + w.describe());
@@ -211,14 +215,13 @@ void embedding(OpCall& c) {
     Scratch sw(c.ctx);
     Tensor copy = c.tensor(0);
     Tensor wc = contiguous_as(copy, DType::f32, sw);
-    embedding_rows(c, wc);
+    lookup_rows(c, wc, 0, false);
     return;
   }
-  embedding_rows(c, w);
+  lookup_rows(c, w, 0, false);
 }
 
-// The lookup of embedding() over a contiguous (or block-quantized) table w.
-void embedding_rows(OpCall& c, const Tensor& w) {
+void lookup_rows(OpCall& c, const Tensor& w, int64_t first, bool masked) {
   const Tensor& idx = c.tensor(1);
   const int64_t V = w.shape[0], H = w.shape[1];
   std::array<int64_t, kMaxDims> shape{};
@@ -228,24 +231,26 @@ void embedding_rows(OpCall& c, const Tensor& w) {
   Scratch s(c.ctx);
   Tensor ic = contiguous_as(idx, DType::i64, s);
   const int64_t n = ic.numel();
-  if (w.quant) {  // block-quantized table: dequantize the rows looked up
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = ic.ptr<int64_t>()[i];
-      if (row < 0 || row >= V) c.fail("token id " + std::to_string(row) + " is outside the vocabulary of " + std::to_string(V));
-      kernels::quant_weight_row(*w.quant, row, out.ptr<float>() + i * H);
-    }
-    set_out(c, out);
-    return;
-  }
-  const auto wd = weight_dtype(c, w);
+  const auto wd = w.quant ? kernels::DType::f32 : weight_dtype(c, w);
   for (int64_t i = 0; i < n; ++i) {
-    int64_t row = ic.ptr<int64_t>()[i];
-    if (row < 0 || row >= V) c.fail("token id " + std::to_string(row) + " is outside the vocabulary of " + std::to_string(V));
-    const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
-    kernels::convert_dtype(src, wd, out.ptr<float>() + i * H, kernels::DType::f32, H);
+    const int64_t id = ic.ptr<int64_t>()[i], row = id - first;
+    float* dst = out.ptr<float>() + i * H;
+    if (row < 0 || row >= V) {
+      if (!masked || id < 0) c.fail("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V));
+      std::fill(dst, dst + H, 0.0f);
+    } else if (w.quant) {  // block-quantized table: dequantize the rows looked up
+      kernels::quant_weight_row(*w.quant, row, dst);
+    } else {
+      const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
+      kernels::convert_dtype(src, wd, dst, kernels::DType::f32, H);
+    }
   }
   set_out(c, out);
 }
+
+// fuselm.vocab_embedding(weight [V/N, H], indices, first): this rank's slice of a vocab-parallel
+// table (rows [first, first + V/N) of the full one), other ids zero.
+void vocab_embedding(OpCall& c) { lookup_rows(c, c.tensor(0), c.integer("first"), true); }
 
 }  // namespace
 
@@ -257,6 +262,7 @@ void register_matmul_ops(OpRegistry& r) {
   r.add("aten.mm.default", matmul);
   r.add("aten.baddbmm.default", baddbmm);
   r.add("aten.embedding.default", embedding);
+  r.add("fuselm.vocab_embedding.default", vocab_embedding);
 }
 
 }  // namespace fuselm::runtime::ops
