@@ -22,7 +22,7 @@
 #include "ir/load.h"
 #include "runtime/executor.h"
 #include "runtime/op_registry.h"
-#include "weights/dtypes.h"
+#include "weights/file_dtype.h"
 #include "weights/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -31,20 +31,10 @@ using fuselm::runtime::Tensor;
 namespace {
 
 std::string file_dtype_of(fuselm::ir::DType d) {
-  using D = fuselm::ir::DType;
-  switch (d) {
-    case D::f32: return "F32";
-    case D::f16: return "F16";
-    case D::bf16: return "BF16";
-    case D::f64: return "F64";
-    case D::i64: return "I64";
-    case D::i32: return "I32";
-    case D::i16: return "I16";
-    case D::i8: return "I8";
-    case D::u8: return "U8";
-    case D::boolean: return "BOOL";
-    default: throw std::runtime_error("an output of dtype " + std::string(fuselm::ir::dtype_name(d)) + " cannot be written");
-  }
+  const std::string name(fuselm::weights::file_dtype_name(d));
+  if (name == "?" || fuselm::is_raw(d))
+    throw std::runtime_error("an output of dtype " + std::string(fuselm::ir::dtype_name(d)) + " cannot be written");
+  return name;
 }
 
 /// The tensor's elements in row-major order (any strides), as bytes.
@@ -89,9 +79,9 @@ void write_safetensors(const fs::path& path, const std::vector<std::pair<std::st
 std::map<std::string, Tensor> tensors_of(const fuselm::weights::SafetensorsFile& f) {
   std::map<std::string, Tensor> m;
   for (const auto& [name, info] : f.tensors()) {
-    auto dt = fuselm::weights::ir_dtype(info.dtype);
-    if (!dt) throw std::runtime_error(f.path().string() + ": tensor " + name + " has a dtype the engine lacks");
-    m[name] = Tensor::contiguous_view(const_cast<std::byte*>(info.bytes.data()), *dt, info.shape);
+    if (fuselm::is_raw(info.dtype))
+      throw std::runtime_error(f.path().string() + ": tensor " + name + " has a dtype the engine lacks");
+    m[name] = Tensor::contiguous_view(const_cast<std::byte*>(info.bytes.data()), info.dtype, info.shape);
   }
   return m;
 }
