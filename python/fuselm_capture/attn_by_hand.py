@@ -351,16 +351,21 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
             sites.append(Site(sm))
         except NotAttention:
             continue
+    # Every site is proved (up to BIG tokens) before the context bound is checked, so a bias that is
+    # no mask is named as such whatever the context.
+    proofs = []
+    for site in sites:
+        try:
+            proofs.append(_site_mask(site, ev, max_tokens, tokens_symbol))
+        except Refused as e:
+            raise Refused(f"attention written by hand in {_module_of(site.softmax)} (softmax {site.softmax.name}): "
+                          f"{e}") from e
     if max_tokens > BIG and sites:
         raise Refused(f"a context of {max_tokens} tokens: a mask written by hand is proved only up to {BIG}")
     report = []
     fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes if n.op == "placeholder"])
-    for layer, site in enumerate(sites):
+    for layer, (site, (scale, mask)) in enumerate(zip(sites, proofs)):
         where = _module_of(site.softmax)
-        try:
-            scale, mask = _site_mask(site, ev, max_tokens, tokens_symbol)
-        except Refused as e:
-            raise Refused(f"attention written by hand in {where} (softmax {site.softmax.name}): {e}") from e
         window = mask.size if mask.kind == "sliding" else -1
         q = _four_d(graph, site.qk, site.q, site.softmax)
         k = _four_d(graph, site.qk, _key(graph, site), site.softmax)

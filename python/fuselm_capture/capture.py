@@ -52,8 +52,11 @@ def _innermost_module(exc: BaseException, names: dict[int, str]) -> torch.nn.Mod
     return found
 
 
-def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
-    """torch.export in fuselm's configuration; failures become CaptureError naming the module."""
+def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
+                  decompose: bool = True) -> torch.export.ExportedProgram:
+    """torch.export in fuselm's configuration; failures become CaptureError naming the module.
+    decompose=False leaves ops the engine lacks in place (the caller rewrites them first, then
+    calls decompose_for_engine)."""
     names = {id(m): n for n, m in module.named_modules()}
     try:
         with torch.no_grad():
@@ -70,7 +73,11 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -
         raise CaptureError(
             f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
         ) from e
-    # Ops the engine lacks become ops it has (decompose.py), or capture stops naming them.
+    return decompose_for_engine(ep, module) if decompose else ep
+
+
+def decompose_for_engine(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> torch.export.ExportedProgram:
+    """Ops the engine lacks become ops it has (decompose.py), or capture stops naming them."""
     from .decompose import UnsupportedOpError, decompose_missing
     from .ir_writer import DROPPED_OPS
     try:
@@ -302,7 +309,9 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
         from .attn_by_hand import on_fake_cpu
         example = on_fake_cpu(model, example)
     with _one_sequence():
-        ep = export_module(model, example, dynamic)
+        # Attention by hand is rewritten before ops the engine lacks are decomposed: its masking
+        # ops go away with it, and decomposing them first would hide the pattern.
+        ep = export_module(model, example, dynamic, decompose=not token_max_cut)
     return model, constants, ep
 
 
@@ -339,7 +348,7 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
                            "engine cannot carry across steps")
     for line in found:
         _progress(f"attention written by hand: {line}")
-    return model, constants, attn_by_hand.bridge_decompositions(ep)
+    return model, constants, decompose_for_engine(attn_by_hand.bridge_decompositions(ep), model)
 
 
 def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
