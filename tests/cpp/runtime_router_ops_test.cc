@@ -215,7 +215,7 @@ void check_experts(const ExpertsCase& c, const std::string& what) {
         gu[n] = v;
       }
       for (int64_t j = 0; j < c.i; ++j) {
-        const double g = c.concatenated ? gu[j] : gu[2 * j];
+        const double g = !c.has_gate ? 0.0 : c.concatenated ? gu[j] : gu[2 * j];  // no gate: gu is [i]
         const double u = !c.has_gate ? gu[j] : c.concatenated ? gu[c.i + j] : gu[2 * j + 1];
         if (c.act == "clamped_swiglu") {
           const double gc = std::min(g, c.limit), uc = std::clamp(u, -c.limit, c.limit);
