@@ -59,7 +59,7 @@ class Setup:
         self.tree = Path(args.llamacpp) / "src"  # llama.cpp's source: convert_hf_to_gguf.py, gguf-py
         self.bin = Path(args.llamacpp) / "build" / "bin"
         self.fuselm = Path(args.fuselm)
-        self.fuselm_base = Path(args.fuselm_base) if args.fuselm_base else None
+        self.fuselm_base = Path(args.fuselm_base) if getattr(args, "fuselm_base", "") else None  # bench_serving reuses Setup
         self.python = sys.executable
         self.pydeps = self.cache / "pydeps"
         self.not_run: list[str] = []  # "model TYPE: fuselm's error" for rows llama.cpp ran alone
