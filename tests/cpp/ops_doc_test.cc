@@ -52,9 +52,10 @@ std::string render() {
   return out.str();
 }
 
-TEST(OpsDoc, DocsOpsMdListsTheRegistry) {
-  const std::string path = std::string(FUSELM_SOURCE_DIR) + "/docs/ops.md";
-  const std::string want = render();
+// Checks that the file at `rel` (under the source tree) holds `want`, or writes it when
+// FUSELM_WRITE_OPS_MD is set.
+void expect_generated(const std::string& rel, const std::string& want) {
+  const std::string path = std::string(FUSELM_SOURCE_DIR) + rel;
   if (std::getenv("FUSELM_WRITE_OPS_MD")) {
     std::ofstream(path) << want;
   }
@@ -65,20 +66,14 @@ TEST(OpsDoc, DocsOpsMdListsTheRegistry) {
   EXPECT_EQ(got.str(), want) << path << " is out of date with the op registry; regenerate it (see the test's header)";
 }
 
+TEST(OpsDoc, DocsOpsMdListsTheRegistry) { expect_generated("/docs/ops.md", render()); }
+
 // python/fuselm_capture/engine_ops.txt: the registry's names, one a line, which capture reads to
 // decompose the ops the engine lacks (python/fuselm_capture/decompose.py). Same regeneration.
 TEST(OpsDoc, CaptureEngineOpsListIsTheRegistry) {
-  const std::string path = std::string(FUSELM_SOURCE_DIR) + "/python/fuselm_capture/engine_ops.txt";
   std::string want;
   for (const auto& name : OpRegistry::builtin().names()) want += name + "\n";
-  if (std::getenv("FUSELM_WRITE_OPS_MD")) {
-    std::ofstream(path) << want;
-  }
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << path << " is missing; run FUSELM_WRITE_OPS_MD=1 build/fuselm_tests --gtest_filter=OpsDoc.*";
-  std::stringstream got;
-  got << in.rdbuf();
-  EXPECT_EQ(got.str(), want) << path << " is out of date with the op registry; regenerate it (see the test's header)";
+  expect_generated("/python/fuselm_capture/engine_ops.txt", want);
 }
 
 }  // namespace
