@@ -1,6 +1,7 @@
 """Starts `fuselm serve` on a free port for a test module and stops it with SIGTERM."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -76,3 +77,15 @@ class Server:
             return self.proc.wait(timeout=120)
         finally:
             self.log.close()
+
+
+def raw_post(server, path: str, body: bytes, headers: dict | None = None):
+    """(HTTP status, parsed JSON body or None) of one POST of raw bytes to a running server."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, json.loads(data) if data else None
+    finally:
+        conn.close()

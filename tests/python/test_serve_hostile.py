@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fuselm_server import Server
+from fuselm_server import Server, raw_post as post
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -46,17 +46,6 @@ def raw(server, data: bytes, read: bool = True) -> bytes:
         while chunk := s.recv(65536):
             out += chunk
         return out
-
-
-def post(server, path: str, body: bytes):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
-    try:
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-        r = conn.getresponse()
-        data = r.read()
-        return r.status, json.loads(data) if data else None
-    finally:
-        conn.close()
 
 
 def test_client_vanishing_mid_request(server):

@@ -14,7 +14,7 @@ import time
 import openai
 import pytest
 
-from fuselm_server import Server
+from fuselm_server import Server, raw_post
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -40,17 +40,6 @@ def rss_kib(server) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def raw_post(server, path: str, body: bytes, headers: dict | None = None):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
-    try:
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
-        r = conn.getresponse()
-        data = r.read()
-        return r.status, json.loads(data) if data else None
-    finally:
-        conn.close()
 
 
 def test_100_mb_body_answers_413_without_being_held(server):
