@@ -13,10 +13,17 @@ Each site is rewritten into one fuselm::attention op (q, k, v taken from the two
 so the engine's KV cache holds that k and v), only after g is proved, on probe values, to be
     g(P) = scale·P + b   on the visible entries, and -> -inf (softmax weight 0) on the masked ones,
 where b, the bias at P = 0, is computed from the graph itself at several token counts (positions
-0..T-1, as capture runs the model) and must be zero where visible (a pure mask), the same for every
-head, and exactly one of the kinds the engine runs: causal, or a sliding window of W keys. A bias
-that is not a mask (ALiBi), a g that is not affine (softcap through tanh), a mask that reads the
-weights or the token values, or any other use of the intermediate products is refused with one
+0..T-1, as capture runs the model). Its hidden keys must be the same for every head and exactly one
+of the kinds the engine runs: causal, or a sliding window of W keys. Where keys are visible, b must be
+    b[h, q, k] = slope[h] · k + r[h, q]        (ALiBi; slope = 0 for every head: a pure mask)
+for some per-head slopes and any per-row constants r. The softmax over keys is invariant under
+adding one constant to a row (softmax(z + c) = softmax(z)), so r is dropped and the bias is the
+engine's slope[h] · (k - q): this accepts both the key-position form slope·k (bloom, falcon's alibi
+variant: the slopes times the positions of the keys) and the distance form slope·(k - q). The
+slopes are fitted on the probe per head, checked on every visible entry to rounding, required equal
+at every token count, and written into the op as data (alibi_slopes). A g that is not affine
+(softcap through tanh), a bias of any other form (a learned or relative bias), a mask that reads
+the weights or the token values, or any other use of the intermediate products is refused with one
 line saying why: a graph that would run without its mask is an error, never a full attention.
 """
 from __future__ import annotations
@@ -227,8 +234,8 @@ def _scores_fn(site: Site, ev: _Evaluator, T: int, tok):
     return G, pshape
 
 
-def _prove(site: Site, ev: _Evaluator, T: int, tok) -> tuple[float, torch.Tensor]:
-    """(scale, visible [T, T]) of the site at T tokens, or Refused."""
+def _prove(site: Site, ev: _Evaluator, T: int, tok) -> tuple[float, torch.Tensor, list[float] | None]:
+    """(scale, visible [T, T], ALiBi slopes or None) of the site at T tokens, or Refused."""
     G, pshape = _scores_fn(site, ev, T, tok)
     dtype = site.qk.meta["val"].dtype
     with torch.no_grad():
@@ -260,13 +267,40 @@ def _prove(site: Site, ev: _Evaluator, T: int, tok) -> tuple[float, torch.Tensor
                 raise Refused("a key its mask hides still gets softmax weight on a probe")
         if not torch.isfinite(bf[visible]).all():
             raise Refused("its bias is not finite where keys are visible")
-        if (bf[visible] != 0).any():
-            raise Refused("it adds a bias to the visible scores (ALiBi or a learned bias): the engine's attention "
-                          "op takes a mask, not a bias")
         vis = visible.reshape(-1, T, T)
         if not (vis == vis[:1]).all():
             raise Refused("its mask differs between heads")
-        return scale, vis[0]
+        heads = site.q.meta["val"].shape[-3]
+        slopes = _alibi_slopes(bf.reshape(-1, T, T), vis[0], dtype) if (bf[visible] != 0).any() else None
+        if slopes is not None and len(slopes) != heads:
+            raise Refused(f"its bias has {len(slopes)} rows of heads but the query has {heads} heads")
+        return scale, vis[0], slopes
+
+
+def _alibi_slopes(b: torch.Tensor, visible: torch.Tensor, dtype) -> list[float]:
+    """The per-head slopes s of a bias b [H, T, T] (float64) that is s[h]·k + r[h, q] on the visible
+    keys (k: key position, r: any constant per row); Refused when it is not of that form.
+
+    Rows are centred on their first visible key (removing r); the slope is the least-squares fit
+    over every visible entry, and every entry must then match to the rounding of the model's dtype
+    (the bias is computed in it: a few ulps of its largest magnitude)."""
+    H, T, _ = b.shape
+    keys = torch.arange(T, dtype=torch.float64)
+    first = visible.double().argmax(-1)                       # [T] first visible key of each row
+    zero = torch.zeros((), dtype=torch.float64)
+    x = torch.where(visible, keys[None, :] - first[:, None].double(), zero)  # [T, T] k - k0 where visible
+    d = torch.where(visible, b - b.gather(-1, first[None, :, None].expand(H, T, 1)), zero)  # b - b[k0]
+    den = float((x * x).sum())
+    if den == 0:
+        raise Refused("it adds a bias to the visible scores but no row sees two keys to prove its form")
+    slopes = (d * x).sum((-1, -2)) / den                       # [H]
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    tol = 16 * eps * (1 + float(b.masked_select(visible.expand(H, -1, -1)).abs().max()))
+    err = float(torch.where(visible, d - slopes[:, None, None] * x, zero).abs().max())
+    if err > tol:
+        raise Refused(f"it adds a bias to the visible scores that is not an ALiBi bias slope[h] x key position "
+                      f"(plus a constant per query row): off by {err:.3g} (a learned or relative bias?)")
+    return [float(v) for v in slopes]
 
 
 def _kind(visible: torch.Tensor) -> MaskKind:
@@ -292,17 +326,23 @@ def _site_mask(site: Site, ev: _Evaluator, max_tokens: int, tok) -> tuple[float,
         if T < 2:
             continue
         found.append((T,) + _prove(site, ev, T, tok))
-    scales = {round(s, 9) for _, s, _ in found}
+    scales = {round(s, 9) for _, s, _, _ in found}
     if len(scales) != 1:
         raise Refused(f"its scale differs between token counts ({sorted(scales)})")
-    kinds = [(T, _kind(v)) for T, _, v in found]
+    slopes = found[0][3]
+    for T, _, _, sl in found[1:]:
+        same = (sl is None) == (slopes is None) and (sl is None or all(
+            abs(a - b) <= 1e-6 * max(abs(a), abs(b)) + 1e-12 for a, b in zip(sl, slopes)))
+        if not same:
+            raise Refused(f"its ALiBi slopes differ between {found[0][0]} and {T} tokens ({slopes} vs {sl})")
+    kinds = [(T, _kind(v)) for T, _, v, _ in found]
     T, last = kinds[-1]
     for t, k in kinds:
         if last.kind == "sliding" and k.kind == "causal" and t <= last.size:
             continue
         if k != last:
             raise Refused(f"its mask is {k.describe()} at {t} tokens but {last.describe()} at {T}")
-    return found[0][1], last
+    return found[0][1], last, slopes
 
 
 def _insert(graph, before, target, args, meta_from, fake):
@@ -364,7 +404,7 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
         raise Refused(f"a context of {max_tokens} tokens: a mask written by hand is proved only up to {BIG}")
     report = []
     fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes if n.op == "placeholder"])
-    for layer, (site, (scale, mask)) in enumerate(zip(sites, proofs)):
+    for layer, (site, (scale, mask, slopes)) in enumerate(zip(sites, proofs)):
         where = _module_of(site.softmax)
         window = mask.size if mask.kind == "sliding" else -1
         q = _four_d(graph, site.qk, site.q, site.softmax)
@@ -372,15 +412,16 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
         v = _four_d(graph, site.av, site.v, site.softmax)
         with fake_mode:
             out = torch.ops.fuselm.attention(q.meta["val"], k.meta["val"], v.meta["val"], None, float(scale),
-                                             window, 0.0, layer, -1, mask.kind)
+                                             window, 0.0, layer, -1, mask.kind, slopes)
         att = _insert(graph, site.av, torch.ops.fuselm.attention.default,
-                      (q, k, v, None, float(scale), window, 0.0, layer, -1, mask.kind), site.softmax, out)
+                      (q, k, v, None, float(scale), window, 0.0, layer, -1, mask.kind, slopes), site.softmax, out)
         res = _insert(graph, site.av, aten.transpose.int, (att, 1, 2), site.softmax, out.transpose(1, 2))
         if site.av.meta["val"].dim() == 3:
             res = _insert(graph, site.av, aten.squeeze.dim, (res, 0), site.softmax, out.transpose(1, 2).squeeze(0))
         site.av.replace_all_uses_with(res)
         _erase_site(graph, site)
-        report.append(f"{where}: layer {layer} scale={scale:.6g} mask={mask.describe()}")
+        alibi = f" alibi_slopes=[{', '.join(f'{x:.6g}' for x in slopes)}]" if slopes else ""
+        report.append(f"{where}: layer {layer} scale={scale:.6g} mask={mask.describe()}{alibi}")
     if sites:
         _drop_dead(graph)
     return report

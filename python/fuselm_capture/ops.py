@@ -29,16 +29,20 @@ def attention(
     layer_idx: int,
     chunk_size: int = -1,
     mask: str = "causal",
+    alibi_slopes: list[float] | None = None,
 ) -> torch.Tensor:
     """q [B,Hq,S,Dqk], k [B,Hkv,S,Dqk], v [B,Hkv,S,Dv] -> [B,S,Hq,Dv]. Runs only in the engine.
 
     mask: causal | sliding | chunked (with sliding_window / chunk_size) or a kind the engine
-    refuses (bidirectional, unknown), with the reason after a colon (masks.MaskKind)."""
+    refuses (bidirectional, unknown), with the reason after a colon (masks.MaskKind).
+    alibi_slopes: Hq slopes of an ALiBi bias slope[h] · (key - query position) added to the
+    scaled (and capped) scores, or None."""
     raise RuntimeError("fuselm::attention runs only in the fuselm engine")
 
 
 @attention.register_fake
-def _attention_fake(q, k, v, sinks, scaling, sliding_window, softcap, layer_idx, chunk_size=-1, mask="causal"):
+def _attention_fake(q, k, v, sinks, scaling, sliding_window, softcap, layer_idx, chunk_size=-1, mask="causal",
+                    alibi_slopes=None):
     b, h, s, _ = q.shape
     return q.new_empty(b, s, h, v.shape[-1])
 

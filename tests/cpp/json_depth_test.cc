@@ -65,7 +65,7 @@ TEST(JsonDepth, DeepShardIndex) {
 
 TEST(JsonDepth, DeepIrArgs) {
   TempDir dir;
-  write(dir / "ir.json", R"({"format":"fuselm-ir","version":1,"capture_version":"0.3.0","ops":{},"modules":[],)"
+  write(dir / "ir.json", R"({"format":"fuselm-ir","version":1,"capture_version":"0.4.0","ops":{},"modules":[],)"
                          R"("parameters":{},"constants":{},"outputs":[],"nodes":[{"name":"a","op":"aten.view.default",)"
                          R"("args":)" + deep_array() + R"(,"dtype":"f32","shape":[1],"module_stack":[]}]})");
   const std::string m = message_of([&] { ir::load(dir / "ir.json"); });

@@ -1,6 +1,6 @@
 // attention over a slot-paged KV cache against a double-precision transcription of transformers'
-// eager_attention_forward (scaling, softcap, causal + sliding-window mask, sinks, GQA), on every
-// ISA path.
+// eager_attention_forward (scaling, softcap, causal + sliding-window mask, sinks, GQA) and of an
+// ALiBi bias slope[h] · (key - query position) added to the scores (bloom's baddbmm), on every ISA path.
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -27,8 +27,9 @@ struct AttnCase {
   bool kv_in_cache = false;  // k = v = nullptr: the caller already wrote them
   int threads = 0;
   int64_t chunk = 0;  // chunked mask: keys of the query's own chunk of this many positions
+  bool alibi = false;  // per-head ALiBi slopes
   std::string name() const {
-    return fmt::format("hq{}_hkv{}_dqk{}_dv{}_ctx{}_t{}{}{}{}{}{}{}{}", hq, hkv, dqk, dv, ctx, t,
+    return fmt::format("hq{}_hkv{}_dqk{}_dv{}_ctx{}_t{}{}{}{}{}{}{}{}{}", hq, hkv, dqk, dv, ctx, t, alibi ? "_alibi" : "",
                        window ? fmt::format("_win{}", window) : "", chunk ? fmt::format("_chunk{}", chunk) : "",
                        softcap ? fmt::format("_cap{}", softcap) : "", sinks ? "_sinks" : "",
                        head_pad ? "_strided" : "", kv_in_cache ? "_cached" : "",
@@ -70,6 +71,10 @@ void check_attention(const AttnCase& c, uint32_t seed) {
     }
   auto sinks = random_floats(static_cast<size_t>(c.hq), seed + 4, 2.f);
   if (c.sinks) sinks[0] = 30.f;  // a sink that takes nearly all the mass
+  // ALiBi slopes as bloom's geometric series 2^(-8(h+1)/hq), one head with a steep slope
+  std::vector<float> slopes(static_cast<size_t>(c.hq));
+  for (int64_t h = 0; h < c.hq; ++h) slopes[h] = std::exp2(-8.f * static_cast<float>(h + 1) / static_cast<float>(c.hq));
+  slopes[0] = 0.75f;
   const float scale = c.scale ? c.scale : 1.f / std::sqrt(static_cast<float>(c.dqk));
   std::vector<float> out(static_cast<size_t>(c.t * c.hq * c.dv), nan);
 
@@ -98,6 +103,7 @@ void check_attention(const AttnCase& c, uint32_t seed) {
   a.chunk_size = c.chunk;
   a.softcap = c.softcap;
   a.sinks = c.sinks ? sinks.data() : nullptr;
+  a.alibi_slopes = c.alibi ? slopes.data() : nullptr;
   {
     std::optional<testing::ScopedThreads> threads;
     if (c.threads) threads.emplace(c.threads);
@@ -130,6 +136,9 @@ void check_attention(const AttnCase& c, uint32_t seed) {
           s += static_cast<double>(qkv[i * width + h * qh + d]) * k_all[j * k_row + g * c.dqk + d];
         s *= scale;
         if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+        // ALiBi: the key-position form slope·j (bloom), equal under the softmax to the kernel's distance
+        // form slope·(j - p); with a sink (a logit without the bias) only the distance form is the kernel's
+        if (c.alibi) s += static_cast<double>(slopes[h]) * static_cast<double>(c.sinks ? j - p : j);
         const bool masked = j > p || (c.window > 0 && j <= p - c.window) || (c.chunk > 0 && j / c.chunk != p / c.chunk);
         logits[j] = masked ? -inf : s;
         mx = std::max(mx, logits[j]);
@@ -186,6 +195,16 @@ std::vector<AttnCase> attention_cases() {
   v.push_back({6, 3, 16, 16, 1300, 1, 0, 0, false, 0, 0, true, 2});
   // a group wider than 64 q heads (MQA with many heads)
   v.push_back({80, 1, 8, 8, 20, 5});
+  // ALiBi: prefill, chunked prefill, decode over several 64-key chunks and split key segments, with
+  // GQA/MQA, a sliding window, softcap, sinks and a cache already holding K/V
+  for (AttnCase c : {AttnCase{4, 4, 16, 16, 100, 100}, AttnCase{8, 2, 16, 16, 90, 17}, AttnCase{4, 1, 32, 32, 150, 1},
+                     AttnCase{6, 3, 16, 16, 80, 80, 9}, AttnCase{4, 2, 32, 32, 70, 5, 0, 20.f, true, 1.f},
+                     AttnCase{6, 2, 24, 24, 50, 12, 0, 0, false, 0, 0, true},
+                     AttnCase{8, 2, 32, 32, 1100, 1, 0, 0, false, 0, 0, false, 3},
+                     AttnCase{4, 1, 16, 24, 2000, 2, 700, 0, false, 0, 0, false, 2}}) {
+    c.alibi = true;
+    v.push_back(c);
+  }
   return v;
 }
 

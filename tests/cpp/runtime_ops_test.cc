@@ -1287,6 +1287,7 @@ struct AttnConfig {
   bool q_head_dim_strided = false;  // q's head dim with a stride other than 1
   bool k_head_broadcast = false;    // one K head expanded to hkv heads (a zero head stride)
   int layer = 1;
+  std::vector<double> alibi;        // per-head ALiBi slopes (alibi_slopes), empty: none
 };
 
 /// One sequence's data: per position q [hq][d], k [hkv][d], v [hkv][dv].
@@ -1308,7 +1309,8 @@ SeqData make_seq(const AttnConfig& c, int64_t len, uint32_t seed) {
 }
 
 /// transformers' eager attention for one query position against positions 0..pos of the same
-/// sequence: scale, softcap, causal + sliding-window mask, sinks, GQA; out [dv] for head h.
+/// sequence: scale, softcap, causal + sliding-window mask, sinks, GQA, and an ALiBi bias
+/// slope[h] · j in bloom's key-position form; out [dv] for head h.
 std::vector<double> attend_ref(const AttnConfig& c, const SeqData& s, int64_t pos, int64_t h, const std::vector<double>& sinks) {
   const int64_t kh = h / (c.hq / c.hkv);
   std::vector<double> logits;
@@ -1320,6 +1322,7 @@ std::vector<double> attend_ref(const AttnConfig& c, const SeqData& s, int64_t po
     for (int64_t e = 0; e < c.d; ++e) dot += s.q[pos][h * c.d + e] * s.k[j][kh * c.d + e];
     double l = dot * c.scale;
     if (c.softcap > 0) l = c.softcap * std::tanh(l / c.softcap);
+    if (!c.alibi.empty()) l += c.alibi[h] * static_cast<double>(j);
     logits.push_back(l);
     keys.push_back(j);
   }
@@ -1344,7 +1347,7 @@ struct Chunk {
 
 void check_attention(const AttnConfig& c) {
   SCOPED_TRACE("attention hq " + std::to_string(c.hq) + " hkv " + std::to_string(c.hkv) + " window " + std::to_string(c.window) +
-               " softcap " + std::to_string(c.softcap) + (c.sinks ? " sinks" : ""));
+               " softcap " + std::to_string(c.softcap) + (c.sinks ? " sinks" : "") + (c.alibi.empty() ? "" : " alibi"));
   // Three sequences over two steps: A prefills 5 then 3 more; B prefills 2 then decodes 1;
   // C arrives in step 2 with 4 prompt tokens. Context lengths after step 2: 8, 3, 4.
   std::vector<SeqData> seqs = {make_seq(c, 8, 301), make_seq(c, 3, 311), make_seq(c, 4, 321)};
@@ -1383,8 +1386,10 @@ void check_attention(const AttnConfig& c) {
   if (c.k_head_broadcast) kt = g.op("aten.expand.default", {R(kt), Ints({1, c.hkv, -1, c.d}), B(false)}, DType::f32, {1, c.hkv, t0, c.d});
   Arg sink_arg = None();
   if (c.sinks) sink_arg = R(g.param(make_host(DType::f32, {c.hq}, sinks)));
+  std::vector<Arg> slopes;
+  for (double x : c.alibi) slopes.push_back(F(x));
   int att = g.op("fuselm.attention.default", {R(qt), R(kt), R(vn), sink_arg, F(c.scale), I(c.window), F(c.softcap), I(c.layer),
-                                                   I(c.chunk), S(c.mask)},
+                                                   I(c.chunk), S(c.mask), c.alibi.empty() ? None() : L(slopes)},
                  DType::f32, {1, t0, c.hq, c.dv});
   // The module the attention op sits in, as capture records it.
   g.graph().modules.push_back(ir::Module{"model.layers.1.self_attn", "test.Attention", {{"layer_idx", 1}}});
@@ -1453,6 +1458,15 @@ void add_attention_cases(Cases& m) {
     c.sinks = true;
     c.dv = 6;
     check_attention(c);
+    // ALiBi slopes (bloom's 2^(-8(h+1)/H), one steep), alone, with GQA and a window
+    for (int64_t hkv : {4, 2}) {
+      AttnConfig a;
+      a.hkv = hkv;
+      a.alibi = {0.9, 0.25, 0.0625, 0.015625};
+      check_attention(a);
+      a.window = 3;
+      check_attention(a);
+    }
   };
 }
 

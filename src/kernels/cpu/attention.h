@@ -17,6 +17,10 @@
 // (b) for each new token i and q head h (kv head h / (hq / hkv): GQA, MQA), with p its position:
 //   s_j  = scale · q·k_j                               for keys j = 0 .. ctx_len-1
 //   s_j  = softcap · tanh(s_j / softcap)               if softcap > 0 (after scaling, before masking)
+//   s_j += alibi_slopes[h] · (j - p)                   if alibi_slopes (ALiBi: after the softcap,
+//          as the bias is added to the capped scores; softmax per query makes it equal to
+//          slopes[h] · j, the form bloom and falcon add, since -slopes[h] · p is one constant a row;
+//          with sinks, whose logit has no bias, it is the distance form that is added)
 //   keep j <= p (causal) and, if sliding_window W > 0, j > p - W (itself and W-1 before), and if
 //   chunk_size C > 0, j >= (p / C) · C (keys of its own chunk only)
 //   out  = sum_j softmax_j(s) · v_j, where with sinks the softmax has one more logit, sinks[h]
@@ -59,6 +63,7 @@ struct AttentionArgs {
   int64_t chunk_size = 0;        // <= 0: none; else keys j with j / C == p / C only (chunked masks)
   float softcap = 0.f;           // <= 0: none
   const float* sinks = nullptr;  // [hq] or nullptr
+  const float* alibi_slopes = nullptr;  // [hq] or nullptr: a linear bias slope · (key - query position)
 };
 
 void attention(const AttentionArgs& args);

@@ -189,10 +189,14 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
       vr[c] = vc + a.slots[j0 + c] * v_row;
     }
     chunk_logits<V, CH, 256>(a, ti, h0, nh, kr, n, s_all);
+    // ALiBi: key distance j - p of each key of the chunk (p: the query's position), shared by heads.
+    alignas(64) float dist[CH];
+    if (a.alibi_slopes)
+      for (int c = 0; c < n; ++c) dist[c] = static_cast<float>(j0 + c - (a.ctx_len - a.t + ti));
     for (int64_t r = 0; r < nh; ++r) {
       float* s = s_all + r * CH;
       float* out = o[r];
-      // scale, softcap, chunk max
+      // scale, softcap, ALiBi bias, chunk max
       R mx = V::set1(neg_inf);
       const R sc = V::set1(scale);
       int c = 0;
@@ -200,6 +204,7 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
         const int rem = std::min(W, n - c);
         R x = V::mul(V::loadn(s + c, rem), sc);
         if (cap > 0.f) x = V::mul(V::set1(cap), vtanh<V>(V::mul(x, V::set1(1.f / cap))));
+        if (a.alibi_slopes) x = V::fma(V::set1(a.alibi_slopes[h0 + r]), V::loadn(dist + c, rem), x);
         V::storen(s + c, x, rem);
         if (rem < W) {  // lanes past the chunk must not raise the max
           alignas(64) float buf[W];

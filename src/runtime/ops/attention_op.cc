@@ -1,8 +1,10 @@
 // fuselm.attention(q [1,Hq,T,Dqk], k [1,Hkv,T,Dqk], v [1,Hkv,T,Dv], sinks?, scaling,
-// sliding_window, softcap, layer_idx, chunk_size, mask) -> [1, T, Hq, Dv]. The only op that knows
+// sliding_window, softcap, layer_idx, chunk_size, mask, alibi_slopes?) -> [1, T, Hq, Dv]. The only op that knows
 // sequences: it writes each sequence's new K/V into its KV slots and attends over the sequence's
 // context. mask is the layer's mask kind read at capture (docs/ir.md): causal, sliding or chunked
 // run; any other kind (bidirectional, unknown) is refused, never run as causal attention.
+// alibi_slopes: Hq reals, the ALiBi bias slope[h] · (key - query position) on the scores (capture
+// proves a bias of that form on probes: python/fuselm_capture/attn_by_hand.py); none: no bias.
 #include <fmt/core.h>
 
 #include <string_view>
@@ -24,6 +26,17 @@ void check_mask(const OpCall& c) {
     c.fail(fmt::format("layer {}: its mask is '{}', which the engine cannot express (it runs causal, sliding-window "
                        "and chunked masks)",
                        c.integer("layer_idx"), kind));
+}
+
+/// The per-head ALiBi slopes (empty without them); fails unless they are Hq reals.
+std::vector<float> alibi_slopes(const OpCall& c, int64_t hq) {
+  std::vector<float> out;
+  if (!c.has("alibi_slopes")) return out;
+  const Value& v = c.arg("alibi_slopes");
+  if (v.kind != Value::Kind::list || static_cast<int64_t>(v.list.size()) != hq)
+    c.fail(fmt::format("alibi_slopes must be a list of {} reals, one per query head", hq));
+  for (const Value& e : v.list) out.push_back(static_cast<float>(e.as_double()));
+  return out;
 }
 
 void attention(OpCall& c) {
@@ -53,6 +66,7 @@ void attention(OpCall& c) {
   };
   Tensor qf = as_rows(q, ss), kf = as_rows(k, sk), vf = as_rows(v, sv);
   const float* sinks = c.has("sinks") ? contiguous_as(c.tensor("sinks"), DType::f32, ssink).ptr<float>() : nullptr;
+  const std::vector<float> slopes = alibi_slopes(c, Hq);
   Tensor out = c.alloc(DType::f32, {1, T, Hq, Dv});
 
   // One work list over all sequences (kernels::attention_batch): a decode step of many sequences
@@ -90,6 +104,7 @@ void attention(OpCall& c) {
     a.chunk_size = c.integer("chunk_size");
     a.softcap = static_cast<float>(c.real("softcap"));
     a.sinks = sinks;
+    a.alibi_slopes = slopes.empty() ? nullptr : slopes.data();
     args.push_back(a);
     covered += s.num_tokens;
   }
