@@ -284,7 +284,9 @@ def _alibi_slopes(b: torch.Tensor, visible: torch.Tensor, dtype) -> list[float]:
     Rows are centred on their first visible key (removing r); the slope is the least-squares fit
     over every visible entry, and every entry must then match to the rounding of the model's dtype
     (the bias is computed in it: a few ulps of its largest magnitude)."""
-    H, T, _ = b.shape
+    T = visible.shape[0]
+    b = b.expand(b.shape[0], T, T)
+    H = b.shape[0]
     keys = torch.arange(T, dtype=torch.float64)
     first = visible.double().argmax(-1)                       # [T] first visible key of each row
     zero = torch.zeros((), dtype=torch.float64)
@@ -295,8 +297,15 @@ def _alibi_slopes(b: torch.Tensor, visible: torch.Tensor, dtype) -> list[float]:
         raise Refused("it adds a bias to the visible scores but no row sees two keys to prove its form")
     slopes = (d * x).sum((-1, -2)) / den                       # [H]
     eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
-    tol = 16 * eps * (1 + float(b.masked_select(visible.expand(H, -1, -1)).abs().max()))
+    top = float(b.masked_select(visible.expand(H, -1, -1)).abs().max())
+    tol = 16 * eps * (1 + top)
     err = float(torch.where(visible, d - slopes[:, None, None] * x, zero).abs().max())
+    if err > tol and err <= 2 * torch.finfo(torch.bfloat16).eps * (1 + top):
+        # e.g. slopes cast to bfloat16 before the product: the model's own bias is a rounded line,
+        # and the engine's exact slope·(k - q) would move the logits by up to err·scale
+        raise Refused(f"it adds a bias to the visible scores that is slope[h] x key position only to the rounding "
+                      f"of a 16-bit float (off by {err:.3g} at |bias| up to {top:.3g}): the engine adds the exact "
+                      "line, so its logits would not match the model's")
     if err > tol:
         raise Refused(f"it adds a bias to the visible scores that is not an ALiBi bias slope[h] x key position "
                       f"(plus a constant per query row): off by {err:.3g} (a learned or relative bias?)")

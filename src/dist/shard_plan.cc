@@ -435,6 +435,14 @@ std::optional<Failure> Walk::attention(ir::Node& node) {
   if (in(node.args[def.arg("sinks")]).split() || !node.args[def.arg("sinks")].is_none())
     return fail(node, origin, "has attention sinks (per-head values the plan does not split yet)");
   const int64_t hq = q.secs[0].l;
+  // ALiBi slopes are per query head: this rank keeps the slopes of its heads [rank·hq, rank·hq + hq)
+  // (the walk runs on a copy of the graph, so the list is cut once per successful walk).
+  if (const size_t at = def.arg("alibi_slopes"); at < node.args.size() && !node.args[at].is_none()) {
+    auto& slopes = node.args[at].list;
+    if (node.args[at].kind != ir::Arg::Kind::list || static_cast<int64_t>(slopes.size()) != q.secs[0].g)
+      return fail(node, origin, fmt::format("has {} ALiBi slopes for {} query heads", slopes.size(), q.secs[0].g));
+    slopes = std::vector<ir::Arg>(slopes.begin() + rank_ * hq, slopes.begin() + (rank_ + 1) * hq);
+  }
   const auto& kmeta = g_.nodes[node.args[def.arg("k")].ref].out.shape;
   const int64_t hk = k.split() ? k.secs[0].l : kmeta.at(1).value;
   if (hk <= 0 || hq % hk != 0) return fail(node, origin, fmt::format("would hold {} query heads over {} kv heads", hq, hk));

@@ -6,14 +6,8 @@ list when the mechanism exists, never by a branch on its name.
 """
 from __future__ import annotations
 
-ALIBI = ("attention written by hand with an ALiBi bias (slope[h] x key position through baddbmm): capture "
-         "finds the attention but refuses a bias on the visible scores, since the engine's attention op takes "
-         "a mask and no per-head slopes (issue 15 item 2)")
-
 # family -> why it does not pass yet
-WAITING: dict[str, str] = {
-    "bloom": ALIBI,
-}
+WAITING: dict[str, str] = {}
 
 
 # WAITING families that capture and fuse (inspect works); only their outputs are wrong.

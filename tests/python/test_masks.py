@@ -131,17 +131,82 @@ def _by_hand_dir(model_cache, family: str):
     return d
 
 
-def test_attention_by_hand_with_a_bias_is_refused(fuselm_bin, model_cache):
-    """transformers 5.18's bloom computes attention by hand with ALiBi through baddbmm: capture finds
-    the attention (python/fuselm_capture/attn_by_hand.py) but its bias on the visible scores is no mask,
-    so it is refused with one line naming the class, the module and the reason."""
+def test_alibi_slopes_are_read_from_the_graph(fuselm_bin, model_cache, tmp_path):
+    """transformers 5.18's bloom computes attention by hand with an ALiBi bias through baddbmm:
+    capture proves on probes that the bias is slope[h] x key position and writes the slopes into
+    each layer's op; they equal transformers' own build_alibi_tensor slopes, and the logits past the
+    first tokens (where the bias matters) match transformers'."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
     d = _by_hand_dir(model_cache, "bloom")
+    check_parity("bloom_by_hand/40", fuselm_bin, d, list(range(3, 43)), tmp_path, max_tokens=4)
+    want = build_alibi_tensor(torch.ones(1, 2), 4, torch.float32)[:, 0, 1].tolist()  # slope x position 1
+    ops = attention_ops(d)
+    assert len(ops) == 2 and all(o["mask"] == "causal" for o in ops), ops
+    for o in ops:
+        assert o["alibi_slopes"] == pytest.approx(want, rel=1e-6), (o["alibi_slopes"], want)
+
+
+def test_alibi_rounded_to_16_bits_is_refused(fuselm_bin, model_cache):
+    """falcon's alibi=True variant multiplies bfloat16 slopes by the key positions, so its bias is a
+    line only to bfloat16 rounding: the engine's exact ALiBi would not give the model's logits, and
+    capture refuses it in one line naming the module and why."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+    d = model_cache / "falcon_alibi"
+    if not (d / "config.json").exists():
+        torch.manual_seed(0)
+        cfg = transformers.FalconConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        alibi=True, new_decoder_architecture=False, multi_query=True,
+                                        parallel_attn=True)
+        AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
     proc = subprocess.run([str(fuselm_bin), "generate", str(d), "--prompt-ids", "1,2,3", "--max-tokens", "2",
                            "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0, proc.stdout
     last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("fuselm: error: ") and "attention written by hand in transformer.h.0" in last, proc.stderr
-    assert "ForCausalLM" in last and "adds a bias to the visible scores" in last, last
+    assert "only to the rounding of a 16-bit float" in last, last
+
+
+def _bias_forms(T=40, H=3):
+    """(visible [T, T] causal, slopes [H], key positions k [T], query positions q [T, 1])."""
+    q = torch.arange(T, dtype=torch.float64)[:, None]
+    k = torch.arange(T, dtype=torch.float64)[None, :]
+    slopes = torch.tensor([0.5, 0.125, 0.0], dtype=torch.float64)[:H]
+    return k <= q, slopes, k, q
+
+
+def test_alibi_proof_accepts_key_position_and_distance_forms():
+    """Both slope·k (bloom) and slope·(k - q), with any constant per query row, give the slopes; a
+    softmax over keys of either equals one over the other (the invariance the proof relies on)."""
+    from fuselm_capture.attn_by_hand import _alibi_slopes
+    vis, slopes, k, q = _bias_forms()
+    forms = {"key": slopes[:, None, None] * k, "distance": slopes[:, None, None] * (k - q),
+             "row": slopes[:, None, None] * k + 7.0 * q.sin()}
+    for name, b in forms.items():
+        b32 = b.float().double()  # computed in the model's fp32
+        assert _alibi_slopes(b32, vis, torch.float32) == pytest.approx(slopes.tolist(), abs=1e-7), name
+        masked = b.masked_fill(~vis, float("-inf"))
+        ref = forms["distance"].masked_fill(~vis, float("-inf"))
+        assert torch.allclose(torch.softmax(masked, -1), torch.softmax(ref, -1), atol=1e-12), name
+
+
+def test_alibi_proof_refuses_other_biases():
+    """A bias that is not linear in the key position (quadratic, a learned table, a slope that
+    changes with the query row) is refused, as is a line rounded to bfloat16."""
+    from fuselm_capture.attn_by_hand import Refused, _alibi_slopes
+    vis, slopes, k, q = _bias_forms()
+    g = torch.Generator().manual_seed(0)
+    bad = {"quadratic": slopes[:, None, None] * k * k / 40,
+           "table": torch.randn(3, 1, 40, generator=g, dtype=torch.float64).expand(3, 40, 40),
+           "per-row slope": slopes[:, None, None] * k * (1 + q / 40)}
+    for name, b in bad.items():
+        with pytest.raises(Refused, match="not an ALiBi bias"):
+            _alibi_slopes(b, vis, torch.float32)
+    vis, slopes, k, q = _bias_forms(T=300)  # slope 0.5 x 299 needs 9 significant bits: bfloat16 rounds it
+    rounded = (slopes[:, None, None].bfloat16() * k.bfloat16()).double().expand(3, 300, 300)
+    assert not torch.equal(rounded[0], (slopes[0] * k).expand(300, 300))
+    with pytest.raises(Refused, match="16-bit float"):
+        _alibi_slopes(rounded, vis, torch.float32)
 
 
 def test_attention_by_hand_window_is_read_from_the_graph(fuselm_bin, model_cache, tmp_path):
