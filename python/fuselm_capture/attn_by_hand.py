@@ -82,6 +82,13 @@ class _Evaluator:
         self.specs = {s.arg.name: s for s in ep.graph_signature.input_specs}
         self.constants = constants
         self.vocab = max(int(vocab or 0), 4)
+        # When set, a node that reads a weight gets frontier(node) as its value (random probes)
+        # instead of refusing: _head_groups evaluates what follows the model's weights.
+        self.frontier = None
+
+    def _is_weight(self, n) -> bool:
+        spec = self.specs.get(n.name) if n.op == "placeholder" else None
+        return spec is not None and spec.kind.name == "PARAMETER"
 
     def inputs(self, T: int, seed: int) -> dict:
         gen = torch.Generator().manual_seed(seed)
@@ -118,6 +125,9 @@ class _Evaluator:
                           "or an input other than the tokens and positions)")
         if node.op != "call_function":
             raise Refused(f"its mask or bias reads a {node.op} node {node.name}")
+        if self.frontier is not None and any(self._is_weight(a) for a in node.all_input_nodes):
+            env[node] = self.frontier(node)
+            return env[node]
         args = torch.fx.node.map_arg(node.args, lambda a: self.value(a, env))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: self.value(a, env))
         cpu = torch.device("cpu")
@@ -383,6 +393,60 @@ def _key(graph, site: Site):
     return _insert(graph, site.qk, aten.transpose.int, (kt, -1, -2), site.softmax, kt.meta["val"].transpose(-1, -2))
 
 
+GROUP_PROBE_TOKENS = (5, 37)
+
+
+def _head_groups(node, ev: _Evaluator, tok) -> set[int]:
+    """The group sizes g (dividing the head count H) for which head h of the 4-D operand node
+    [1, H, T, D] holds the same values as head (h // g)·g, proved on random probes: node is
+    evaluated with every op that reads a weight (a projection, a norm) given random values, and
+    what follows them (splits, the repeat of KV heads by expand and reshape, rope from the positions,
+    casts) computed from the graph. Heads that are copies of one head stay exactly equal for any
+    values; heads computed from different weights or values differ on random ones. {1} when node
+    cannot be evaluated so (it reads a value capture does not know)."""
+    H = node.meta["val"].shape[1]
+    if not isinstance(H, int) or H < 2:
+        return {1}
+    groups = {g for g in range(1, H + 1) if H % g == 0}
+    try:
+        for T in GROUP_PROBE_TOKENS:
+            gen = torch.Generator().manual_seed(1000 + T)
+
+            def frontier(n, T=T, gen=gen):
+                val = n.meta.get("val")
+                if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+                    raise Refused(f"{n.name} reads a weight and is no floating tensor")
+                return torch.randn(_shape(val, T, tok), generator=gen, dtype=torch.float64).to(val.dtype)
+            ev.frontier = frontier
+            with torch.no_grad():
+                vals = ev.value(node, ev.inputs(T, seed=T))
+            if not isinstance(vals, torch.Tensor) or vals.dim() != 4 or vals.shape[1] != H:
+                return {1}
+            groups = {g for g in groups if all(torch.equal(vals[:, h], vals[:, h // g * g]) for h in range(H))}
+    except (Refused, RuntimeError, TypeError, ValueError):
+        return {1}
+    finally:
+        ev.frontier = None
+    return groups
+
+
+def _unique_heads(graph, ev: _Evaluator, tok, k, v, meta_from, fake_mode):
+    """(k, v, g): the KV operands cut to their unique heads k[:, ::g], v[:, ::g] when their heads come
+    in groups of g copies (_head_groups: grouped attention that repeats its KV heads before the
+    products; the engine reads KV head h // g for query head h, which holds the same values), so the
+    KV cache holds H/g heads, as grouped attention needs."""
+    g = max(_head_groups(k, ev, tok) & _head_groups(v, ev, tok))
+    if g == 1:
+        return k, v, 1
+    out = []
+    for n in (k, v):
+        H = n.meta["val"].shape[1]
+        with fake_mode:
+            fake = n.meta["val"][:, ::g]
+        out.append(_insert(graph, meta_from, aten.slice.Tensor, (n, 1, 0, H, g), meta_from, fake))
+    return out[0], out[1], g
+
+
 def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> list[str]:
     """Rewrites every attention written by hand in ep's graph into fuselm::attention (in place).
 
@@ -419,6 +483,7 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
         q = _four_d(graph, site.qk, site.q, site.softmax)
         k = _four_d(graph, site.qk, _key(graph, site), site.softmax)
         v = _four_d(graph, site.av, site.v, site.softmax)
+        k, v, group = _unique_heads(graph, ev, tokens_symbol, k, v, site.av, fake_mode)
         with fake_mode:
             out = torch.ops.fuselm.attention(q.meta["val"], k.meta["val"], v.meta["val"], None, float(scale),
                                              window, 0.0, layer, -1, mask.kind, slopes)
@@ -430,7 +495,8 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
         site.av.replace_all_uses_with(res)
         _erase_site(graph, site)
         alibi = f" alibi_slopes=[{', '.join(f'{x:.6g}' for x in slopes)}]" if slopes else ""
-        report.append(f"{where}: layer {layer} scale={scale:.6g} mask={mask.describe()}{alibi}")
+        kv = f" kv_heads={k.meta['val'].shape[1]} (each repeated {group}x before the products)" if group > 1 else ""
+        report.append(f"{where}: layer {layer} scale={scale:.6g} mask={mask.describe()}{alibi}{kv}")
     if sites:
         _drop_dead(graph)
     return report

@@ -135,15 +135,32 @@ def test_alibi_slopes_are_read_from_the_graph(fuselm_bin, model_cache, tmp_path)
     """transformers 5.18's bloom computes attention by hand with an ALiBi bias through baddbmm:
     capture proves on probes that the bias is slope[h] x key position and writes the slopes into
     each layer's op; they equal transformers' own build_alibi_tensor slopes, and the logits past the
-    first tokens (where the bias matters) match transformers'."""
+    first tokens (where the bias matters) match transformers'. (A config without a context bound,
+    as bloom's own has none, is refused: masks by hand are proved up to 2048 tokens.)"""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
-    d = _by_hand_dir(model_cache, "bloom")
-    check_parity("bloom_by_hand/40", fuselm_bin, d, list(range(3, 43)), tmp_path, max_tokens=4)
-    want = build_alibi_tensor(torch.ones(1, 2), 4, torch.float32)[:, 0, 1].tolist()  # slope x position 1
+    d = model_cache / "bloom"  # as the parity test builds it (a context bound of 1024 in its config)
+    if not (d / "config.json").exists():
+        tiny_models.build("bloom", d)
+    cfg = tiny_models.make_config("bloom")
+    check_parity("bloom/40", fuselm_bin, d, list(range(3, 43)), tmp_path, max_tokens=4)
+    want = build_alibi_tensor(torch.ones(1, 2), cfg.n_head, torch.float32)[:, 0, 1].tolist()  # slope x position 1
     ops = attention_ops(d)
-    assert len(ops) == 2 and all(o["mask"] == "causal" for o in ops), ops
+    assert len(ops) == cfg.n_layer and all(o["mask"] == "causal" for o in ops), ops
     for o in ops:
         assert o["alibi_slopes"] == pytest.approx(want, rel=1e-6), (o["alibi_slopes"], want)
+
+
+def test_unbounded_context_by_hand_is_refused(fuselm_bin, model_cache):
+    """bloom's own config sets no context bound (ALiBi has no position table): a mask written by
+    hand is proved on probes only up to 2048 tokens, so capture refuses it in one line saying so,
+    after proving the site (its bias is ALiBi, not the reason)."""
+    d = _by_hand_dir(model_cache, "bloom")
+    proc = subprocess.run([str(fuselm_bin), "generate", str(d), "--prompt-ids", "1,2,3", "--max-tokens", "2",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0, proc.stdout
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("fuselm: error: ") and "ForCausalLM" in last, proc.stderr
+    assert "a mask written by hand is proved only up to 2048" in last, last
 
 
 def test_alibi_rounded_to_16_bits_is_refused(fuselm_bin, model_cache):
@@ -165,6 +182,26 @@ def test_alibi_rounded_to_16_bits_is_refused(fuselm_bin, model_cache):
     last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("fuselm: error: ") and "attention written by hand in transformer.h.0" in last, proc.stderr
     assert "only to the rounding of a 16-bit float" in last, last
+
+
+def test_grouped_attention_by_hand_caches_unique_kv_heads(fuselm_bin, model_cache, tmp_path):
+    """falcon's new decoder architecture repeats its 2 KV heads to the 4 query heads (broadcast_to,
+    then a reshape) before its hand-written products: capture proves by dataflow that the repeated
+    heads are copies, so the KV cache holds 2 heads a layer (the size grouped attention needs,
+    half of the repeated one), and the logits still match transformers'."""
+    d = model_cache / "falcon_new"
+    if not (d / "config.json").exists():
+        tiny_models.build("falcon_new", d)
+    cfg = tiny_models.make_config("falcon_new")
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    check_parity("falcon_new/20", fuselm_bin, d, list(range(5, 25)), tmp_path, max_tokens=4)
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(d), "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    kv = json.loads(proc.stdout)["kv_cache"]
+    assert [(lay["k_width"], lay["v_width"]) for lay in kv["layers"]] == \
+        [(cfg.num_kv_heads * head_dim, cfg.num_kv_heads * head_dim)] * cfg.num_hidden_layers, kv
+    assert kv["bytes_per_token"] == cfg.num_hidden_layers * 2 * cfg.num_kv_heads * head_dim * 4
+    assert cfg.num_kv_heads < cfg.num_attention_heads
 
 
 def _bias_forms(T=40, H=3):
