@@ -18,10 +18,12 @@ of the kinds the engine runs: causal, or a sliding window of W keys. Where keys 
     b[h, q, k] = slope[h] · k + r[h, q]        (ALiBi; slope = 0 for every head: a pure mask)
 for some per-head slopes and any per-row constants r. The softmax over keys is invariant under
 adding one constant to a row (softmax(z + c) = softmax(z)), so r is dropped and the bias is the
-engine's slope[h] · (k - q): this accepts both the key-position form slope·k (bloom, falcon's alibi
-variant: the slopes times the positions of the keys) and the distance form slope·(k - q). The
-slopes are fitted on the probe per head, checked on every visible entry to rounding, required equal
-at every token count, and written into the op as data (alibi_slopes). A g that is not affine
+engine's slope[h] · (k - q): this accepts both the key-position form slope·k (bloom: the slopes
+times the positions of the keys) and the distance form slope·(k - q). The slopes are fitted on the
+probe per head, checked on every visible entry to the rounding of the bias dtype, required equal at
+every token count, and written into the op as data (alibi_slopes). A line only to 16-bit rounding
+(falcon's alibi variant multiplies bfloat16 slopes by the positions) is refused: the engine adds
+the exact line, whose logits would differ from the model's. A g that is not affine
 (softcap through tanh), a bias of any other form (a learned or relative bias), a mask that reads
 the weights or the token values, or any other use of the intermediate products is refused with one
 line saying why: a graph that would run without its mask is an error, never a full attention.
