@@ -476,7 +476,8 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
             raise Refused(f"attention written by hand in {_module_of(site.softmax)} (softmax {site.softmax.name}): "
                           f"{e}") from e
     if max_tokens > BIG and sites:
-        raise Refused(f"a context of {max_tokens} tokens: a mask written by hand is proved only up to {BIG}")
+        raise Refused(f"a context of {max_tokens} tokens: a mask written by hand is proved only up to {BIG} "
+                      f"(set max_position_embeddings to at most {BIG} in config.json to run it within that bound)")
     report = []
     fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes if n.op == "placeholder"])
     for layer, (site, (scale, mask, slopes)) in enumerate(zip(sites, proofs)):
