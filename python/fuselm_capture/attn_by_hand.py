@@ -27,6 +27,9 @@ the exact line, whose logits would differ from the model's. A g that is not affi
 (softcap through tanh), a bias of any other form (a learned or relative bias), a mask that reads
 the weights or the token values, or any other use of the intermediate products is refused with one
 line saying why: a graph that would run without its mask is an error, never a full attention.
+K and V heads that are copies of fewer heads (grouped attention that repeats its KV heads before
+the products) are proved so on random probes and cut to the unique heads (_unique_heads), so the KV
+cache is the size grouped attention needs.
 """
 from __future__ import annotations
 
@@ -329,14 +332,18 @@ def _kind(visible: torch.Tensor) -> MaskKind:
     row = visible[T - 1]
     first = int(row.nonzero()[0]) if row.any() else T
     m = MaskKind("causal") if first == 0 else MaskKind("sliding", T - first)
-    p = lambda q, k: q < T and k < T and bool(visible[q, k])  # noqa: E731
-    # the form must hold on every pair inside the probe (_check also looks past it: clip to T)
-    for q in range(T):
-        for k in range(T):
-            want = k <= q and (m.kind == "causal" or k > q - m.size)
-            if bool(visible[q, k]) != want:
-                raise Refused(f"its mask at {T} tokens is neither causal nor a sliding window "
-                              f"(query {q} {'sees' if p(q, k) else 'does not see'} key {k})")
+    # the form must hold on every pair inside the probe, compared as whole [T, T] masks (a loop over
+    # the pairs in Python took seconds a site at the longest probe)
+    q = torch.arange(T)[:, None]
+    k = torch.arange(T)[None, :]
+    want = k <= q
+    if m.kind == "sliding":
+        want = want & (k > q - m.size)
+    bad = (visible.bool() != want).nonzero()
+    if len(bad):
+        qi, ki = (int(x) for x in bad[0])
+        raise Refused(f"its mask at {T} tokens is neither causal nor a sliding window "
+                      f"(query {qi} {'sees' if bool(visible[qi, ki]) else 'does not see'} key {ki})")
     return m
 
 
