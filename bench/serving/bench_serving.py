@@ -15,8 +15,9 @@ With `--engines ... llama-server`, llama.cpp's llama-server (built by bench/comp
 the same llama.cpp source as bench/compare) serves the same weights: the model directory converted
 by llama.cpp's own convert_hf_to_gguf.py to a GGUF of --dtype (cached, as bench/compare does), or
 --gguf. Its levels interleave with fuselm's (fuselm level c, then llama-server level c). It runs
-as its own documentation (tools/server/README.md) sets it up for many users, each flag explicit so
-that a later llama.cpp default cannot change the comparison silently (LLAMA_SERVER_FLAGS):
+with the options its README (tools/server/README.md) gives for parallel decoding with many users,
+each explicit so that a later llama.cpp default cannot change the comparison silently
+(llama_server_flags):
 
   -np C              one slot per stream, a fresh server per level (C = the concurrency): a slot
                      decodes one request, so fewer slots would queue streams, more would only cost
@@ -29,7 +30,8 @@ that a later llama.cpp default cannot change the comparison silently (LLAMA_SERV
                      batch each step
   -b 2048 -ub 2048   the logical and physical batch: C prompts of P tokens are read in one forward
                      when they fit (the default -ub 512 splits 16 x 128 prompt tokens in four)
-  -fa auto           flash attention as llama.cpp picks it (on for the CPU)
+  -fa auto           flash attention where the backend supports it (llama.cpp's default; on the
+                     CPU llama-batched-bench decoded 16 sequences faster with it than without)
   -t T -tb T         decode and batch threads = --threads (the same cores as fuselm)
   --no-webui, --log-disable, 127.0.0.1: no UI, no log lines on the measured path
   --llama-args ...   anything more (e.g. --no-repack for a Q4_1 file, see run.sh)

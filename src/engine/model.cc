@@ -124,13 +124,12 @@ std::string weight_type_mix(const std::map<const void*, int64_t>& bytes,
 
 kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
                                  const std::map<const void*, std::string>& type) {
-  std::map<std::string, int64_t> by_type;
-  for (const auto& [p, b] : bytes) by_type[type.at(p)] += b;
-  std::string largest;
-  int64_t most = -1;
-  for (const auto& [t, b] : by_type)
-    if (b > most) most = b, largest = t;
-  return largest == ir::dtype_name(ir::DType::f32) ? kv::KvDType::f32 : kv::KvDType::bf16;
+  int64_t f32 = 0, total = 0;
+  for (const auto& [p, b] : bytes) {
+    total += b;
+    if (type.at(p) == ir::dtype_name(ir::DType::f32)) f32 += b;
+  }
+  return 2 * f32 >= total ? kv::KvDType::f32 : kv::KvDType::bf16;
 }
 
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {

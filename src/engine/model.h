@@ -115,8 +115,8 @@ class Model {
 };
 
 /// The KV cache dtype of --kv-cache-dtype auto, from the weights a model reads (`bytes` and
-/// `type` keyed by storage, as weight_type_mix): f32 when F32 holds the largest share of the weight
-/// bytes (an fp32 model keeps an fp32 cache, so its logits match an fp32 reference), else bf16
+/// `type` keyed by storage, as weight_type_mix): f32 when F32 tensors hold at least half of the
+/// weight bytes (an fp32 model keeps an fp32 cache, so its logits match an fp32 reference), else bf16
 /// (as vLLM's auto cache follows the model's dtype and llama.cpp keeps a 16-bit cache).
 kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
                                  const std::map<const void*, std::string>& type);
