@@ -8,7 +8,8 @@
 # Cache: $FUSELM_BENCH_CACHE (default ~/.cache/fuselm-bench), laid out as
 #   sdist/llama_cpp_python-0.3.36.tar.gz   the sdist, checked against its pinned sha256
 #   llama.cpp-0.3.36/src                   its vendor/llama.cpp tree (convert_hf_to_gguf.py, gguf-py)
-#   llama.cpp-0.3.36/build/bin             llama-bench, llama-server, llama-quantize
+#   llama.cpp-0.3.36/build/bin             llama-bench, llama-server, llama-quantize, llama-batched-bench
+#                                          (bench/serving/run.sh: llama.cpp's batched forward alone)
 #   tools-venv/                            scikit-build-core, which pip needs to read the sdist's
 #                                          metadata under --no-build-isolation
 # A step whose result is there is skipped, so a second run costs nothing. Progress goes to stderr;
@@ -62,11 +63,12 @@ extract() {
 }
 
 build() {
-  if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-quantize" ]; then
+  if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-quantize" ] &&
+     [ -x "$BIN/llama-batched-bench" ]; then
     return 0
   fi
   local jobs="${FUSELM_BENCH_JOBS:-$(nproc)}"
-  log "building llama-bench, llama-server, llama-quantize (-j$jobs, log: $TREE/build.log)"
+  log "building llama-bench, llama-server, llama-quantize, llama-batched-bench (-j$jobs, log: $TREE/build.log)"
   {
     cmake -S "$TREE/src" -B "$TREE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF \
@@ -74,7 +76,7 @@ build() {
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON
     # llama-bench first: the speed comparison needs only it, the serving benchmark llama-server.
     nice -n 10 cmake --build "$TREE/build" -j "$jobs" --target llama-bench
-    nice -n 10 cmake --build "$TREE/build" -j "$jobs" --target llama-server llama-quantize
+    nice -n 10 cmake --build "$TREE/build" -j "$jobs" --target llama-server llama-quantize llama-batched-bench
   } >"$TREE/build.log" 2>&1 || {
     tail -30 "$TREE/build.log" >&2
     echo "llamacpp: error: the llama.cpp build failed (log: $TREE/build.log)" >&2

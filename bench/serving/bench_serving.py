@@ -14,10 +14,33 @@ after the first (TPOT).
 With `--engines ... llama-server`, llama.cpp's llama-server (built by bench/compare/llamacpp.sh from
 the same llama.cpp source as bench/compare) serves the same weights: the model directory converted
 by llama.cpp's own convert_hf_to_gguf.py to a GGUF of --dtype (cached, as bench/compare does), or
---gguf. It is started once per concurrency with `-np` = the concurrency (one slot per stream,
-`-c` = slots x (prompt + output + 64) tokens), `-t`/`-tb` = --threads, and its levels interleave
-with fuselm's (fuselm level c, then llama-server level c). fuselm serve runs with --dtype and
-OMP_NUM_THREADS = --threads.
+--gguf. Its levels interleave with fuselm's (fuselm level c, then llama-server level c). It runs
+with the options its README (tools/server/README.md) gives for parallel decoding with many users,
+each explicit so that a later llama.cpp default cannot change the comparison silently
+(llama_server_flags):
+
+  -np C              one slot per stream, a fresh server per level (C = the concurrency): a slot
+                     decodes one request, so fewer slots would queue streams, more would only cost
+                     memory
+  -c C*(P+O+64)      the context of all slots together (llama-server divides it among the slots):
+                     each slot holds its prompt P, its O output tokens and a margin
+  -no-kvu            one KV stream per slot (llama-server's default when -np is given): with a
+                     unified cache every token attends over the cells of all slots (masked)
+  -cb                continuous batching (the default): decodes of all slots and new prompts in one
+                     batch each step
+  -b 2048 -ub 2048   the logical and physical batch: C prompts of P tokens are read in one forward
+                     when they fit (the default -ub 512 splits 16 x 128 prompt tokens in four)
+  -fa auto           flash attention where the backend supports it (llama.cpp's default; on the
+                     CPU llama-batched-bench decoded 16 sequences faster with it than without)
+  -t T -tb T         decode and batch threads = --threads (the same cores as fuselm)
+  --no-webui, --log-disable, 127.0.0.1: no UI, no log lines on the measured path
+  --llama-args ...   anything more (e.g. --no-repack for a Q4_1 file, see run.sh)
+
+llama-server's throughput is bounded by its own forward: C streams of P prompt and O output tokens
+compute C*(P+O) tokens, so its output tok/s is at most (O/(P+O)) x llama-bench's pp rate, and at
+1 stream at most its tg rate (bench/compare measures both on the same GGUF). fuselm serve runs with
+--dtype and OMP_NUM_THREADS = --threads (its KV cache dtype is serve's default, auto: bf16 for
+bf16 or quantized weights; --serve-args --kv-cache-dtype f32 to change it).
 
 Only the standard library: http.client streams, threads as clients.
 """
@@ -88,13 +111,22 @@ def llama_gguf(args) -> Path:
     return compare.Setup(ns).gguf(name, d, args.dtype or "bf16")
 
 
+def llama_server_flags(slots: int, prompt_len: int, output_len: int, threads: int) -> list[str]:
+    """llama-server's serving flags for `slots` streams of prompt_len + output_len tokens (the
+    module docstring says why each): one slot and one KV stream per stream, continuous batching,
+    every prompt of a level in one batch when it fits, the same threads as fuselm."""
+    ctx = slots * (prompt_len + output_len + 64)
+    return ["-np", str(slots), "-c", str(ctx), "-no-kvu", "-cb", "-b", "2048", "-ub", "2048", "-fa", "auto",
+            "-t", str(threads), "-tb", str(threads)]
+
+
 def start_llama_server(args, gguf: Path, slots: int) -> tuple[subprocess.Popen, str]:
-    """llama-server with one slot per stream (-np), the same threads, on 127.0.0.1; waits for /health."""
+    """llama-server with llama_server_flags on 127.0.0.1; waits for /health."""
     port = free_port()
-    ctx = slots * (args.prompt_len + args.output_len + 64)
-    threads = str(args.threads or os.cpu_count())
-    cmd = [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
-           "-c", str(ctx), "-t", threads, "-tb", threads, "--no-webui", "--log-disable", *args.llama_args.split()]
+    threads = args.threads or os.cpu_count()
+    cmd = [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+           *llama_server_flags(slots, args.prompt_len, args.output_len, threads), "--no-webui", "--log-disable",
+           *args.llama_args.split()]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600

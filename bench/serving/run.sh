@@ -15,6 +15,13 @@
 # summary: output tok/s per engine and its ratio to its own 1-stream figure, fuselm / llama-server,
 # median/p99 TTFT and TPOT, the issue's goals (16 streams >= 4x 1 stream; >= 1.2x llama-server at
 # 16 and 64 streams) met or not, and the load average. JSON rows go to $FUSELM_BENCH_CACHE/results.
+# After the BF16 table, llama.cpp's llama-batched-bench on the same GGUF and threads (128 prompt and
+# 128 generated tokens per sequence at 1, 4, 16 and 64 sequences, no server): llama.cpp's own
+# batched throughput, the ceiling of llama-server's rows (docs/serving.md, "What llama-server can
+# reach at all"). llama-server's flags and why: bench_serving.py's docstring.
+#
+# Run it on a quiet machine (under load two spinning threads per server collapse); it takes about
+# 15 minutes there. FUSELM_SERVING_NO_BATCHED=1 skips llama-batched-bench.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export FUSELM_BENCH_CACHE="${FUSELM_BENCH_CACHE:-$HOME/.cache/fuselm-bench}"
@@ -37,6 +44,14 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 echo "== BF16 weights (fuselm --dtype bf16; llama-server: convert_hf_to_gguf.py --outtype bf16) =="
 .venv/bin/python bench/serving/bench_serving.py "${common[@]}" --dtype bf16 --label "BF16, 2 threads" \
   --json "$results/serving-bf16-$stamp.json" "$@"
+
+if [ "${FUSELM_SERVING_NO_BATCHED:-0}" != 1 ]; then
+  bf16_gguf=$(.venv/bin/python bench/serving/bench_serving.py --print-gguf bf16 | tail -n 1)
+  echo
+  echo "== llama.cpp without the server: llama-batched-bench on $bf16_gguf, 2 threads; B x 128 / T s is its output tok/s for a level's work without the server =="
+  "$FUSELM_BENCH_CACHE/llama.cpp-0.3.36/build/bin/llama-batched-bench" -m "$bf16_gguf" -c 20480 -b 2048 -ub 2048 \
+    -npp 128 -ntg 128 -npl 1,4,16,64 -t 2 -tb 2 2>/dev/null | grep -E '^\|' || echo "llama-batched-bench failed"
+fi
 
 if [ "$gguf_too" = 1 ]; then
   # llama-server runs it with --no-repack: this build (llama-cpp-python 0.3.36's llama.cpp) dies

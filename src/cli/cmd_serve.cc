@@ -75,9 +75,10 @@ void run(ServeArgs& a) {
   srv.bind();
   eng.start();
   const auto& kv = loaded.model->kv_cache();
-  std::fprintf(stderr, "fuselm: serving %s at http://%s:%d (KV pool %lld tokens: %d blocks of %d, %.2f GB; chat template: %s)\n",
+  std::fprintf(stderr, "fuselm: serving %s at http://%s:%d (KV pool %lld tokens: %d blocks of %d, %s, %.2f GB; chat template: %s)\n",
                cfg.model_name.c_str(), a.host.c_str(), a.port, static_cast<long long>(kv.num_slots()),
-               kv.pool().num_blocks(), kv.block_size(), kv.num_slots() * kv.bytes_per_token() / 1e9,
+               kv.pool().num_blocks(), kv.block_size(), kv::kv_dtype_name(kv.dtype()),
+               kv.num_slots() * kv.bytes_per_token() / 1e9,
                cfg.render_chat ? "yes" : "none, chat completions answer 400");
   if (!loaded.model->selects_rows())
     std::fprintf(stderr, "fuselm: note: every token of a batch goes through the LM head (%s)\n",

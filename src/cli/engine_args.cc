@@ -18,9 +18,10 @@ void add_engine_options(CLI::App& cmd, EngineArgs& a) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd.add_option("--kv-cache-memory", a.kv_cache_memory,
                  "KV pool size in bytes (suffixes K, M, G, KiB, MiB, GiB); default: max-num-seqs contexts, at most a fifth of free memory and 4 GiB (at least one context when it fits)");
-  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype, "KV cache storage: f32, or bf16 (half the memory per token)")
+  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                 "KV cache storage: auto (f32 for an fp32 model, bf16 for bf16, f16 or quantized weights), f32, or bf16 (half the memory per token)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd.add_flag("--no-prefix-caching", a.no_prefix_caching, "do not reuse the KV of repeated prompt prefixes");
 }
 
@@ -52,7 +53,8 @@ int64_t parse_bytes(const std::string& s) {
 void apply_pool_sizing(const EngineArgs& e, ModelArgs& m) {
   if (!e.kv_cache_memory.empty()) m.kv_cache_bytes = parse_bytes(e.kv_cache_memory);
   m.kv_max_seqs = e.max_num_seqs;
-  m.kv_dtype = kv::parse_kv_dtype(e.kv_cache_dtype);
+  m.kv_dtype_auto = e.kv_cache_dtype == "auto";
+  if (!m.kv_dtype_auto) m.kv_dtype = kv::parse_kv_dtype(e.kv_cache_dtype);
 }
 
 }  // namespace fuselm::cli

@@ -135,6 +135,7 @@ LoadedModel load_model(const ModelArgs& a) {
   mo.kv_cache_bytes = a.kv_cache_bytes;
   mo.kv_max_seqs = a.kv_max_seqs;
   mo.kv_dtype = a.kv_dtype;
+  mo.kv_dtype_auto = a.kv_dtype_auto;
   mo.fusers = a.fusers.options();
   mo.allow_unused_weights = a.allow_unused_weights;
   auto& world = dist::init_world(a.tensor_parallel_size);

@@ -32,6 +32,7 @@ struct ModelArgs {
   int32_t kv_max_seqs = 1;
   int tensor_parallel_size = 1;  // --tensor-parallel-size: ranks of the MPI job (mpirun -np N)
   kv::KvDType kv_dtype = kv::KvDType::f32;  // set by serve and chat (--kv-cache-dtype)
+  bool kv_dtype_auto = false;                // --kv-cache-dtype auto: as the weights (serve, chat)
 };
 
 struct LoadedModel {

@@ -122,6 +122,16 @@ std::string weight_type_mix(const std::map<const void*, int64_t>& bytes,
   return out;
 }
 
+kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
+                                 const std::map<const void*, std::string>& type) {
+  int64_t f32 = 0, total = 0;
+  for (const auto& [p, b] : bytes) {
+    total += b;
+    if (type.at(p) == ir::dtype_name(ir::DType::f32)) f32 += b;
+  }
+  return 2 * f32 >= total ? kv::KvDType::f32 : kv::KvDType::bf16;
+}
+
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
   std::vector<std::string> errors;
   const auto layers = fusers::kv_layers(g, errors);
@@ -235,10 +245,11 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
                                          options.kv_tokens, m->max_context_));
   const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
-  int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers, options.kv_dtype), m->max_context_,
+  const kv::KvDType kv_dtype = options.kv_dtype_auto ? kv_dtype_for_weights(seen, seen_type) : options.kv_dtype;
+  int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers, kv_dtype), m->max_context_,
                                    options.kv_block_size);
   if (options.tp_size > 1) blocks = static_cast<int32_t>(dist::world().all_min(blocks));
-  m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size, options.kv_dtype);
+  m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size, kv_dtype);
   return m;
 }
 

@@ -3,6 +3,7 @@
 // the executor and a KV cache. One forward() runs the graph on a flattened token batch.
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <span>
 #include <memory>
 #include <optional>
@@ -31,6 +32,9 @@ struct ModelOptions {
   int32_t kv_max_seqs = 1;
   /// How the KV cache stores its rows (--kv-cache-dtype): bf16 halves its bytes per token.
   kv::KvDType kv_dtype = kv::KvDType::f32;
+  /// --kv-cache-dtype auto (serve and chat): kv_dtype is ignored and the cache follows the loaded
+  /// weights (kv_dtype_for_weights): f32 for an fp32 model, bf16 for bf16/f16/quantized ones.
+  bool kv_dtype_auto = false;
   /// Fusers to run over the graph before it executes (on by default; --no-fuse, --disable-fuser).
   fusers::Options fusers;
   /// Run although checkpoint tensors in numbered blocks beyond the graph's go unread
@@ -109,6 +113,13 @@ class Model {
   std::vector<float> gathered_;  // selected rows when the graph cannot select them itself
   runtime::Tensor gathered_view_;
 };
+
+/// The KV cache dtype of --kv-cache-dtype auto, from the weights a model reads (`bytes` and
+/// `type` keyed by storage, as weight_type_mix): f32 when F32 tensors hold at least half of the
+/// weight bytes (an fp32 model keeps an fp32 cache, so its logits match an fp32 reference), else bf16
+/// (as vLLM's auto cache follows the model's dtype and llama.cpp keeps a 16-bit cache).
+kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
+                                 const std::map<const void*, std::string>& type);
 
 /// KV layout of every attention layer in the graph, indexed by the op's layer index
 /// (fusers::kv_layers, the fusion plan's KV layers). Throws when a layer index is negative,

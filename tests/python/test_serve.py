@@ -164,7 +164,10 @@ def test_streamed_stop_string_is_cut_and_usage_counts_the_tokens(client, tok):
     assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
 
 
-def test_32_concurrent_greedy_streams_equal_each_run_alone(client):
+def test_32_concurrent_greedy_streams_equal_each_run_alone(client, server):
+    # Batch invariance in fp32: the default model's weights are fp32, so the default KV cache
+    # (--kv-cache-dtype auto) is fp32 too.
+    assert _kv_dtype(server.log_path.read_text()) == "f32"
     prompts = [f"{QUESTIONS[i % len(QUESTIONS)]} (question {i})" for i in range(32)]
 
     def run(p, stream):
@@ -301,11 +304,18 @@ def _pool_tokens(log: str) -> int:
     return int(line.split("KV pool ")[1].split(" tokens")[0])
 
 
+def _kv_dtype(log: str) -> str:
+    """The KV cache dtype of the startup line ('KV pool N tokens: B blocks of 16, bf16, 1.07 GB')."""
+    line = next(l for l in log.splitlines() if "KV pool" in l)
+    return line.split(" blocks of ")[1].split(", ")[1]
+
+
 def test_bf16_kv_cache_halves_memory_and_agrees_greedily(fuselm_bin, smollm2_dir, server, client, tmp_path):  # noqa: F811
     s = Server(fuselm_bin, smollm2_dir, ["--kv-cache-dtype", "bf16", "--kv-cache-memory", "1GiB", "--max-num-seqs", "8"],
                tmp_path / "bf16.log")
     try:
         # The same bytes hold twice the tokens (the module's server has a 1 GiB fp32 pool).
+        assert _kv_dtype(s.log_path.read_text()) == "bf16"
         assert _pool_tokens(s.log_path.read_text()) == 2 * _pool_tokens(server.log_path.read_text())
         c16 = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=600)
 
@@ -316,12 +326,33 @@ def test_bf16_kv_cache_halves_memory_and_agrees_greedily(fuselm_bin, smollm2_dir
 
         with cf.ThreadPoolExecutor(8) as pool:  # batched on the bf16 server
             got = list(pool.map(lambda q: run(c16, q), QUESTIONS))
+        # Batch invariance holds with a bf16 cache too (a row is rounded once, when written,
+        # whatever else is in the batch): each batched stream equals its request run alone there.
+        assert [run(c16, q)[0] for q in QUESTIONS] == [g[0] for g in got]
         want = [run(client, q) for q in QUESTIONS]
         same = sum(g[0] == w[0] for g, w in zip(got, want))
         assert same >= 6, (got, want)
         for (gt, gl), (wt, wl) in zip(got, want):
             assert gt[:4] == wt[:4]
             assert abs(gl[0] - wl[0]) < 0.05  # the first token's log-probability (same context)
+        assert s.metrics()["kv_blocks_used"] == 0
+    finally:
+        assert s.stop() == 0
+
+
+def test_kv_cache_dtype_auto_follows_the_weights(fuselm_bin, smollm2_dir, server, tmp_path):  # noqa: F811
+    # --dtype bf16 weights: the default KV cache (auto) is bf16, so 1 GiB holds twice the tokens of
+    # the module's server (fp32 weights, fp32 cache, the same 1 GiB).
+    s = Server(fuselm_bin, smollm2_dir, ["--dtype", "bf16", "--kv-cache-memory", "1GiB", "--max-num-seqs", "8"],
+               tmp_path / "auto.log")
+    try:
+        log = s.log_path.read_text()
+        assert _kv_dtype(log) == "bf16" and _kv_dtype(server.log_path.read_text()) == "f32"
+        assert _pool_tokens(log) == 2 * _pool_tokens(server.log_path.read_text())
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=600)
+        r = c.completions.create(model=MODEL, prompt=QUESTIONS[0], max_tokens=4, temperature=0,
+                                 extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 4
         assert s.metrics()["kv_blocks_used"] == 0
     finally:
         assert s.stop() == 0
