@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/quant_weight.h"
 #include "runtime/ops/common.h"
@@ -230,21 +231,19 @@ void lookup_rows(OpCall& c, const Tensor& w, int64_t first, bool masked) {
   Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), idx.ndim + 1));
   Scratch s(c.ctx);
   Tensor ic = contiguous_as(idx, DType::i64, s);
-  const int64_t n = ic.numel();
-  const auto wd = w.quant ? kernels::DType::f32 : weight_dtype(c, w);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = ic.ptr<int64_t>()[i], row = id - first;
-    float* dst = out.ptr<float>() + i * H;
-    if (row < 0 || row >= V) {
-      if (!masked || id < 0) c.fail("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V));
-      std::fill(dst, dst + H, 0.0f);
-    } else if (w.quant) {  // block-quantized table: dequantize the rows looked up
-      kernels::quant_weight_row(*w.quant, row, dst);
-    } else {
-      const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
-      kernels::convert_dtype(src, wd, dst, kernels::DType::f32, H);
-    }
-  }
+  kernels::EmbeddingArgs a;
+  a.table = w.data;
+  a.dtype = w.quant ? kernels::DType::f32 : weight_dtype(c, w);
+  a.quant = w.quant;
+  a.rows = V;
+  a.width = H;
+  a.first = first;
+  a.masked = masked;
+  a.ids = ic.ptr<int64_t>();
+  a.n = ic.numel();
+  a.out = out.ptr<float>();
+  if (const int64_t bad = kernels::embedding_lookup(a); bad >= 0)
+    c.fail("token id " + std::to_string(a.ids[bad]) + " is outside the vocabulary of " + std::to_string(V));
   set_out(c, out);
 }
 
