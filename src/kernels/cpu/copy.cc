@@ -62,6 +62,22 @@ void arange(const Strided& dst, double start, double step) {
   });
 }
 
+void gather_dim(const Strided& x, int dim, const int64_t* map, const Strided& out) {
+  const int nd = out.ndim;
+  const int64_t n = out.numel();
+  parallel_for_ranges(strided_threads(n), n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      int64_t rem = i, off = 0;
+      for (int k = nd - 1; k >= 0; --k) {
+        const int64_t pos = rem % out.shape[k];
+        rem /= out.shape[k];
+        off += (k == dim ? map[pos] : pos) * x.strides[k];
+      }
+      store_double(out, i, load_double(x, off));
+    }
+  });
+}
+
 void gather_rows(const void* src, size_t row_bytes, const int64_t* rows, int64_t n, void* dst) {
   const int nt = kernel_threads(n * static_cast<int64_t>(row_bytes), int64_t{1} << 16);
   parallel_for_ranges(nt, n, 1, [&](int64_t b, int64_t e) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/activation.h"
 
@@ -27,6 +28,9 @@ struct DivFloor { template <class T> T operator()(T x, T y) const { return std::
 struct DivTrunc { template <class T> T operator()(T x, T y) const { return std::trunc(x / y); } };
 struct Square { template <class T> T operator()(T x, T) const { return x * x; } };
 struct Pow { template <class T> T operator()(T x, T y) const { return std::pow(x, y); } };
+struct PowDouble {
+  double operator()(double x, double y) const { return std::pow(x, y); }
+};
 struct Maximum { template <class T> T operator()(T x, T y) const { return (x != x || x > y) ? x : y; } };
 struct Minimum { template <class T> T operator()(T x, T y) const { return (x != x || x < y) ? x : y; } };
 struct Eq { template <class T> bool operator()(T x, T y) const { return x == y; } };
@@ -79,18 +83,17 @@ void binary_impl(F f, const Strided& a, const Strided& b, const Strided& out) {
   const int64_t ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
   // fp32 scalars given as f64 0-d views are read once.
   auto f32_operand = [](const Strided& t) { return t.dtype == DType::f32 || (t.ndim == 0 && t.dtype == DType::f64); };
-  const bool fast = out.dtype == DType::f32 && f32_operand(a) && f32_operand(b);
+  const bool fast = !std::is_same_v<F, PowDouble> && out.dtype == DType::f32 && f32_operand(a) && f32_operand(b);
   const float a0 = a.ndim == 0 ? static_cast<float>(load_double(a, 0)) : 0.f;
   const float b0 = b.ndim == 0 ? static_cast<float>(load_double(b, 0)) : 0.f;
   parallel_rows<2>(out.shape, nd, {&sa, &sb}, [&](int64_t row, const std::array<int64_t, 2>& off) {
     const int64_t done = row * inner;
-    if (fast) {
-      binary_row_f32(f, a, b, a0, b0, off[0], off[1], ia, ib, out.ptr<float>() + done, inner);
-    } else {
-      for (int64_t k = 0; k < inner; ++k)
-        store_double(out, done + k,
-                     static_cast<double>(f(load_double(a, off[0] + k * ia), load_double(b, off[1] + k * ib))));
+    if constexpr (!std::is_same_v<F, PowDouble>) {
+      if (fast) return binary_row_f32(f, a, b, a0, b0, off[0], off[1], ia, ib, out.ptr<float>() + done, inner);
     }
+    for (int64_t k = 0; k < inner; ++k)
+      store_double(out, done + k,
+                   static_cast<double>(f(load_double(a, off[0] + k * ia), load_double(b, off[1] + k * ib))));
   });
 }
 
@@ -130,9 +133,17 @@ UnaryKernel unary_kernel(UnaryFn fn) {
     case UnaryFn::relu: return {[](double x) { return x > 0 ? x : 0.0; }, nullptr};
     case UnaryFn::gelu: return {gelu_exact, unary_gelu_f32};
     case UnaryFn::gelu_tanh: return {gelu_tanh, unary_gelu_tanh_f32};
+    case UnaryFn::square: return {[](double x) { return x * x; }, nullptr};
+    case UnaryFn::expm1: return {[](double x) { return std::expm1(x); }, nullptr};
+    case UnaryFn::softplus: break;  // has parameters: Softplus
   }
   return {nullptr, nullptr};
 }
+
+struct Softplus {
+  double beta, threshold;
+  double operator()(double x) const { return x * beta > threshold ? x : std::log1p(std::exp(beta * x)) / beta; }
+};
 
 bool contiguous(const Strided& t) {
   int64_t expect = 1;
@@ -157,6 +168,7 @@ void binary(BinaryFn fn, double alpha, const Strided& a, const Strided& b, const
     case BinaryFn::div_trunc: return binary_impl(DivTrunc{}, a, b, out);
     case BinaryFn::square: return binary_impl(Square{}, a, b, out);
     case BinaryFn::pow: return binary_impl(Pow{}, a, b, out);
+    case BinaryFn::pow_double: return binary_impl(PowDouble{}, a, b, out);
     case BinaryFn::maximum: return binary_impl(Maximum{}, a, b, out);
     case BinaryFn::minimum: return binary_impl(Minimum{}, a, b, out);
     case BinaryFn::eq: return binary_impl(Eq{}, a, b, out);
@@ -194,23 +206,53 @@ void masked_fill(const Strided& mask, double v, const Strided& out) {
   });
 }
 
-void unary(UnaryFn fn, const Strided& x, const Strided& out) {
-  const UnaryKernel kern = unary_kernel(fn);
+template <class F>
+void unary_impl(F f, FastFn fast, const Strided& x, const Strided& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
   if (out.dtype == DType::f32 && x.dtype == DType::f32 && contiguous(x)) {
     const float* in = x.ptr<float>();
     float* o = out.ptr<float>();
-    if (kern.fast) return kern.fast(in, o, n);  // threads itself
+    if (fast) return fast(in, o, n);  // threads itself
     parallel_for_ranges(strided_threads(n), n, 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = static_cast<float>(kern.f(in[i]));
+      for (int64_t i = b; i < e; ++i) o[i] = static_cast<float>(f(in[i]));
     });
     return;
   }
   const int nd = x.ndim;
   const int64_t inner = x.inner(), ix = nd ? x.strides[nd - 1] : 0;
   parallel_rows<1>(x.shape, nd, {&x.strides}, [&](int64_t row, const std::array<int64_t, 1>& off) {
-    for (int64_t k = 0; k < inner; ++k) store_double(out, row * inner + k, kern.f(load_double(x, off[0] + k * ix)));
+    for (int64_t k = 0; k < inner; ++k) store_double(out, row * inner + k, f(load_double(x, off[0] + k * ix)));
+  });
+}
+
+void unary(UnaryFn fn, const Strided& x, const Strided& out, double p0, double p1) {
+  if (fn == UnaryFn::softplus) return unary_impl(Softplus{p0, p1}, nullptr, x, out);
+  const UnaryKernel kern = unary_kernel(fn);
+  unary_impl(kern.f, kern.fast, x, out);
+}
+
+void clamp(const Strided& x, const Strided* lo, const Strided* hi, const Strided& out) {
+  const Strides sx = broadcast_strides(x, out), sl = lo ? broadcast_strides(*lo, out) : Strides{},
+                sh = hi ? broadcast_strides(*hi, out) : Strides{};
+  const int nd = out.ndim;
+  const int64_t inner = out.inner(), last = nd - 1;
+  const int64_t ix = nd ? sx[last] : 0, il = nd ? sl[last] : 0, ih = nd ? sh[last] : 0, io = nd ? out.strides[last] : 0;
+  parallel_rows<4>(out.shape, nd, {&sx, &sl, &sh, &out.strides}, [&](int64_t, const std::array<int64_t, 4>& off) {
+    for (int64_t k = 0; k < inner; ++k) {
+      double v = load_double(x, off[0] + k * ix);
+      if (v == v) {  // a NaN input stays NaN; a NaN bound gives NaN
+        if (lo) {
+          const double l = load_double(*lo, off[1] + k * il);
+          v = (l != l || v < l) ? l : v;
+        }
+        if (hi) {
+          const double h = load_double(*hi, off[2] + k * ih);
+          v = (h != h || v > h) ? h : v;
+        }
+      }
+      store_double(out, off[3] + k * io, v);
+    }
   });
 }
 

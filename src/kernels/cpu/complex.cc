@@ -1,0 +1,58 @@
+#include "kernels/cpu/complex.h"
+
+#include <cmath>
+
+namespace fuselm::kernels {
+namespace {
+
+// Offset (in elements of t's dtype) of element i of a row-major walk over out's shape under strides.
+int64_t offset_of(int64_t i, const Strided& out, const std::array<int64_t, kMaxStridedDims>& strides) {
+  int64_t off = 0;
+  for (int d = out.ndim - 1; d >= 0; --d) {
+    off += (i % out.shape[d]) * strides[d];
+    i /= out.shape[d];
+  }
+  return off;
+}
+
+void load_complex(const Strided& t, int64_t off, double& re, double& im) {
+  if (t.dtype == DType::c64) {
+    re = t.ptr<float>()[2 * off];
+    im = t.ptr<float>()[2 * off + 1];
+  } else {
+    re = load_double(t, off);
+    im = 0;
+  }
+}
+
+}  // namespace
+
+void polar(const Strided& abs, const Strided& angle, const Strided& out) {
+  const auto sa = broadcast_strides(abs, out), st = broadcast_strides(angle, out);
+  float* o = out.ptr<float>();
+  const int64_t n = out.numel();
+  parallel_for_ranges(strided_threads(n), n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const double r = load_double(abs, offset_of(i, out, sa)), th = load_double(angle, offset_of(i, out, st));
+      o[2 * i] = static_cast<float>(r * std::cos(th));
+      o[2 * i + 1] = static_cast<float>(r * std::sin(th));
+    }
+  });
+}
+
+void complex_mul(const Strided& a, const Strided& b, const Strided& out) {
+  const auto sa = broadcast_strides(a, out), sb = broadcast_strides(b, out);
+  float* o = out.ptr<float>();
+  const int64_t n = out.numel();
+  parallel_for_ranges(strided_threads(n), n, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      double ar, ai, br, bi;
+      load_complex(a, offset_of(i, out, sa), ar, ai);
+      load_complex(b, offset_of(i, out, sb), br, bi);
+      o[2 * i] = static_cast<float>(ar * br - ai * bi);
+      o[2 * i + 1] = static_cast<float>(ar * bi + ai * br);
+    }
+  });
+}
+
+}  // namespace fuselm::kernels
