@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cpu/activation.h"
 
@@ -10,46 +9,6 @@ namespace fuselm::kernels {
 namespace {
 
 using Strides = std::array<int64_t, kMaxStridedDims>;
-
-// fn(x, y) in T (float on the fp32 path, double otherwise), as the ATen ops compute it.
-struct Add { template <class T> T operator()(T x, T y) const { return x + y; } };
-struct AddAlpha {
-  double alpha;
-  float operator()(float x, float y) const { return x + static_cast<float>(alpha) * y; }
-  double operator()(double x, double y) const { return x + alpha * y; }
-};
-struct Rsub {
-  double alpha;
-  template <class T> double operator()(T x, T y) const { return y - alpha * x; }
-};
-struct Mul { template <class T> T operator()(T x, T y) const { return x * y; } };
-struct Div { template <class T> T operator()(T x, T y) const { return x / y; } };
-struct DivFloor { template <class T> T operator()(T x, T y) const { return std::floor(x / y); } };
-struct DivTrunc { template <class T> T operator()(T x, T y) const { return std::trunc(x / y); } };
-struct Square { template <class T> T operator()(T x, T) const { return x * x; } };
-struct Pow { template <class T> T operator()(T x, T y) const { return std::pow(x, y); } };
-struct PowDouble {
-  double operator()(double x, double y) const { return std::pow(x, y); }
-};
-struct Maximum { template <class T> T operator()(T x, T y) const { return (x != x || x > y) ? x : y; } };
-struct Minimum { template <class T> T operator()(T x, T y) const { return (x != x || x < y) ? x : y; } };
-struct Eq { template <class T> bool operator()(T x, T y) const { return x == y; } };
-struct Ne { template <class T> bool operator()(T x, T y) const { return x != y; } };
-struct Lt { template <class T> bool operator()(T x, T y) const { return x < y; } };
-struct Le { template <class T> bool operator()(T x, T y) const { return x <= y; } };
-struct Gt { template <class T> bool operator()(T x, T y) const { return x > y; } };
-struct Ge { template <class T> bool operator()(T x, T y) const { return x >= y; } };
-struct BitAnd {
-  template <class T> double operator()(T x, T y) const {
-    return static_cast<double>(static_cast<int64_t>(x) & static_cast<int64_t>(y));
-  }
-};
-struct BitOr {
-  template <class T> double operator()(T x, T y) const {
-    return static_cast<double>(static_cast<int64_t>(x) | static_cast<int64_t>(y));
-  }
-};
-struct LogicalAnd { template <class T> bool operator()(T x, T y) const { return (x != 0) && (y != 0); } };
 
 // One row of `inner` fp32 outputs; a or b may be a scalar (a0 / b0).
 template <class F>
@@ -74,7 +33,7 @@ void binary_row_f32(F f, const Strided& a, const Strided& b, float a0, float b0,
   }
 }
 
-template <class F>
+template <bool kFp32, class F>
 void binary_impl(F f, const Strided& a, const Strided& b, const Strided& out) {
   if (out.numel() == 0) return;
   const Strides sa = broadcast_strides(a, out), sb = broadcast_strides(b, out);
@@ -83,12 +42,12 @@ void binary_impl(F f, const Strided& a, const Strided& b, const Strided& out) {
   const int64_t ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
   // fp32 scalars given as f64 0-d views are read once.
   auto f32_operand = [](const Strided& t) { return t.dtype == DType::f32 || (t.ndim == 0 && t.dtype == DType::f64); };
-  const bool fast = !std::is_same_v<F, PowDouble> && out.dtype == DType::f32 && f32_operand(a) && f32_operand(b);
+  const bool fast = kFp32 && out.dtype == DType::f32 && f32_operand(a) && f32_operand(b);
   const float a0 = a.ndim == 0 ? static_cast<float>(load_double(a, 0)) : 0.f;
   const float b0 = b.ndim == 0 ? static_cast<float>(load_double(b, 0)) : 0.f;
   parallel_rows<2>(out.shape, nd, {&sa, &sb}, [&](int64_t row, const std::array<int64_t, 2>& off) {
     const int64_t done = row * inner;
-    if constexpr (!std::is_same_v<F, PowDouble>) {
+    if constexpr (kFp32) {
       if (fast) return binary_row_f32(f, a, b, a0, b0, off[0], off[1], ia, ib, out.ptr<float>() + done, inner);
     }
     for (int64_t k = 0; k < inner; ++k)
@@ -97,53 +56,7 @@ void binary_impl(F f, const Strided& a, const Strided& b, const Strided& out) {
   });
 }
 
-double gelu_exact(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-double gelu_tanh(double x) {
-  const double k = std::sqrt(2.0 / M_PI);
-  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
-}
-
-using DoubleFn = double (*)(double);
 using FastFn = void (*)(const float*, float*, int64_t);
-
-struct UnaryKernel {
-  DoubleFn f;
-  FastFn fast;  // the contiguous fp32 kernel of activation.h, or null
-};
-
-UnaryKernel unary_kernel(UnaryFn fn) {
-  switch (fn) {
-    case UnaryFn::neg: return {[](double x) { return -x; }, nullptr};
-    case UnaryFn::abs: return {[](double x) { return std::fabs(x); }, nullptr};
-    case UnaryFn::rsqrt: return {[](double x) { return 1.0 / std::sqrt(x); }, nullptr};
-    case UnaryFn::sqrt: return {[](double x) { return std::sqrt(x); }, nullptr};
-    case UnaryFn::reciprocal: return {[](double x) { return 1.0 / x; }, nullptr};
-    case UnaryFn::exp: return {[](double x) { return std::exp(x); }, unary_exp_f32};
-    case UnaryFn::log: return {[](double x) { return std::log(x); }, nullptr};
-    case UnaryFn::sin: return {[](double x) { return std::sin(x); }, nullptr};
-    case UnaryFn::cos: return {[](double x) { return std::cos(x); }, nullptr};
-    case UnaryFn::erf: return {[](double x) { return std::erf(x); }, nullptr};
-    case UnaryFn::floor: return {[](double x) { return std::floor(x); }, nullptr};
-    case UnaryFn::logical_not: return {[](double x) { return static_cast<double>(x == 0.0); }, nullptr};
-    case UnaryFn::bool_not: return {[](double x) { return x == 0.0 ? 1.0 : 0.0; }, nullptr};
-    case UnaryFn::bitwise_not: return {[](double x) { return static_cast<double>(~static_cast<int64_t>(x)); }, nullptr};
-    case UnaryFn::tanh: return {[](double x) { return std::tanh(x); }, unary_tanh_f32};
-    case UnaryFn::sigmoid: return {[](double x) { return 1.0 / (1.0 + std::exp(-x)); }, unary_sigmoid_f32};
-    case UnaryFn::silu: return {[](double x) { return x / (1.0 + std::exp(-x)); }, unary_silu_f32};
-    case UnaryFn::relu: return {[](double x) { return x > 0 ? x : 0.0; }, nullptr};
-    case UnaryFn::gelu: return {gelu_exact, unary_gelu_f32};
-    case UnaryFn::gelu_tanh: return {gelu_tanh, unary_gelu_tanh_f32};
-    case UnaryFn::square: return {[](double x) { return x * x; }, nullptr};
-    case UnaryFn::expm1: return {[](double x) { return std::expm1(x); }, nullptr};
-    case UnaryFn::softplus: break;  // has parameters: Softplus
-  }
-  return {nullptr, nullptr};
-}
-
-struct Softplus {
-  double beta, threshold;
-  double operator()(double x) const { return x * beta > threshold ? x : std::log1p(std::exp(beta * x)) / beta; }
-};
 
 bool contiguous(const Strided& t) {
   int64_t expect = 1;
@@ -157,30 +70,16 @@ bool contiguous(const Strided& t) {
 }  // namespace
 
 void binary(BinaryFn fn, double alpha, const Strided& a, const Strided& b, const Strided& out) {
-  switch (fn) {
-    case BinaryFn::add:
-      if (alpha == 1.0) return binary_impl(Add{}, a, b, out);
-      return binary_impl(AddAlpha{alpha}, a, b, out);
-    case BinaryFn::rsub: return binary_impl(Rsub{alpha}, a, b, out);
-    case BinaryFn::mul: return binary_impl(Mul{}, a, b, out);
-    case BinaryFn::div: return binary_impl(Div{}, a, b, out);
-    case BinaryFn::div_floor: return binary_impl(DivFloor{}, a, b, out);
-    case BinaryFn::div_trunc: return binary_impl(DivTrunc{}, a, b, out);
-    case BinaryFn::square: return binary_impl(Square{}, a, b, out);
-    case BinaryFn::pow: return binary_impl(Pow{}, a, b, out);
-    case BinaryFn::pow_double: return binary_impl(PowDouble{}, a, b, out);
-    case BinaryFn::maximum: return binary_impl(Maximum{}, a, b, out);
-    case BinaryFn::minimum: return binary_impl(Minimum{}, a, b, out);
-    case BinaryFn::eq: return binary_impl(Eq{}, a, b, out);
-    case BinaryFn::ne: return binary_impl(Ne{}, a, b, out);
-    case BinaryFn::lt: return binary_impl(Lt{}, a, b, out);
-    case BinaryFn::le: return binary_impl(Le{}, a, b, out);
-    case BinaryFn::gt: return binary_impl(Gt{}, a, b, out);
-    case BinaryFn::ge: return binary_impl(Ge{}, a, b, out);
-    case BinaryFn::bitwise_and: return binary_impl(BitAnd{}, a, b, out);
-    case BinaryFn::bitwise_or: return binary_impl(BitOr{}, a, b, out);
-    case BinaryFn::logical_and: return binary_impl(LogicalAnd{}, a, b, out);
-  }
+#define FUSELM_BINARY_CASE(name, fp32, value)                                                  \
+  case BinaryFn::name:                                                                         \
+    return binary_impl<fp32>(                                                                  \
+        [alpha](auto x, auto y) {                                                              \
+          (void)alpha, (void)y;                                                                \
+          return (value);                                                                      \
+        },                                                                                     \
+        a, b, out);
+  switch (fn) { FUSELM_BINARY_FNS(FUSELM_BINARY_CASE) }
+#undef FUSELM_BINARY_CASE
 }
 
 void where(const Strided& cond, const Strided& a, const Strided& b, const Strided& out) {
@@ -227,9 +126,16 @@ void unary_impl(F f, FastFn fast, const Strided& x, const Strided& out) {
 }
 
 void unary(UnaryFn fn, const Strided& x, const Strided& out, double p0, double p1) {
-  if (fn == UnaryFn::softplus) return unary_impl(Softplus{p0, p1}, nullptr, x, out);
-  const UnaryKernel kern = unary_kernel(fn);
-  unary_impl(kern.f, kern.fast, x, out);
+#define FUSELM_UNARY_CASE(name, value, fast)                                                   \
+  case UnaryFn::name:                                                                          \
+    return unary_impl(                                                                         \
+        [p0, p1](double x) {                                                                   \
+          (void)p0, (void)p1;                                                                  \
+          return static_cast<double>(value);                                                   \
+        },                                                                                     \
+        fast, x, out);
+  switch (fn) { FUSELM_UNARY_FNS(FUSELM_UNARY_CASE) }
+#undef FUSELM_UNARY_CASE
 }
 
 void clamp(const Strided& x, const Strided* lo, const Strided* hi, const Strided& out) {
