@@ -9,16 +9,8 @@ void copy_strided(const Strided& src, const Strided& dst) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   const bool same = src.dtype == dst.dtype;
-  auto contiguous = [](const Strided& t) {
-    int64_t expect = 1;
-    for (int d = t.ndim - 1; d >= 0; --d) {
-      if (t.shape[d] != 1 && t.strides[d] != expect) return false;
-      expect *= t.shape[d];
-    }
-    return true;
-  };
   const size_t esize = dtype_size(src.dtype);
-  if (same && contiguous(src) && contiguous(dst)) {
+  if (same && src.contiguous() && dst.contiguous()) {
     const int nt = kernel_threads(n, int64_t{1} << 16);
     parallel_for_ranges(nt, n, 16, [&](int64_t b, int64_t e) {
       std::memcpy(static_cast<char*>(dst.data) + b * esize, static_cast<const char*>(src.data) + b * esize,

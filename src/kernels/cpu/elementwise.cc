@@ -58,15 +58,6 @@ void binary_impl(F f, const Strided& a, const Strided& b, const Strided& out) {
 
 using FastFn = void (*)(const float*, float*, int64_t);
 
-bool contiguous(const Strided& t) {
-  int64_t expect = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    if (t.shape[d] != 1 && t.strides[d] != expect) return false;
-    expect *= t.shape[d];
-  }
-  return true;
-}
-
 }  // namespace
 
 void binary(BinaryFn fn, double alpha, const Strided& a, const Strided& b, const Strided& out) {
@@ -109,7 +100,7 @@ template <class F>
 void unary_impl(F f, FastFn fast, const Strided& x, const Strided& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  if (out.dtype == DType::f32 && x.dtype == DType::f32 && contiguous(x)) {
+  if (out.dtype == DType::f32 && x.dtype == DType::f32 && x.contiguous()) {
     const float* in = x.ptr<float>();
     float* o = out.ptr<float>();
     if (fast) return fast(in, o, n);  // threads itself

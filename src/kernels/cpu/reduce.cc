@@ -24,15 +24,6 @@ struct Amax {
   static double fin(double a, int64_t) { return a; }
 };
 
-bool contiguous(const Strided& t) {
-  int64_t expect = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    if (t.shape[d] != 1 && t.strides[d] != expect) return false;
-    expect *= t.shape[d];
-  }
-  return true;
-}
-
 template <class R>
 void reduce_impl(const Strided& x, const std::array<bool, kMaxStridedDims>& red, const Strided& out) {
   int64_t count = 1;
@@ -45,7 +36,7 @@ void reduce_impl(const Strided& x, const std::array<bool, kMaxStridedDims>& red,
       trailing = false;
     }
   }
-  if (trailing && x.dtype == DType::f32 && contiguous(x) && out.dtype == DType::f32) {
+  if (trailing && x.dtype == DType::f32 && x.contiguous() && out.dtype == DType::f32) {
     const int64_t rows = x.numel() / std::max<int64_t>(count, 1);
     const float* p = x.ptr<float>();
     float* o = out.ptr<float>();

@@ -32,6 +32,15 @@ struct Strided {
     for (int d = 0; d < ndim; ++d) n *= shape[d];
     return n;
   }
+  /// Row-major dense (size-1 dims may have any stride), as runtime::Tensor::is_contiguous.
+  bool contiguous() const {
+    int64_t expect = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (shape[d] != 1 && strides[d] != expect) return false;
+      expect *= shape[d];
+    }
+    return true;
+  }
   /// Size of the last dimension (1 for a 0-d view).
   int64_t inner() const { return ndim ? shape[ndim - 1] : 1; }
   template <typename T>
