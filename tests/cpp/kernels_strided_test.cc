@@ -1,7 +1,8 @@
 // The generic strided kernels of the ATen ops (kernels/cpu/{strided,copy,elementwise,reduce,
-// embedding}.h) on shapes large enough to split over the thread pool, against element-by-element
+// embedding,topk}.h) on shapes large enough to split over the thread pool, against element-by-element
 // references written here from the ATen definitions, at 1 and 4 threads (the rows of a split walk
 // start mid-tensor, so a wrong start index shows).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/topk.h"
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
@@ -168,6 +170,39 @@ TEST_P(KernelsStrided, EmbeddingRowsAndGather) {
   gather_rows(out.data(), H * sizeof(float), pick.data(), 4, rows.data());
   for (size_t r = 0; r < pick.size(); ++r)
     for (int64_t k = 0; k < H; ++k) ASSERT_EQ(rows[r * H + k], out[pick[r] * H + k]);
+}
+
+// topk along dim 0 of [W, L] (lines strided by L) and max.dim along dim 1, with ties and a NaN.
+TEST_P(KernelsStrided, TopkAndMaxPerLine) {
+  testing::ScopedThreads threads(GetParam());
+  const int64_t W = 64, L = 600, K = 5;
+  std::vector<float> x(W * L);
+  for (int64_t i = 0; i < W * L; ++i) x[i] = static_cast<float>((i * 7919) % 97);  // many ties
+  x[3 * L + 10] = NAN;
+  std::vector<float> vals(K * L), mv(W);
+  std::vector<int64_t> idx(K * L), mi(W);
+  topk(contiguous(x.data(), DType::f32, {W, L}), 0, K, true, contiguous(vals.data(), DType::f32, {K, L}),
+       contiguous(idx.data(), DType::i64, {K, L}));
+  max_dim(contiguous(x.data(), DType::f32, {W, L}), 1, contiguous(mv.data(), DType::f32, {W}),
+          contiguous(mi.data(), DType::i64, {W}));
+  for (int64_t l = 0; l < L; ++l) {
+    std::vector<int64_t> order(W);
+    for (int64_t j = 0; j < W; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      const float va = x[a * L + l], vb = x[b * L + l];
+      return std::isnan(va) ? !std::isnan(vb) : (!std::isnan(vb) && va > vb);
+    });
+    for (int64_t j = 0; j < K; ++j) ASSERT_EQ(idx[j * L + l], order[j]) << l << " " << j;
+  }
+  for (int64_t r = 0; r < W; ++r) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < L; ++j)
+      if (std::isnan(x[r * L + j]) || (!std::isnan(x[r * L + best]) && x[r * L + j] > x[r * L + best])) {
+        if (std::isnan(x[r * L + best])) break;
+        best = j;
+      }
+    ASSERT_EQ(mi[r], best) << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, KernelsStrided, ::testing::Values(1, 4));
