@@ -5,16 +5,6 @@
 namespace fuselm::kernels {
 namespace {
 
-// Offset (in elements of t's dtype) of element i of a row-major walk over out's shape under strides.
-int64_t offset_of(int64_t i, const Strided& out, const std::array<int64_t, kMaxStridedDims>& strides) {
-  int64_t off = 0;
-  for (int d = out.ndim - 1; d >= 0; --d) {
-    off += (i % out.shape[d]) * strides[d];
-    i /= out.shape[d];
-  }
-  return off;
-}
-
 void load_complex(const Strided& t, int64_t off, double& re, double& im) {
   if (t.dtype == DType::c64) {
     re = t.ptr<float>()[2 * off];

@@ -60,6 +60,16 @@ inline void store_double(const Strided& t, int64_t offset, double v) { store_dou
 /// no such dim or size 1. The caller has checked that the shapes broadcast.
 std::array<int64_t, kMaxStridedDims> broadcast_strides(const Strided& t, const Strided& out);
 
+/// Offset under `strides` of the element `linear` of a row-major walk over `shape`'s shape.
+inline int64_t offset_of(int64_t linear, const Strided& shape, const std::array<int64_t, kMaxStridedDims>& strides) {
+  int64_t off = 0;
+  for (int d = shape.ndim - 1; d >= 0; --d) {
+    off += (linear % shape.shape[d]) * strides[d];
+    linear /= shape.shape[d];
+  }
+  return off;
+}
+
 /// Threads for a walk of `elements` (at least 16384 elements per thread).
 inline int strided_threads(int64_t elements) { return kernel_threads(elements, int64_t{1} << 14); }
 

@@ -8,16 +8,6 @@
 namespace fuselm::kernels {
 namespace {
 
-// Offset of the row-major element `linear` of `shape` (its first nd dims) under `strides`.
-int64_t offset_of(int64_t linear, const Strided& shape, const std::array<int64_t, kMaxStridedDims>& strides) {
-  int64_t off = 0;
-  for (int d = shape.ndim - 1; d >= 0; --d) {
-    off += (linear % shape.shape[d]) * strides[d];
-    linear /= shape.shape[d];
-  }
-  return off;
-}
-
 // Calls f(line, offset of the line's first element in x, offset in out) for every line of x along
 // dim (line: row-major index over x's other dims), lines split over the thread pool.
 template <class F>
