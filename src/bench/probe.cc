@@ -1,11 +1,11 @@
 #include "bench/probe.h"
 
-#include <omp.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "bench/probe_kernels.h"
 #include "kernels/cpu/isa_dispatch.h"
@@ -28,6 +28,9 @@ const ProbeKernels& probe_kernels() {
   return kernels::isa_kernels<kProbeKernelsGeneric, kProbeKernelsAvx2, kProbeKernelsAvx512>(kernels::cpu_isa());
 }
 
+// Every thread the kernels may use (-t / OMP_NUM_THREADS): the probes measure the whole machine.
+int probe_threads() { return kernels::kernel_threads(int64_t{1} << 40, 1); }
+
 }  // namespace
 
 float stream_sum_f32(const float* x, size_t n) { return probe_kernels().stream_sum(x, n); }
@@ -37,24 +40,23 @@ double measure_memory_bandwidth_gbs(size_t bytes, int repeats) {
   if (n == 0) return 0.0;
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
   if (!buf) throw std::bad_alloc();
-  const int nt = std::max(1, omp_get_max_threads());
+  const int nt = probe_threads();
   const auto stream = probe_kernels().stream_sum;
-#pragma omp parallel num_threads(nt)
-  {
-    const Range r = split_range(static_cast<int64_t>(n), omp_get_num_threads(), omp_get_thread_num(), 64);
+  kernels::parallel_run(nt, [&](int part, int parts) {
+    const Range r = split_range(static_cast<int64_t>(n), parts, part, 64);
     for (int64_t i = r.begin; i < r.end; ++i) buf[i] = 1.f;  // first touch by the reading thread
-  }
+  });
   double best = 0.0;
   volatile float sink = 0.f;
+  std::vector<float> sums(static_cast<size_t>(nt));
   for (int rep = 0; rep < std::max(1, repeats); ++rep) {
-    float total = 0.f;
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(nt) reduction(+ : total)
-    {
-      const Range r =
-          split_range(static_cast<int64_t>(n), omp_get_num_threads(), omp_get_thread_num(), 64);
-      total += stream(buf + r.begin, static_cast<size_t>(r.end - r.begin));
-    }
+    kernels::parallel_run(nt, [&](int part, int parts) {  // the same split: each part reads what it touched
+      const Range r = split_range(static_cast<int64_t>(n), parts, part, 64);
+      sums[static_cast<size_t>(part)] = stream(buf + r.begin, static_cast<size_t>(r.end - r.begin));
+    });
+    float total = 0.f;
+    for (float v : sums) total += v;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
     best = std::max(best, static_cast<double>(n * sizeof(float)) / s / 1e9);
@@ -65,7 +67,7 @@ double measure_memory_bandwidth_gbs(size_t bytes, int repeats) {
 }
 
 double measure_fma_peak_gflops(double seconds) {
-  const int nt = std::max(1, omp_get_max_threads());
+  const int nt = probe_threads();
   const auto chains = probe_kernels().fma_chains;
   int64_t iters = 1 << 16;
   for (;;) {  // grow until one run takes a tenth of the time asked
@@ -79,15 +81,14 @@ double measure_fma_peak_gflops(double seconds) {
   }
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
-    double total = 0;
+    std::vector<double> flops(static_cast<size_t>(nt));
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(nt) reduction(+ : total)
-    {
-      double flops = 0;
-      volatile float keep = chains(iters * 2, &flops);
+    kernels::parallel_run(nt, [&](int part, int) {
+      volatile float keep = chains(iters * 2, &flops[static_cast<size_t>(part)]);
       (void)keep;
-      total += flops;
-    }
+    });
+    double total = 0;
+    for (double f : flops) total += f;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, total / s / 1e9);
   }

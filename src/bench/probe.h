@@ -4,7 +4,8 @@
 // vectors (kernels/cpu/simd.h) and ISA path (cpu_isa()) so that they read as fast as kernels can.
 //   memory bandwidth  for memory-bound kernels (decode GEMV, attention over a long cache)
 //   FMA peak          for compute-bound kernels (prefill GEMM)
-// Both use all OpenMP threads (omp_get_max_threads()) and the widest vectors cpu_isa() allows.
+// Both use every thread the kernels may (-t / OMP_NUM_THREADS), on the kernels' thread pool
+// (kernels/cpu/threading.h), and the widest vectors cpu_isa() allows.
 #include <cstddef>
 
 namespace fuselm::bench {

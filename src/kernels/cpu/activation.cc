@@ -9,7 +9,6 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
-#include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/activation_impl.h"
 
 namespace fuselm::kernels {

@@ -1,4 +1,10 @@
-// Activation bodies over Vec<Isa> (internal; included like linear_impl.h).
+// Activation bodies over Vec<Isa> (internal; included like norm_impl.h: it brings simd_math.h).
+//
+// activation.cc includes it for the generic table; CMake writes the avx2 and avx512 tables from the
+// line below (build/isa/activation_<isa>.cc from isa_table.cc.in).
+// isa-table: ActivationKernels make_activation_kernels
+#include "kernels/cpu/activation_kernels.h"
+#include "kernels/cpu/simd_math.h"
 namespace fuselm::kernels {
 namespace {  // NOLINT
 

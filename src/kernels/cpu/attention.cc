@@ -13,7 +13,6 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
-#include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/attention_impl.h"
 
 namespace fuselm::kernels {

@@ -1,9 +1,15 @@
-// Attention body over Vec<Isa> (internal; included like linear_impl.h, after simd_math.h).
+// Attention body over Vec<Isa> (internal; included like norm_impl.h: it brings simd_math.h).
 //
 // Per (token, KV group, key range): keys in chunks of 64. Per chunk: the logits of every q head of
 // the group from K blocks transposed in registers (dot products for heads wider than 256), then
 // per head softcap, one online-softmax rescale, exponentials, and acc += p·V (the accumulator row
 // in registers over the chunk, in slabs of 4 vectors).
+//
+// attention.cc includes it for the generic table; CMake writes the avx2 and avx512 tables from the
+// line below (build/isa/attention_<isa>.cc from isa_table.cc.in).
+// isa-table: AttentionKernels make_attention_kernels
+#include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/simd_math.h"
 namespace fuselm::kernels {
 namespace {  // NOLINT
 

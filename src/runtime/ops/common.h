@@ -4,14 +4,32 @@
 #include <cstdint>
 
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/strided.h"
 #include "runtime/op_registry.h"
 #include "runtime/tensor.h"
 
 namespace fuselm::runtime::ops {
 
-/// Element i (row-major over the tensor's shape, honouring strides) read as double.
-double load_double(const Tensor& t, int64_t offset_elems);
-void store_double(const Tensor& t, int64_t offset_elems, double v);
+static_assert(kMaxDims == kernels::kMaxStridedDims);
+
+/// t's memory as the strided view the generic kernels take (kernels/cpu/strided.h).
+inline kernels::Strided view(const Tensor& t) {
+  kernels::Strided v;
+  v.data = t.data;
+  v.dtype = t.dtype;
+  v.ndim = t.ndim;
+  v.shape = t.shape;
+  v.strides = t.strides;
+  return v;
+}
+
+/// Element at `offset_elems` (strides applied by the caller) read as double / stored from double.
+inline double load_double(const Tensor& t, int64_t offset_elems) {
+  return kernels::load_double(t.data, t.dtype, offset_elems);
+}
+inline void store_double(const Tensor& t, int64_t offset_elems, double v) {
+  kernels::store_double(t.data, t.dtype, offset_elems, v);
+}
 
 /// A temporary pool buffer returned to the pool when the guard dies (copies for contiguity,
 /// dtype conversions). Never part of a node's value.
@@ -36,7 +54,7 @@ class Scratch {
 
 /// t itself when contiguous and of dtype `dtype`, else a converted contiguous copy in `scratch`.
 Tensor contiguous_as(const Tensor& t, DType dtype, Scratch& scratch);
-/// Copies src into dst (same shape; any dtypes, any strides).
+/// Copies src into dst (same shape; any dtypes, any strides): kernels::copy_strided.
 void copy_into(const Tensor& src, const Tensor& dst);
 
 /// Calls f(offset_a, offset_b, offset_out) over every element of the broadcast of a and b into

@@ -1,28 +1,15 @@
 // Complex numbers (c64: interleaved float pairs), as far as rotary embeddings written with them
 // need: polar, view_as_complex / view_as_real (views: no copy) and the complex product.
 // DeepseekV2's rope (`apply_rotary_emb`) is `view_as_real(view_as_complex(x) · freqs_cis)` with
-// `freqs_cis = polar(1, angle) · attention_scaling`.
+// `freqs_cis = polar(1, angle) · attention_scaling`. The arithmetic is kernels/cpu/complex.h.
 //
 // aten.mul.Tensor is the elementwise family's (elementwise_ops.cc); this file wraps it so that a
 // complex operand comes here and every other call goes on unchanged.
-#include <cmath>
-
+#include "kernels/cpu/complex.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
 namespace {
-
-// Offset (in elements of t's dtype) of element i of a row-major walk over `shape`, with t's
-// broadcast strides.
-int64_t offset_of(int64_t i, int nd, const std::array<int64_t, kMaxDims>& shape,
-                  const std::array<int64_t, kMaxDims>& strides) {
-  int64_t off = 0;
-  for (int d = nd - 1; d >= 0; --d) {
-    off += (i % shape[d]) * strides[d];
-    i /= shape[d];
-  }
-  return off;
-}
 
 // aten.polar(abs, angle) -> c64: abs·(cos angle + i sin angle).
 void polar(OpCall& c) {
@@ -31,16 +18,7 @@ void polar(OpCall& c) {
   std::array<int64_t, kMaxDims> shape{};
   const int nd = broadcast_shape(a, t, shape);
   Tensor out = c.alloc(DType::c64, std::span<const int64_t>(shape.data(), nd));
-  std::array<int64_t, kMaxDims> sa{}, st{};
-  broadcast_strides(a, out, sa);
-  broadcast_strides(t, out, st);
-  float* o = out.ptr<float>();
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const double r = load_double(a, offset_of(i, nd, shape, sa)), th = load_double(t, offset_of(i, nd, shape, st));
-    o[2 * i] = static_cast<float>(r * std::cos(th));
-    o[2 * i + 1] = static_cast<float>(r * std::sin(th));
-  }
+  kernels::polar(view(a), view(t), view(out));
   set_out(c, out);
 }
 
@@ -86,27 +64,7 @@ void complex_mul(OpCall& c) {
   std::array<int64_t, kMaxDims> shape{};
   const int nd = broadcast_shape(a, b, shape);
   Tensor out = c.alloc(DType::c64, std::span<const int64_t>(shape.data(), nd));
-  std::array<int64_t, kMaxDims> st_a{}, st_b{};
-  broadcast_strides(a, out, st_a);
-  broadcast_strides(b, out, st_b);
-  auto load = [](const Tensor& t, int64_t off, double& re, double& im) {
-    if (t.dtype == DType::c64) {
-      re = t.ptr<float>()[2 * off];
-      im = t.ptr<float>()[2 * off + 1];
-    } else {
-      re = load_double(t, off);
-      im = 0;
-    }
-  };
-  float* o = out.ptr<float>();
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    double ar, ai, br, bi;
-    load(a, offset_of(i, nd, shape, st_a), ar, ai);
-    load(b, offset_of(i, nd, shape, st_b), br, bi);
-    o[2 * i] = static_cast<float>(ar * br - ai * bi);
-    o[2 * i + 1] = static_cast<float>(ar * bi + ai * br);
-  }
+  kernels::complex_mul(view(a), view(b), view(out));
   set_out(c, out);
 }
 

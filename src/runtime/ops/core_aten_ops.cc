@@ -2,11 +2,13 @@
 // item 1): clamp in its three forms, square, softplus, expm1, pow with a scalar base,
 // min/max of two tensors (NaN-propagating), stack, concat, repeat_interleave by an int and
 // index_select.
-// Arithmetic goes through doubles, as in the elementwise family's fallback path: these ops sit
-// off the hot path (a rotary table, an activation), never in a GEMM.
-#include <cmath>
-#include <limits>
+// The arithmetic is the kernels' (kernels/cpu/elementwise.h, copy.h): clamp, square, expm1,
+// softplus and pow.Scalar through doubles, as they always computed; min/max.other are minimum and
+// maximum (the same values in fp32 as in double).
+#include <vector>
 
+#include "kernels/cpu/copy.h"
+#include "kernels/cpu/elementwise.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -18,19 +20,11 @@ Tensor operand(OpCall& c, size_t i, double& storage) {
   return v.is_tensor() ? v.t : scalar_tensor(v, storage);
 }
 
-// Offset of flat element i of `like`'s shape under `strides`.
-int64_t offset(int64_t i, const Tensor& like, const std::array<int64_t, kMaxDims>& strides) {
-  int64_t off = 0;
-  for (int d = like.ndim - 1; d >= 0; --d) {
-    off += (i % like.shape[d]) * strides[d];
-    i /= like.shape[d];
-  }
-  return off;
-}
-
-// out[i] = f(x, lo, hi) over the broadcast of up to three operands (absent bounds are None).
-template <typename F>
-void ternary(OpCall& c, Tensor target, bool in_place, F f) {
+// out = clamp(x, lo, hi) over the broadcast of the operands (absent bounds are None); in place
+// writes into x.
+void clamp(OpCall& c, bool in_place) {
+  if (!c.has(1) && !c.has(2)) c.fail("clamp needs at least one of min and max");
+  const Tensor& target = c.tensor(0);
   double s1 = 0, s2 = 0;
   const bool has_lo = c.has(1), has_hi = c.has(2);
   Tensor lo = has_lo ? operand(c, 1, s1) : Tensor{}, hi = has_hi ? operand(c, 2, s2) : Tensor{};
@@ -47,65 +41,26 @@ void ternary(OpCall& c, Tensor target, bool in_place, F f) {
     }
     out = c.alloc(c.out_dtype(), std::span<const int64_t>(shape.data(), nd));
   }
-  std::array<int64_t, kMaxDims> sx{}, sl{}, sh{};
-  broadcast_strides(target, out, sx);
-  if (has_lo) broadcast_strides(lo, out, sl);
-  if (has_hi) broadcast_strides(hi, out, sh);
-  const double none = std::numeric_limits<double>::quiet_NaN();
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = load_double(target, offset(i, out, sx));
-    const double l = has_lo ? load_double(lo, offset(i, out, sl)) : none;
-    const double h = has_hi ? load_double(hi, offset(i, out, sh)) : none;
-    store_double(out, in_place ? offset(i, out, sx) : i, f(x, l, h));
-  }
+  const kernels::Strided vl = view(lo), vh = view(hi);
+  kernels::clamp(view(target), has_lo ? &vl : nullptr, has_hi ? &vh : nullptr, view(out));
   set_out(c, out);
 }
 
-// torch.clamp: a NaN input or bound gives NaN; an absent bound (NaN here) is no bound.
-double clamp_value(double x, double lo, double hi, bool has_lo, bool has_hi) {
-  if (x != x) return x;
-  if (has_lo) x = (lo != lo || x < lo) ? lo : x;
-  if (has_hi) x = (hi != hi || x > hi) ? hi : x;
-  return x;
-}
-
-void clamp(OpCall& c, bool in_place) {
-  if (!c.has(1) && !c.has(2)) c.fail("clamp needs at least one of min and max");
-  const bool lo = c.has(1), hi = c.has(2);
-  ternary(c, c.tensor(0), in_place, [lo, hi](double x, double l, double h) { return clamp_value(x, l, h, lo, hi); });
-}
-
-template <typename F>
-void unary(OpCall& c, F f) {
+void unary(OpCall& c, kernels::UnaryFn fn, double p0 = 0, double p1 = 0) {
   const Tensor& x = c.tensor(0);
   Tensor out = c.alloc(c.out_dtype(), x.sizes());
-  std::array<int64_t, kMaxDims> sx{};
-  broadcast_strides(x, out, sx);
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) store_double(out, i, f(load_double(x, offset(i, out, sx))));
+  kernels::unary(fn, view(x), view(out), p0, p1);
   set_out(c, out);
 }
 
-template <typename F>
-void binary(OpCall& c, F f) {
+void binary(OpCall& c, kernels::BinaryFn fn) {
   double sa, sb;
   Tensor a = operand(c, 0, sa), b = operand(c, 1, sb);
   std::array<int64_t, kMaxDims> shape{};
   const int nd = broadcast_shape(a, b, shape);
   Tensor out = c.alloc(c.out_dtype(), std::span<const int64_t>(shape.data(), nd));
-  std::array<int64_t, kMaxDims> ka{}, kb{};
-  broadcast_strides(a, out, ka);
-  broadcast_strides(b, out, kb);
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i)
-    store_double(out, i, f(load_double(a, offset(i, out, ka)), load_double(b, offset(i, out, kb))));
+  kernels::binary(fn, 1.0, view(a), view(b), view(out));
   set_out(c, out);
-}
-
-// softplus(x, beta, threshold) = log1p(exp(beta x)) / beta, or x where beta x > threshold.
-double softplus(double x, double beta, double threshold) {
-  return x * beta > threshold ? x : std::log1p(std::exp(beta * x)) / beta;
 }
 
 // stack(tensors, dim): every tensor the same shape; out has a new dim of size len(tensors).
@@ -149,18 +104,9 @@ void repeat_interleave(OpCall& c) {
   std::array<int64_t, kMaxDims> shape{};
   for (int k = 0; k < x.ndim; ++k) shape[k] = k == d ? x.shape[k] * r : x.shape[k];
   Tensor out = c.alloc(c.out_dtype(), std::span<const int64_t>(shape.data(), x.ndim));
-  std::array<int64_t, kMaxDims> sx{};
-  for (int k = 0; k < x.ndim; ++k) sx[k] = x.strides[k];
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, off = 0;
-    for (int k = x.ndim - 1; k >= 0; --k) {
-      const int64_t pos = rem % out.shape[k];
-      rem /= out.shape[k];
-      off += (k == d ? pos / r : pos) * sx[k];
-    }
-    store_double(out, i, load_double(x, off));
-  }
+  std::vector<int64_t> map(static_cast<size_t>(shape[d]));
+  for (int64_t j = 0; j < shape[d]; ++j) map[static_cast<size_t>(j)] = j / r;
+  kernels::gather_dim(view(x), d, map.data(), view(out));
   set_out(c, out);
 }
 
@@ -174,43 +120,36 @@ void index_select(OpCall& c) {
   std::array<int64_t, kMaxDims> shape{};
   for (int j = 0; j < x.ndim; ++j) shape[j] = j == d ? k : x.shape[j];
   Tensor out = c.alloc(c.out_dtype(), std::span<const int64_t>(shape.data(), x.ndim));
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, off = 0;
-    for (int j = x.ndim - 1; j >= 0; --j) {
-      int64_t pos = rem % out.shape[j];
-      rem /= out.shape[j];
-      if (j == d) {
-        pos = static_cast<int64_t>(load_double(index, pos * (index.ndim ? index.strides[0] : 0)));
-        if (pos < -x.shape[j] || pos >= x.shape[j])
-          c.fail("index " + std::to_string(pos) + " is out of bounds for dimension " + std::to_string(d) + " of size " +
-                 std::to_string(x.shape[j]));
-        if (pos < 0) pos += x.shape[j];
-      }
-      off += pos * x.strides[j];
-    }
-    store_double(out, i, load_double(x, off));
+  std::vector<int64_t> map(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k && out.numel() > 0 && x.ndim > 0; ++j) {  // as the walk met them
+    int64_t pos = static_cast<int64_t>(load_double(index, j * (index.ndim ? index.strides[0] : 0)));
+    if (pos < -x.shape[d] || pos >= x.shape[d])
+      c.fail("index " + std::to_string(pos) + " is out of bounds for dimension " + std::to_string(d) + " of size " +
+             std::to_string(x.shape[d]));
+    map[static_cast<size_t>(j)] = pos < 0 ? pos + x.shape[d] : pos;
   }
+  kernels::gather_dim(view(x), d, map.data(), view(out));
   set_out(c, out);
 }
 
 }  // namespace
 
 void register_core_aten_ops(OpRegistry& r) {
+  using B = kernels::BinaryFn;
+  using U = kernels::UnaryFn;
   r.add("aten.clamp.default", [](OpCall& c) { clamp(c, false); });
   r.add("aten.clamp.Tensor", [](OpCall& c) { clamp(c, false); });
   r.add("aten.clamp_.default", [](OpCall& c) { clamp(c, true); });
-  r.add("aten.square.default", [](OpCall& c) { unary(c, [](double x) { return x * x; }); });
-  r.add("aten.expm1.default", [](OpCall& c) { unary(c, [](double x) { return std::expm1(x); }); });
-  r.add("aten.softplus.default", [](OpCall& c) {
-    const double beta = c.has(1) ? c.real(1) : 1.0, threshold = c.has(2) ? c.real(2) : 20.0;
-    unary(c, [beta, threshold](double x) { return softplus(x, beta, threshold); });
+  r.add("aten.square.default", [](OpCall& c) { unary(c, U::square); });
+  r.add("aten.expm1.default", [](OpCall& c) { unary(c, U::expm1); });
+  r.add("aten.softplus.default", [](OpCall& c) {  // softplus(x, beta, threshold)
+    unary(c, U::softplus, c.has(1) ? c.real(1) : 1.0, c.has(2) ? c.real(2) : 20.0);
   });
   // pow.Scalar(Scalar self, Tensor exponent): a scalar base.
-  r.add("aten.pow.Scalar", [](OpCall& c) { binary(c, [](double x, double y) { return std::pow(x, y); }); });
+  r.add("aten.pow.Scalar", [](OpCall& c) { binary(c, B::pow_double); });
   // min.other / max.other are minimum / maximum: NaN from either side propagates.
-  r.add("aten.min.other", [](OpCall& c) { binary(c, [](double x, double y) { return (x != x || x < y) ? x : y; }); });
-  r.add("aten.max.other", [](OpCall& c) { binary(c, [](double x, double y) { return (x != x || x > y) ? x : y; }); });
+  r.add("aten.min.other", [](OpCall& c) { binary(c, B::minimum); });
+  r.add("aten.max.other", [](OpCall& c) { binary(c, B::maximum); });
   r.add("aten.stack.default", stack);
   r.add("aten.repeat_interleave.self_int", repeat_interleave);
   r.add("aten.index_select.default", index_select);

@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/matmul_strided.h"
 #include "kernels/cpu/quant_weight.h"
 #include "runtime/ops/common.h"
 
@@ -60,19 +62,6 @@ void linear(OpCall& c) {
   set_out(c, out);
 }
 
-// out = alpha * out + beta * bias broadcast to out's [M, N] (torch: beta 0 ignores the bias).
-void scale_and_add_bias(const Tensor& bias, double beta, double alpha, const Tensor& out) {
-  std::array<int64_t, kMaxDims> bs{};
-  broadcast_strides(bias, out, bs);
-  float* o = out.ptr<float>();
-  const int64_t M = out.shape[0], N = out.shape[1];
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      const double b = beta == 0.0 ? 0.0 : beta * load_double(bias, m * bs[0] + n * bs[1]);
-      o[m * N + n] = static_cast<float>(alpha * o[m * N + n] + b);
-    }
-}
-
 // addmm(bias, mat1 [M,K], mat2 [K,N], beta, alpha): GPT-2's Conv1D, weight stored [in, out].
 // A bias of one value per column with beta = alpha = 1 goes to the kernel; any other bias that
 // broadcasts to [M, N], or other beta/alpha, is applied after the product.
@@ -108,7 +97,7 @@ void addmm(OpCall& c) {
   a.n = N;
   a.k = K;
   kernels::linear(a);
-  if (!row_bias) scale_and_add_bias(bias, beta, alpha, out);
+  if (!row_bias) kernels::scale_add(alpha, beta, view(bias), view(out));
   set_out(c, out);
 }
 
@@ -139,32 +128,14 @@ void matmul(OpCall& c) {
   Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), nb + 2));
   Tensor ob = out;
   ob.ndim = nb;
-  std::array<int64_t, kMaxDims> sa{}, sb{}, idx{};
-  broadcast_strides(ab, ob, sa);
-  broadcast_strides(bb, ob, sb);
-  int64_t batches = 1;
-  for (int d = 0; d < nb; ++d) batches *= shape[d];
-  const int64_t am = a.strides[a.ndim - 2], ak = a.strides[a.ndim - 1];
-  const int64_t bk = b.strides[b.ndim - 2], bn = b.strides[b.ndim - 1];
-  float* o = out.ptr<float>();
-  for (int64_t bi = 0; bi < batches; ++bi) {
-    int64_t oa = 0, obb = 0;
-    for (int d = 0; d < nb; ++d) {
-      oa += idx[d] * sa[d];
-      obb += idx[d] * sb[d];
-    }
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k)
-          acc += load_double(a, oa + m * am + k * ak) * load_double(b, obb + k * bk + n * bn);
-        o[(bi * M + m) * N + n] = static_cast<float>(acc);
-      }
-    for (int d = nb - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
+  // The operands as [batch.., M, K] and [batch.., K, N] views with batch strides broadcast to out's.
+  kernels::Strided va = view(a), vb = view(b);
+  va.ndim = vb.ndim = nb + 2;
+  va.strides = kernels::broadcast_strides(view(ab), view(ob));
+  vb.strides = kernels::broadcast_strides(view(bb), view(ob));
+  va.shape[nb] = M, va.shape[nb + 1] = K, va.strides[nb] = a.strides[a.ndim - 2], va.strides[nb + 1] = a.strides[a.ndim - 1];
+  vb.shape[nb] = K, vb.shape[nb + 1] = N, vb.strides[nb] = b.strides[b.ndim - 2], vb.strides[nb + 1] = b.strides[b.ndim - 1];
+  kernels::matmul_strided(va, vb, shape.data(), nb, out.ptr<float>());
   // Contiguous, so dropping the added size-1 dims changes the header alone.
   if (a_vec && b_vec) {
     out.ndim -= 2;
@@ -186,19 +157,7 @@ void baddbmm(OpCall& c) {
   const double beta = c.real(3), alpha = c.real(4);
   OpCall product{c.ctx, c.node, c.args.subspan(1, 2), c.out};  // bmm of arguments 1 and 2 into c.out
   matmul(product);
-  const Tensor out = c.out.t;
-  std::array<int64_t, kMaxDims> ss{}, idx{};
-  broadcast_strides(self, out, ss);
-  float* o = out.ptr<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    int64_t off = 0;
-    for (int d = 0; d < out.ndim; ++d) off += idx[d] * ss[d];
-    o[i] = static_cast<float>(alpha * o[i] + (beta == 0.0 ? 0.0 : beta * load_double(self, off)));
-    for (int d = out.ndim - 1; d >= 0; --d) {
-      if (++idx[d] < out.shape[d]) break;
-      idx[d] = 0;
-    }
-  }
+  kernels::scale_add(alpha, beta, view(self), view(c.out.t));
 }
 
 // Rows [first, first + V) of a vocabulary looked up in weight [V, H] (contiguous or block-quantized)
@@ -230,21 +189,19 @@ void lookup_rows(OpCall& c, const Tensor& w, int64_t first, bool masked) {
   Tensor out = c.alloc(DType::f32, std::span<const int64_t>(shape.data(), idx.ndim + 1));
   Scratch s(c.ctx);
   Tensor ic = contiguous_as(idx, DType::i64, s);
-  const int64_t n = ic.numel();
-  const auto wd = w.quant ? kernels::DType::f32 : weight_dtype(c, w);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = ic.ptr<int64_t>()[i], row = id - first;
-    float* dst = out.ptr<float>() + i * H;
-    if (row < 0 || row >= V) {
-      if (!masked || id < 0) c.fail("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V));
-      std::fill(dst, dst + H, 0.0f);
-    } else if (w.quant) {  // block-quantized table: dequantize the rows looked up
-      kernels::quant_weight_row(*w.quant, row, dst);
-    } else {
-      const char* src = static_cast<const char*>(w.data) + row * H * ir::dtype_size(w.dtype);
-      kernels::convert_dtype(src, wd, dst, kernels::DType::f32, H);
-    }
-  }
+  kernels::EmbeddingArgs a;
+  a.table = w.data;
+  a.dtype = w.quant ? kernels::DType::f32 : weight_dtype(c, w);
+  a.quant = w.quant;
+  a.rows = V;
+  a.width = H;
+  a.first = first;
+  a.masked = masked;
+  a.ids = ic.ptr<int64_t>();
+  a.n = ic.numel();
+  a.out = out.ptr<float>();
+  if (const int64_t bad = kernels::embedding_lookup(a); bad >= 0)
+    c.fail("token id " + std::to_string(a.ids[bad]) + " is outside the vocabulary of " + std::to_string(V));
   set_out(c, out);
 }
 

@@ -1,7 +1,9 @@
 // Ops that make or convert tensors: cat, dtype casts and copies, factories (ones, zeros, full,
-// arange) and the *_like family.
+// arange) and the *_like family. The copies and fills are kernels/cpu/copy.h.
+#include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/copy.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -50,13 +52,7 @@ void convert(OpCall& c, bool always_copy) {
 
 void fill(OpCall& c, std::span<const int64_t> shape, double v) {
   Tensor out = c.alloc(c.out_dtype(), shape);
-  const int64_t n = out.numel();
-  if (out.dtype == DType::f32) {
-    float f = static_cast<float>(v);
-    for (int64_t i = 0; i < n; ++i) out.ptr<float>()[i] = f;
-  } else {
-    for (int64_t i = 0; i < n; ++i) store_double(out, i, v);
-  }
+  kernels::fill(view(out), v);
   set_out(c, out);
 }
 
@@ -70,7 +66,7 @@ void arange(OpCall& c, double start, double end, double step) {
   int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
   if (n < 0) n = 0;
   Tensor out = c.alloc(c.out_dtype(), {n});
-  for (int64_t i = 0; i < n; ++i) store_double(out, i, start + i * step);
+  kernels::arange(view(out), start, step);
   set_out(c, out);
 }
 

@@ -6,13 +6,9 @@
 //   gather(x, dim, index): out[..i..] = x[.. index[..i..] along dim ..]
 //   scatter_.value / scatter.value (x, dim, index, v): x[.. index[..i..] along dim ..] = v
 //   add_/sub_/mul_/div_.Tensor (x, y): x op= y (y broadcast to x), result is x itself
-// In-place ops write through x's strides into its memory (torch.export keeps the mutation and
+// topk and max.dim compute in kernels/cpu/topk.h. In-place ops write through x's strides into its memory (torch.export keeps the mutation and
 // later nodes read the mutated tensor by its original name) and return x.
-#include <algorithm>
-#include <cmath>
-#include <numeric>
-#include <vector>
-
+#include "kernels/cpu/topk.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -27,16 +23,6 @@ int64_t offset_of(int64_t linear, const Tensor& shape, std::span<const int64_t> 
     off += i * strides[d];
   }
   return off;
-}
-
-// Calls f(outer, inner) for every 1-d line of `t` along dim d; a line's element j is at
-// base + j * t.strides[d], base = offset_of(outer line).
-template <typename F>
-void for_each_line(const Tensor& t, int d, F f) {
-  Tensor rest = t;
-  rest.shape[d] = 1;
-  const int64_t lines = rest.numel();
-  for (int64_t l = 0; l < lines; ++l) f(l, offset_of(l, rest, std::span<const int64_t>(t.strides.data(), t.ndim)));
 }
 
 Tensor alloc_line_out(OpCall& c, const Tensor& x, int d, int64_t width, DType dt, bool keep = true) {
@@ -58,28 +44,7 @@ void topk(OpCall& c) {
   if (k < 0 || k > w) c.fail("k = " + std::to_string(k) + " is outside [0, " + std::to_string(w) + "]");
   Tensor vals = alloc_line_out(c, x, d, k, x.dtype);
   Tensor idx = alloc_line_out(c, x, d, k, DType::i64);
-  std::vector<double> v(static_cast<size_t>(w));
-  std::vector<int64_t> order(static_cast<size_t>(w));
-  Tensor line_shape = vals;
-  line_shape.shape[d] = 1;
-  for_each_line(x, d, [&](int64_t l, int64_t base) {
-    for (int64_t j = 0; j < w; ++j) v[j] = load_double(x, base + j * x.strides[d]);
-    std::iota(order.begin(), order.end(), 0);
-    // NaN counts as the largest value, as in PyTorch.
-    auto before = [&](int64_t a, int64_t b) {
-      const double va = v[a], vb = v[b];
-      const bool na = std::isnan(va), nb = std::isnan(vb);
-      if (na || nb) return largest ? (na && !nb) || (na && nb && a < b) : (!na && nb) || (na && nb && a < b);
-      if (va != vb) return largest ? va > vb : va < vb;
-      return a < b;
-    };
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
-    const int64_t ob = offset_of(l, line_shape, std::span<const int64_t>(vals.strides.data(), vals.ndim));
-    for (int64_t j = 0; j < k; ++j) {
-      store_double(vals, ob + j * vals.strides[d], v[order[j]]);
-      idx.ptr<int64_t>()[ob + j * idx.strides[d]] = order[j];
-    }
-  });
+  kernels::topk(view(x), d, k, largest, view(vals), view(idx));
   c.out.kind = Value::Kind::list;
   c.out.list.resize(2);
   c.out.list[0].set_tensor(vals);
@@ -94,17 +59,7 @@ void max_dim(OpCall& c) {
   if (w == 0) c.fail("max over an empty dimension");
   Tensor vals = alloc_line_out(c, x, d, 1, x.dtype, keep);
   Tensor idx = alloc_line_out(c, x, d, 1, DType::i64, keep);
-  int64_t out_i = 0;  // lines run in row-major order of the reduced shape, as the outputs do
-  for_each_line(x, d, [&](int64_t, int64_t base) {
-    int64_t best = 0;
-    double bv = load_double(x, base);
-    for (int64_t j = 1; j < w && !std::isnan(bv); ++j) {
-      const double vj = load_double(x, base + j * x.strides[d]);
-      if (vj > bv || std::isnan(vj)) { bv = vj; best = j; }
-    }
-    store_double(vals, out_i, bv);
-    idx.ptr<int64_t>()[out_i++] = best;
-  });
+  kernels::max_dim(view(x), d, view(vals), view(idx));
   c.out.kind = Value::Kind::list;
   c.out.list.resize(2);
   c.out.list[0].set_tensor(vals);

@@ -2,9 +2,8 @@
 // samples (Batch::logit_rows, in that order), or x itself when the batch selects none. The engine
 // puts it before the graph's final product over the vocabulary (engine/logit_rows.h), so a
 // prefill chunk of T tokens costs one LM-head row per sequence instead of T.
-#include <cstring>
-
 #include "ir/dtype.h"
+#include "kernels/cpu/copy.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -24,13 +23,9 @@ void select_rows(OpCall& c) {
   const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
   const int64_t shape[3] = {1, rows, width};
   Tensor y = c.alloc(x.dtype, shape);
-  const size_t row_bytes = static_cast<size_t>(width * ir::dtype_size(x.dtype));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t src = b.logit_rows[r];
+  for (const int64_t src : b.logit_rows)
     if (src < 0 || src >= tokens) c.fail(fmt::format("logit row {} is outside the batch of {} tokens", src, tokens));
-    std::memcpy(static_cast<char*>(y.data) + r * row_bytes, static_cast<const char*>(xc.data) + src * row_bytes,
-                row_bytes);
-  }
+  kernels::gather_rows(xc.data, static_cast<size_t>(width * ir::dtype_size(x.dtype)), b.logit_rows.data(), rows, y.data);
   set_out(c, y);
 }
 

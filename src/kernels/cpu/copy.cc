@@ -1,0 +1,82 @@
+#include "kernels/cpu/copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fuselm::kernels {
+
+void copy_strided(const Strided& src, const Strided& dst) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const bool same = src.dtype == dst.dtype;
+  const size_t esize = dtype_size(src.dtype);
+  if (same && src.contiguous() && dst.contiguous()) {
+    const int nt = kernel_threads(n, int64_t{1} << 16);
+    parallel_for_ranges(nt, n, 16, [&](int64_t b, int64_t e) {
+      std::memcpy(static_cast<char*>(dst.data) + b * esize, static_cast<const char*>(src.data) + b * esize,
+                  (e - b) * esize);
+    });
+    return;
+  }
+  const int nd = dst.ndim;
+  const int64_t inner = dst.inner();
+  const int64_t s_in = nd ? src.strides[nd - 1] : 0, d_in = nd ? dst.strides[nd - 1] : 0;
+  const bool f32 = src.dtype == DType::f32 && dst.dtype == DType::f32;
+  parallel_rows<2>(dst.shape, nd, {&src.strides, &dst.strides}, [&](int64_t, const std::array<int64_t, 2>& off) {
+    if (f32) {
+      const float* s = src.ptr<float>() + off[0];
+      float* o = dst.ptr<float>() + off[1];
+      for (int64_t k = 0; k < inner; ++k) o[k * d_in] = s[k * s_in];
+    } else {
+      for (int64_t k = 0; k < inner; ++k)
+        store_double(dst, off[1] + k * d_in, load_double(src, off[0] + k * s_in));
+    }
+  });
+}
+
+void fill(const Strided& dst, double v) {
+  const int64_t n = dst.numel();
+  const int nt = strided_threads(n);
+  if (dst.dtype == DType::f32) {
+    const float f = static_cast<float>(v);
+    parallel_for_ranges(nt, n, 16, [&](int64_t b, int64_t e) { std::fill(dst.ptr<float>() + b, dst.ptr<float>() + e, f); });
+  } else {
+    parallel_for_ranges(nt, n, 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) store_double(dst, i, v);
+    });
+  }
+}
+
+void arange(const Strided& dst, double start, double step) {
+  const int64_t n = dst.numel();
+  parallel_for_ranges(strided_threads(n), n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) store_double(dst, i, start + i * step);
+  });
+}
+
+void gather_dim(const Strided& x, int dim, const int64_t* map, const Strided& out) {
+  const int nd = out.ndim;
+  const int64_t n = out.numel();
+  parallel_for_ranges(strided_threads(n), n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      int64_t rem = i, off = 0;
+      for (int k = nd - 1; k >= 0; --k) {
+        const int64_t pos = rem % out.shape[k];
+        rem /= out.shape[k];
+        off += (k == dim ? map[pos] : pos) * x.strides[k];
+      }
+      store_double(out, i, load_double(x, off));
+    }
+  });
+}
+
+void gather_rows(const void* src, size_t row_bytes, const int64_t* rows, int64_t n, void* dst) {
+  const int nt = kernel_threads(n * static_cast<int64_t>(row_bytes), int64_t{1} << 16);
+  parallel_for_ranges(nt, n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * row_bytes, static_cast<const char*>(src) + rows[r] * row_bytes,
+                  row_bytes);
+  });
+}
+
+}  // namespace fuselm::kernels
