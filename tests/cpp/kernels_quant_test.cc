@@ -139,7 +139,11 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
                                               {t, 1, 100, 256, false, 0, 2},
                                               // one lane short of a 16-row vector / two 8-row halves,
                                               // odd block counts, exactly 4 and 8 rows of x
-                                              {t, 4, 15, 160}, {t, 8, 31, 224, true, 0, 2}}) {
+                                              {t, 4, 15, 160}, {t, 8, 31, 224, true, 0, 2},
+                                              // the amx path's 16-row tiles of x: exactly one,
+                                              // two and a remainder, odd block counts, strides
+                                              {t, 16, 16, 32}, {t, 16, 20, 96, true, 0, 2},
+                                              {t, 37, 33, 160, true, 3, 2}, {t, 48, 17, 64, false, 0, 2}}) {
       c.packed = true;
       check_quant(c, seed += 10);
     }
@@ -158,7 +162,8 @@ TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {
   const std::string path = quant_kernel_path();
   if (GetParam() == Isa::generic) EXPECT_EQ(path, "generic");
   if (GetParam() == Isa::avx2) EXPECT_EQ(path, "avx2");
-  if (GetParam() >= Isa::avx512) EXPECT_TRUE(path == "vnni" || path == "avx2") << path;
+  if (GetParam() >= Isa::avx512 && GetParam() < Isa::amx) EXPECT_TRUE(path == "vnni" || path == "avx2") << path;
+  if (GetParam() == Isa::amx) EXPECT_TRUE(path == "amx" || path == "vnni" || path == "avx2") << path;
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearIsa, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);

@@ -34,6 +34,16 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
+// AMX-INT8 (CPUID.(7,0):EDX[25]); the tiles themselves (and the OS's permission) come with Isa::amx.
+bool cpu_has_amx_int8() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 25));
+#else
+  return false;
+#endif
+}
+
 float h(uint16_t v) { return f16_to_f32(v); }
 
 void dequant_q8_0(const BlockQ8_0* b, float* y) {
@@ -132,13 +142,21 @@ inline float round_even(float v) { return (v + 12582912.f) - 12582912.f; }
 void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float* d, int16_t* sum16, float* dsum) {
   for (int64_t b = 0; b < k / block; ++b) {
     const float* xb = x + b * block;
+    // Comparisons instead of std::fmax/fmin (library calls that the compiler keeps scalar for their
+    // NaN rules): the same values for finite x, and loops that vectorize (prefill quantizes every
+    // activation of every linear).
     float amax = 0.f;
-    for (int64_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    for (int64_t j = 0; j < block; ++j) {
+      const float a = std::fabs(xb[j]);
+      amax = a > amax ? a : amax;
+    }
     const float db = amax / 127.f;
     const float id = db != 0.f ? 127.f / amax : 0.f;
     d[b] = db;
     for (int64_t j = 0; j < block; ++j) {
-      const float v = std::fmin(127.f, std::fmax(-127.f, round_even(xb[j] * id)));
+      float v = round_even(xb[j] * id);
+      v = v > 127.f ? 127.f : v;
+      v = v < -127.f ? -127.f : v;
       q[b * block + j] = static_cast<int8_t>(v);
     }
   }
@@ -156,8 +174,9 @@ int64_t align64(int64_t n) { return (n + 63) & ~int64_t{63}; }
 
 const QuantKernels& quant_kernels() {
 #if defined(__x86_64__) || defined(_M_X64)
-  static const bool vnni = cpu_has_avx512_vnni();
+  static const bool vnni = cpu_has_avx512_vnni(), amx_int8 = cpu_has_amx_int8();
   const Isa isa = cpu_isa();
+  if (isa == Isa::amx && vnni && amx_int8) return kQuantKernelsAmx;
   if (isa >= Isa::avx512 && vnni) return kQuantKernelsVnni;
   if (isa >= Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
 #endif

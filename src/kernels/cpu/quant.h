@@ -95,7 +95,8 @@ struct QuantLinearArgs {
 
 void quant_linear(const QuantLinearArgs& args);
 
-/// The dot-product path quant_linear takes on the current ISA: "vnni", "avx2" or "generic".
+/// The dot-product path quant_linear takes on the current ISA: "amx" (quant_linear_packed with
+/// 16 or more rows on AMX int8 tiles, the rest as vnni), "vnni", "avx2" or "generic".
 const char* quant_kernel_path();
 
 }  // namespace fuselm::kernels

@@ -385,9 +385,10 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
 }
 #endif
 
-void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+// Activation rows [i_begin, m) of row groups [g0, g1) (the AMX path runs the rows before i_begin).
+void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1, int64_t i_begin) {
   for (int64_t g = g0; g < g1; ++g)
-    for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
+    for (int64_t i0 = i_begin; i0 < p.m; i0 += 4) {
       switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
         case 4: packed_rows<4>(p, a, g, i0); break;
         case 3: packed_rows<3>(p, a, g, i0); break;
@@ -396,6 +397,8 @@ void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1
       }
     }
 }
+
+void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
 
 }  // namespace
 }  // namespace fuselm::kernels
