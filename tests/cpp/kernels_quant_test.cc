@@ -21,7 +21,7 @@ using testing::random_floats;
 // Byte offsets of the f16 scales in each block type (ggml-common.h).
 std::vector<int> scale_offsets(QuantType t) {
   switch (t) {
-    case QuantType::q4_1: case QuantType::q4_k: case QuantType::q5_k: return {0, 2};
+    case QuantType::q4_1: case QuantType::q5_1: case QuantType::q4_k: case QuantType::q5_k: return {0, 2};
     case QuantType::q6_k: return {208};
     default: return {0};
   }

@@ -23,6 +23,7 @@ namespace {
 constexpr QuantTypeInfo kInfo[] = {
     {"q8_0", 8, 32, 34},    {"q4_0", 2, 32, 18},    {"q4_1", 3, 32, 20},
     {"q4_k", 12, 256, 144}, {"q5_k", 13, 256, 176}, {"q6_k", 14, 256, 210},
+    {"q5_0", 6, 32, 22},    {"q5_1", 7, 32, 24},
 };
 
 bool cpu_has_avx512_vnni() {
@@ -62,6 +63,25 @@ void dequant_q4_1(const BlockQ4_1* b, float* y) {
   for (int j = 0; j < kQK / 2; ++j) {
     y[j] = (b->qs[j] & 0xF) * d + m;
     y[j + 16] = (b->qs[j] >> 4) * d + m;
+  }
+}
+// Q5_0 / Q5_1: element j's 5th bit is bit j of qh (ggml dequantize_row_q5_0 / _q5_1).
+template <class B>
+void dequant_q5(const B* b, float* y) {
+  uint32_t qh;
+  std::memcpy(&qh, b->qh, 4);
+  const float d = h(b->d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int x0 = (b->qs[j] & 0xF) | ((qh >> j) << 4 & 0x10);
+    const int x1 = (b->qs[j] >> 4) | ((qh >> (j + 16)) << 4 & 0x10);
+    if constexpr (sizeof(B) == sizeof(BlockQ5_0)) {
+      y[j] = static_cast<float>(x0 - 16) * d;
+      y[j + 16] = static_cast<float>(x1 - 16) * d;
+    } else {
+      const float m = h(b->m);
+      y[j] = static_cast<float>(x0) * d + m;
+      y[j + 16] = static_cast<float>(x1) * d + m;
+    }
   }
 }
 // Q4_K and Q5_K: chunk c of 64 elements uses (scale, min) 2c and 2c+1 (ggml dequantize_row_q4_K).
@@ -216,6 +236,8 @@ void dequantize_row(QuantType t, const void* src, float* dst, int64_t k) {
       case QuantType::q4_k: dequant_k45(reinterpret_cast<const BlockQ4_K*>(blk), y); break;
       case QuantType::q5_k: dequant_k45(reinterpret_cast<const BlockQ5_K*>(blk), y); break;
       case QuantType::q6_k: dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(blk), y); break;
+      case QuantType::q5_0: dequant_q5(reinterpret_cast<const BlockQ5_0*>(blk), y); break;
+      case QuantType::q5_1: dequant_q5(reinterpret_cast<const BlockQ5_1*>(blk), y); break;
     }
   }
 }
