@@ -7,7 +7,10 @@ model.safetensors (fp32), tokenizer.json, tokenizer_config.json, generation_conf
   files, undoes llama.cpp's q/k row permutation. Tied embeddings stay tied (no lm_head in the file).
 - tokenizer.json is built here from the GGUF vocabulary arrays, because the tokenizer transformers
   rebuilds from a GGUF ignores `tokenizer.ggml.pre` (SmolLM's digit splitting is lost) and swaps
-  bos/eos. Only byte-level BPE (`tokenizer.ggml.model == "gpt2"`) is supported.
+  bos/eos. Byte-level BPE (`tokenizer.ggml.model == "gpt2"`) is built here; every other kind
+  (SentencePiece "llama", Unigram "t5", ...) goes through transformers' own GGUF tokenizer builder
+  (`convert_gguf_tokenizer`, the tokenizer `from_pretrained(..., gguf_file=...)` makes), with the
+  file's add_bos/add_eos flags; a kind transformers cannot build is refused with one line.
 - eos/bos ids come from the GGUF metadata; the chat template's end-of-turn token joins
   generation_config's eos list when it differs from eos.
 
@@ -70,14 +73,60 @@ def read_gguf_metadata(gguf_path) -> dict:
 # Tokenizer
 
 
+def _tokenizer_via_transformers(meta: dict):
+    """Any other tokenizer.ggml.model: transformers' GGUF builder on the same metadata (its
+    GGUF_TOKENIZER_MAPPING), as from_pretrained(..., gguf_file=...) builds it."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (GGUF_TOKENIZER_MAPPING,
+                                                                         convert_gguf_tokenizer)
+
+    kind = meta.get("tokenizer.ggml.model")
+    tokenizer_dict = {name: meta[f"tokenizer.{key}"] for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+                      if f"tokenizer.{key}" in meta}
+    try:
+        tok, _ = convert_gguf_tokenizer(meta["general.architecture"], tokenizer_dict)
+    except (ValueError, KeyError, TypeError) as e:
+        raise GgufPrepError(f"tokenizer.ggml.model = {kind!r}: transformers cannot build this tokenizer "
+                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from e
+    return tok
+
+
+def _post_processor(meta: dict, tok, vocab: dict):
+    """bos/eos around each sequence as the file's add_bos_token / add_eos_token say, or None."""
+    from tokenizers import processors
+
+    tokens = meta["tokenizer.ggml.tokens"]
+    bos_id = meta.get("tokenizer.ggml.bos_token_id")
+    eos_id = meta.get("tokenizer.ggml.eos_token_id")
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False)) and bos_id is not None
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and eos_id is not None
+    if not (add_bos or add_eos):
+        return None
+    bos, eos = (tokens[bos_id] if add_bos else None), (tokens[eos_id] if add_eos else None)
+    single = " ".join(x for x in (bos and f"{bos}:0", "$A:0", eos and f"{eos}:0") if x)
+    pair = single + " " + " ".join(x for x in (bos and f"{bos}:1", "$B:1", eos and f"{eos}:1") if x)
+    specials = [(t, vocab[t]) for t in dict.fromkeys(x for x in (bos, eos) if x)]
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+
+
 def tokenizer_from_gguf_metadata(meta: dict):
-    """A `tokenizers.Tokenizer` with the GGUF vocabulary's semantics (byte-level BPE only)."""
+    """A `tokenizers.Tokenizer` with the GGUF vocabulary's semantics: byte-level BPE built here,
+    other kinds by transformers' GGUF builder (module docstring)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
     model_kind = meta.get("tokenizer.ggml.model")
+    if model_kind is None or "tokenizer.ggml.tokens" not in meta:
+        raise GgufPrepError("the GGUF has no tokenizer (tokenizer.ggml.model / tokenizer.ggml.tokens missing)")
     if model_kind != "gpt2":
-        raise GgufPrepError(f"tokenizer.ggml.model = {model_kind!r} is not supported; "
-                            f"only byte-level BPE ('gpt2') is")
+        tok = _tokenizer_via_transformers(meta)
+        tokens = meta["tokenizer.ggml.tokens"]
+        vocab = {t: i for i, t in enumerate(tokens)}
+        for i in (meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id")):
+            if i is not None and tok.token_to_id(tokens[i]) != i:
+                raise GgufPrepError(f"tokenizer.ggml.model = {model_kind!r}: token {tokens[i]!r} lost its id {i}")
+        post = _post_processor(meta, tok, vocab)
+        if post is not None or "tokenizer.ggml.add_bos_token" in meta:
+            tok.post_processor = post
+        return tok
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise GgufPrepError(f"tokenizer.ggml.pre = {pre!r} is not supported; "
@@ -108,19 +157,8 @@ def tokenizer_from_gguf_metadata(meta: dict):
         if tok.token_to_id(a.content) != vocab[a.content]:
             raise GgufPrepError(f"added token {a.content!r} changed id")
 
-    bos_id = meta.get("tokenizer.ggml.bos_token_id")
-    eos_id = meta.get("tokenizer.ggml.eos_token_id")
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False)) and bos_id is not None
-    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and eos_id is not None
-    if add_bos or add_eos:
-        bos, eos = (tokens[bos_id] if add_bos else None), (tokens[eos_id] if add_eos else None)
-        single = " ".join(x for x in (bos and f"{bos}:0", "$A:0", eos and f"{eos}:0") if x)
-        pair = single + " " + " ".join(x for x in (bos and f"{bos}:1", "$B:1", eos and f"{eos}:1") if x)
-        specials = [(t, vocab[t]) for t in dict.fromkeys(x for x in (bos, eos) if x)]
-        tok.post_processor = processors.TemplateProcessing(single=single, pair=pair,
-                                                           special_tokens=specials)
-    else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    post = _post_processor(meta, tok, vocab)
+    tok.post_processor = post if post is not None else processors.ByteLevel(trim_offsets=False)
     return tok
 
 

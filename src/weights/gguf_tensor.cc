@@ -11,7 +11,7 @@ namespace fuselm::weights {
 namespace {
 
 constexpr uint32_t kPlain[] = {0, 1, 30};                 // F32, F16, BF16
-constexpr uint32_t kQuantized[] = {8, 2, 3, 12, 13, 14};  // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K
+constexpr uint32_t kQuantized[] = {8, 2, 3, 12, 13, 14, 6, 7};  // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q5_0, Q5_1
 
 template <size_t N>
 bool in(const uint32_t (&set)[N], uint32_t v) {

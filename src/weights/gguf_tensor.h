@@ -15,7 +15,7 @@ bool gguf_type_supported(uint32_t ggml_type);
 bool gguf_type_quantized(uint32_t ggml_type);
 
 /// Throws WeightsError, one line naming the file, the tensor and its type, when the engine cannot
-/// hold tensor `t`'s type (IQ*, Q2_K, Q3_K, Q5_0, ...), listing the supported ones.
+/// hold tensor `t`'s type (IQ*, Q2_K, Q3_K, ...), listing the supported ones.
 void check_gguf_type_supported(const GgufFile& f, const GgufTensor& t);
 
 /// The row order that undoes llama.cpp's q/k permutation (convert_hf_to_gguf.py's

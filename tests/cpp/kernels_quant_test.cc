@@ -1,6 +1,9 @@
 // quant_linear on every ISA path against a plain dequantize-then-multiply reference in double, on
 // random blocks and sizes that fill neither a vector register, a group of rows nor a thread share.
 #include <cmath>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 #include <optional>
 #include <random>
@@ -21,7 +24,7 @@ using testing::random_floats;
 // Byte offsets of the f16 scales in each block type (ggml-common.h).
 std::vector<int> scale_offsets(QuantType t) {
   switch (t) {
-    case QuantType::q4_1: case QuantType::q4_k: case QuantType::q5_k: return {0, 2};
+    case QuantType::q4_1: case QuantType::q5_1: case QuantType::q4_k: case QuantType::q5_k: return {0, 2};
     case QuantType::q6_k: return {208};
     default: return {0};
   }
@@ -139,7 +142,11 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
                                               {t, 1, 100, 256, false, 0, 2},
                                               // one lane short of a 16-row vector / two 8-row halves,
                                               // odd block counts, exactly 4 and 8 rows of x
-                                              {t, 4, 15, 160}, {t, 8, 31, 224, true, 0, 2}}) {
+                                              {t, 4, 15, 160}, {t, 8, 31, 224, true, 0, 2},
+                                              // the amx path's 16-row tiles of x: exactly one,
+                                              // two and a remainder, odd block counts, strides
+                                              {t, 16, 16, 32}, {t, 16, 20, 96, true, 0, 2},
+                                              {t, 37, 33, 160, true, 3, 2}, {t, 48, 17, 64, false, 0, 2}}) {
       c.packed = true;
       check_quant(c, seed += 10);
     }
@@ -158,7 +165,16 @@ TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {
   const std::string path = quant_kernel_path();
   if (GetParam() == Isa::generic) EXPECT_EQ(path, "generic");
   if (GetParam() == Isa::avx2) EXPECT_EQ(path, "avx2");
-  if (GetParam() >= Isa::avx512) EXPECT_TRUE(path == "vnni" || path == "avx2") << path;
+  if (GetParam() >= Isa::avx512 && GetParam() < Isa::amx) EXPECT_TRUE(path == "vnni" || path == "avx2") << path;
+  if (GetParam() == Isa::amx) {
+    // The amx path needs AMX-INT8 and VNNI besides the tiles Isa::amx proves (CPUID.(7,0):EDX[25], ECX[11]).
+    unsigned a = 0, b = 0, c = 0, d = 0;
+#if defined(__x86_64__)
+    __get_cpuid_count(7, 0, &a, &b, &c, &d);
+#endif
+    const bool vnni = c & (1u << 11), amx_int8 = d & (1u << 25);
+    EXPECT_EQ(path, std::string(vnni && amx_int8 ? "amx" : vnni ? "vnni" : "avx2"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearIsa, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <string>
@@ -108,12 +110,29 @@ TEST(GgufLoad, QuantizedStackIsByteConcatenation) {
   ASSERT_TRUE(s.quant);
   EXPECT_EQ(s.nbytes(), 2 * p.at("x").nbytes());
   EXPECT_EQ(std::memcmp(s.data, p.at("x").data, p.at("x").nbytes()), 0);
-  // Different block types stack as f32 values, each source dequantized.
+  // Different block types: each source dequantized, the stack requantized to Q8_0 by ggml's
+  // reference quantizer (byte for byte), within amax/254 of each part's values plus the f16 scale's
+  // rounding (127·|d - f16(d)| <= amax/2048; bound taken as amax/1024).
   const WeightView mixed = stack({"m", {"x", "y"}, 0, {8, 64}}, p, buffers);
-  ASSERT_FALSE(mixed.quant);
-  std::vector<float> row(64);
-  kernels::dequantize_row(kernels::QuantType::q4_1, p.at("y").data, row.data(), 64);
-  EXPECT_EQ(std::memcmp(static_cast<const float*>(mixed.data) + 4 * 64, row.data(), 64 * 4), 0);
+  ASSERT_TRUE(mixed.quant);
+  EXPECT_EQ(*mixed.quant, kernels::QuantType::q8_0);
+  EXPECT_EQ(mixed.nbytes(), 8 * kernels::quant_row_bytes(kernels::QuantType::q8_0, 64));
+  const int64_t rb = kernels::quant_row_bytes(kernels::QuantType::q8_0, 64);
+  for (int r = 0; r < 8; ++r) {
+    std::vector<float> part(64), got(64);
+    const auto t = r < 4 ? kernels::QuantType::q4_0 : kernels::QuantType::q4_1;
+    const auto* rows = static_cast<const char*>(p.at(r < 4 ? "x" : "y").data);
+    kernels::dequantize_row(t, rows + (r % 4) * kernels::quant_row_bytes(t, 64), part.data(), 64);
+    std::vector<unsigned char> want(static_cast<size_t>(rb));
+    kernels::quantize_row(kernels::QuantType::q8_0, part.data(), want.data(), 64);
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(mixed.data) + r * rb, want.data(), static_cast<size_t>(rb)), 0) << r;
+    kernels::dequantize_row(kernels::QuantType::q8_0, static_cast<const char*>(mixed.data) + r * rb, got.data(), 64);
+    for (int b = 0; b < 2; ++b) {
+      float amax = 0.f;
+      for (int j = 32 * b; j < 32 * b + 32; ++j) amax = std::max(amax, std::fabs(part[j]));
+      for (int j = 32 * b; j < 32 * b + 32; ++j) EXPECT_LE(std::fabs(got[j] - part[j]), amax * (1.f / 254.f + 1.f / 1024.f)) << r << " " << j;
+    }
+  }
 }
 
 TEST(GgufLoad, QuantizeAtLoadMatchesReferenceQuantizer) {

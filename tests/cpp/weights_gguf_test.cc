@@ -294,7 +294,7 @@ TEST(GgufTensor, SupportedTypes) {
     EXPECT_EQ(error_of([&] { check_gguf_type_supported(g, g.at("quant.q6_k")); }),
               g.path().string() +
                   ": tensor 'quant.q6_k' has ggml type IQ2_XXS, which fuselm cannot compute with (supported: F32, F16, "
-                  "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
+                  "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q5_0, Q5_1)");
   });
 }
 

@@ -1,9 +1,9 @@
 """Writes a GGUF of quantization cases with the `gguf` package's answers (gguf.quants), which
 tests/cpp/kernels_quant_oracle_test.cc checks fuselm's block code against.
 
-For each type T of q8_0, q4_0, q4_1, q4_k, q5_k, q6_k the file holds
+For each type T of q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q5_0, q5_1 the file holds
   T.blocks   rows of random blocks: written by gguf.quants.quantize where the package can
-             (q8_0, q4_0, q4_1; random inputs with a few all-zero and single-spike blocks), random
+             (q8_0, q4_0, q4_1, q5_0, q5_1; random inputs with a few all-zero and single-spike blocks), random
              bytes otherwise (with the f16 scales drawn finite so that values are finite)
   T.dequant  f32 gguf.quants.dequantize(T.blocks)
 and for q8_0 and q4_0 (our quantizers)
@@ -21,8 +21,9 @@ import gguf
 import numpy as np
 
 Q = gguf.GGMLQuantizationType
-TYPES = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q4_k": Q.Q4_K, "q5_k": Q.Q5_K, "q6_k": Q.Q6_K}
-QUANTIZABLE = ("q8_0", "q4_0", "q4_1")
+TYPES = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q4_k": Q.Q4_K, "q5_k": Q.Q5_K, "q6_k": Q.Q6_K,
+         "q5_0": Q.Q5_0, "q5_1": Q.Q5_1}
+QUANTIZABLE = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 # Byte offsets of the f16 scales inside each block (ggml-common.h).
 SCALE_OFFSETS = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
 ROWS, BLOCKS_PER_ROW = 6, 4

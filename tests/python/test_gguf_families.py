@@ -1,9 +1,10 @@
 """GGUFs the `gguf` package writes for three tiny families (llama, qwen2, qwen3; random weights),
-one file per block type of the linear weights, embeddings and LM head (Q8_0, Q4_0, Q4_1 through
-gguf.quants.quantize; Q4_K, Q5_K, Q6_K as random codes with small scales, which the package can
-dequantize but not quantize): fuselm runs each file as it is and transformers runs the same file
-(`from_pretrained(..., gguf_file=...)`, which dequantizes it) as the oracle. By default each type
-runs in one family and each family with two types; FUSELM_GGUF_FULL=1 runs all 18 pairs.
+one file per block type of the linear weights, embeddings and LM head (Q8_0, Q4_0, Q4_1, Q5_0,
+Q5_1 through gguf.quants.quantize; Q4_K, Q5_K, Q6_K as random codes with small scales, which the
+package can dequantize but not quantize): fuselm runs each file as it is and transformers runs the
+same file (`from_pretrained(..., gguf_file=...)`, which dequantizes it) as the oracle. By default
+each type runs in one family and each family with two or three types; FUSELM_GGUF_FULL=1 runs all
+24 pairs.
 
 Llama files hold q/k rows permuted as llama.cpp's converter permutes them (ggml's interleaved
 rope); qwen2/qwen3 files do not (neox rope): fuselm must undo the permutation for llama only, from
@@ -29,7 +30,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"]
 FAMILIES = ["llama", "qwen2", "qwen3"]
 MIN_TOP1 = 0.85
 MAX_REL = 0.10
@@ -58,7 +59,7 @@ def _blocks(x: np.ndarray, qtype, rng):
     with scales small enough for sane logits (K-quants)."""
     import gguf
 
-    if qtype.name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0"):
+    if qtype.name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
         return gguf.quants.quantize(x, qtype)
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     n = x.size // block
@@ -72,6 +73,9 @@ def _blocks(x: np.ndarray, qtype, rng):
         raw[:, 2:4] = f16(d * (7.5 if qtype.name == "Q4_K" else 15.5))
         raw[:, 8:12] = raw[:, 4:8]
         raw[:, 12:16] = (raw[:, 12:16] & 0x0F) * 0x11
+    elif qtype.name == "Q2_K":  # d, dmin at the end (only the refusal test writes it)
+        raw[:, 80:82] = f16(1e-4)
+        raw[:, 82:84] = f16(1e-4)
     else:  # Q6_K: d at the end
         raw[:, 208:210] = f16(4e-5)
     return raw.reshape(x.shape[0], -1)
@@ -151,7 +155,7 @@ def _fuselm(fuselm_bin, gguf_path, tmp_path, env):
 # machine); FUSELM_GGUF_FULL=1 runs every family with every type.
 CASES = ([(f, q) for f in FAMILIES for q in TYPES] if os.environ.get("FUSELM_GGUF_FULL") else
          [("llama", "Q4_0"), ("llama", "Q4_K"), ("qwen2", "Q8_0"), ("qwen2", "Q5_K"), ("qwen3", "Q4_1"),
-          ("qwen3", "Q6_K")])
+          ("qwen3", "Q6_K"), ("llama", "Q5_0"), ("qwen2", "Q5_1")])
 
 
 @pytest.mark.parametrize("family,qname", CASES)
@@ -179,15 +183,15 @@ def test_gguf_family_matches_transformers(family, qname, fuselm_bin, tmp_path, t
 
 
 def test_unsupported_block_type_is_one_line_naming_the_tensor(fuselm_bin, tmp_path, tmp_path_factory):
-    """A type the reader knows but the engine has no kernel for (Q5_0) is refused at load."""
+    """A type the reader knows but the engine has no kernel for (Q2_K) is refused at load."""
     import os
 
-    path = tmp_path / "llama-Q5_0.gguf"
-    write_gguf("llama", "Q5_0", path)
+    path = tmp_path / "llama-Q2_K.gguf"
+    write_gguf("llama", "Q2_K", path)
     env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
     proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", "1,2", "--max-tokens", "1"],
                           capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "tensor 'blk.0." in last or "tensor 'token_embd.weight'" in last or "tensor 'output.weight'" in last, last
-    assert "has ggml type Q5_0, which fuselm cannot compute with" in last, last
+    assert "has ggml type Q2_K, which fuselm cannot compute with" in last, last

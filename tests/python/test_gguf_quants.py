@@ -24,5 +24,5 @@ def test_blocks_match_gguf_quants(tmp_path: Path, seed: int) -> None:
     proc = subprocess.run([str(tests_bin), "--gtest_filter=*QuantOracle*"], capture_output=True, text=True,
                           env={**os.environ, "FUSELM_QUANT_ORACLE": str(oracle)}, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    # 6 dequantization cases and 2 quantizer cases ran (none skipped or filtered away).
-    assert "[  PASSED  ] 8 tests." in proc.stdout, proc.stdout[-2000:]
+    # 8 dequantization cases and 2 quantizer cases ran (none skipped or filtered away).
+    assert "[  PASSED  ] 10 tests." in proc.stdout, proc.stdout[-2000:]

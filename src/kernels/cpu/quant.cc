@@ -23,12 +23,23 @@ namespace {
 constexpr QuantTypeInfo kInfo[] = {
     {"q8_0", 8, 32, 34},    {"q4_0", 2, 32, 18},    {"q4_1", 3, 32, 20},
     {"q4_k", 12, 256, 144}, {"q5_k", 13, 256, 176}, {"q6_k", 14, 256, 210},
+    {"q5_0", 6, 32, 22},    {"q5_1", 7, 32, 24},
 };
 
 bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) || defined(_M_X64)
   unsigned a, b, c, d;
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
+#else
+  return false;
+#endif
+}
+
+// AMX-INT8 (CPUID.(7,0):EDX[25]); the tiles themselves (and the OS's permission) come with Isa::amx.
+bool cpu_has_amx_int8() {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 25));
 #else
   return false;
 #endif
@@ -52,6 +63,25 @@ void dequant_q4_1(const BlockQ4_1* b, float* y) {
   for (int j = 0; j < kQK / 2; ++j) {
     y[j] = (b->qs[j] & 0xF) * d + m;
     y[j + 16] = (b->qs[j] >> 4) * d + m;
+  }
+}
+// Q5_0 / Q5_1: element j's 5th bit is bit j of qh (ggml dequantize_row_q5_0 / _q5_1).
+template <class B>
+void dequant_q5(const B* b, float* y) {
+  uint32_t qh;
+  std::memcpy(&qh, b->qh, 4);
+  const float d = h(b->d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int x0 = (b->qs[j] & 0xF) | ((qh >> j) << 4 & 0x10);
+    const int x1 = (b->qs[j] >> 4) | ((qh >> (j + 16)) << 4 & 0x10);
+    if constexpr (sizeof(B) == sizeof(BlockQ5_0)) {
+      y[j] = static_cast<float>(x0 - 16) * d;
+      y[j + 16] = static_cast<float>(x1 - 16) * d;
+    } else {
+      const float m = h(b->m);
+      y[j] = static_cast<float>(x0) * d + m;
+      y[j + 16] = static_cast<float>(x1) * d + m;
+    }
   }
 }
 // Q4_K and Q5_K: chunk c of 64 elements uses (scale, min) 2c and 2c+1 (ggml dequantize_row_q4_K).
@@ -132,13 +162,21 @@ inline float round_even(float v) { return (v + 12582912.f) - 12582912.f; }
 void quantize_act_row(const float* x, int64_t k, int64_t block, int8_t* q, float* d, int16_t* sum16, float* dsum) {
   for (int64_t b = 0; b < k / block; ++b) {
     const float* xb = x + b * block;
+    // Comparisons instead of std::fmax/fmin (library calls that the compiler keeps scalar for their
+    // NaN rules): the same values for finite x, and loops that vectorize (prefill quantizes every
+    // activation of every linear).
     float amax = 0.f;
-    for (int64_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    for (int64_t j = 0; j < block; ++j) {
+      const float a = std::fabs(xb[j]);
+      amax = a > amax ? a : amax;
+    }
     const float db = amax / 127.f;
     const float id = db != 0.f ? 127.f / amax : 0.f;
     d[b] = db;
     for (int64_t j = 0; j < block; ++j) {
-      const float v = std::fmin(127.f, std::fmax(-127.f, round_even(xb[j] * id)));
+      float v = round_even(xb[j] * id);
+      v = v > 127.f ? 127.f : v;
+      v = v < -127.f ? -127.f : v;
       q[b * block + j] = static_cast<int8_t>(v);
     }
   }
@@ -156,8 +194,9 @@ int64_t align64(int64_t n) { return (n + 63) & ~int64_t{63}; }
 
 const QuantKernels& quant_kernels() {
 #if defined(__x86_64__) || defined(_M_X64)
-  static const bool vnni = cpu_has_avx512_vnni();
+  static const bool vnni = cpu_has_avx512_vnni(), amx_int8 = cpu_has_amx_int8();
   const Isa isa = cpu_isa();
+  if (isa == Isa::amx && vnni && amx_int8) return kQuantKernelsAmx;
   if (isa >= Isa::avx512 && vnni) return kQuantKernelsVnni;
   if (isa >= Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
 #endif
@@ -197,6 +236,8 @@ void dequantize_row(QuantType t, const void* src, float* dst, int64_t k) {
       case QuantType::q4_k: dequant_k45(reinterpret_cast<const BlockQ4_K*>(blk), y); break;
       case QuantType::q5_k: dequant_k45(reinterpret_cast<const BlockQ5_K*>(blk), y); break;
       case QuantType::q6_k: dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(blk), y); break;
+      case QuantType::q5_0: dequant_q5(reinterpret_cast<const BlockQ5_0*>(blk), y); break;
+      case QuantType::q5_1: dequant_q5(reinterpret_cast<const BlockQ5_1*>(blk), y); break;
     }
   }
 }

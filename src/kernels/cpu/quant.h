@@ -10,6 +10,9 @@
 //   q5_k   256          176          as q4_k plus u8 qh[32] (5th bits) before q   Q8 per 256
 //   q6_k   256          210          u8 ql[128], qh[64]; i8 scales[16] (per 16); f16 d
 //                                                                     x = d·sc·(q-32)  Q8 per 256
+//   q5_0   32           22           f16 d; u8 qh[4] (bit j: 5th bit of element j); u8 q[16] as q4_0
+//                                                                     x = d·(q-16)     Q8 per 32
+//   q5_1   32           24           f16 d, m; u8 qh[4]; u8 q[16]     x = d·q + m      Q8 per 32
 //
 // quant_linear quantizes each activation row per block to int8 (Q8: one fp32 scale per 32 or 256
 // values and int16 sums per 16, as ggml's Q8_0 / Q8_K, except that the scale is kept in fp32) and
@@ -22,10 +25,11 @@
 
 namespace fuselm::kernels {
 
-enum class QuantType : unsigned char { q8_0, q4_0, q4_1, q4_k, q5_k, q6_k };
+enum class QuantType : unsigned char { q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q5_0, q5_1 };
 
 inline constexpr QuantType kAllQuantTypes[] = {QuantType::q8_0, QuantType::q4_0, QuantType::q4_1,
-                                               QuantType::q4_k, QuantType::q5_k, QuantType::q6_k};
+                                               QuantType::q4_k, QuantType::q5_k, QuantType::q6_k,
+                                               QuantType::q5_0, QuantType::q5_1};
 
 struct QuantTypeInfo {
   const char* name;     // "q8_0", ...
@@ -95,7 +99,8 @@ struct QuantLinearArgs {
 
 void quant_linear(const QuantLinearArgs& args);
 
-/// The dot-product path quant_linear takes on the current ISA: "vnni", "avx2" or "generic".
+/// The dot-product path quant_linear takes on the current ISA: "amx" (quant_linear_packed with
+/// 16 or more rows on AMX int8 tiles, the rest as vnni), "vnni", "avx2" or "generic".
 const char* quant_kernel_path();
 
 }  // namespace fuselm::kernels

@@ -20,6 +20,16 @@ struct BlockQ4_1 {
   uint16_t d, m;  // f16 scale and minimum
   uint8_t qs[16];
 };
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];   // bit j (little-endian u32): 5th bit of element j
+  uint8_t qs[16];  // low 4 bits as q4_0
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
 struct BlockQ4_K {
   uint16_t d, dmin;    // f16 super-block scales of the 6-bit scales and mins
   uint8_t scales[12];  // 8 (scale, min) pairs of 6 bits (get_scale_min_k4)
@@ -39,6 +49,7 @@ struct BlockQ6_K {
 };
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 /// Scale and min j (0..7) of a Q4_K / Q5_K block (ggml's get_scale_min_k4).

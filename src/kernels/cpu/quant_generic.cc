@@ -1,6 +1,7 @@
 // quant_linear's plain C++ path: integer dot products block by block (the reference the SIMD
 // paths follow: the same integer sums, scaled per block in fp32).
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -36,6 +37,27 @@ float dot_q4(const B* w, const int8_t* q, const float* d, const int16_t* s16, in
     const float dx = d[b];
     if constexpr (sizeof(B) == sizeof(BlockQ4_0))
       acc += h(w[b].d) * dx * static_cast<float>(s - 8 * sum32(s16, b));
+    else
+      acc += h(w[b].d) * dx * static_cast<float>(s) + h(w[b].m) * dx * static_cast<float>(sum32(s16, b));
+  }
+  return acc;
+}
+
+// Q5_0: Σ d_w·d_x·(Σ q·x - 16·Σ x); Q5_1: Σ d_w·d_x·Σ q·x + m_w·d_x·Σ x (q: 5 bits, qh bit j).
+template <class B>
+float dot_q5(const B* w, const int8_t* q, const float* d, const int16_t* s16, int64_t nb) {
+  float acc = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, w[b].qh, 4);
+    int s = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int x0 = (w[b].qs[j] & 0xF) | ((qh >> j & 1) << 4), x1 = (w[b].qs[j] >> 4) | ((qh >> (j + 16) & 1) << 4);
+      s += x0 * q[b * kQK + j] + x1 * q[b * kQK + j + 16];
+    }
+    const float dx = d[b];
+    if constexpr (sizeof(B) == sizeof(BlockQ5_0))
+      acc += h(w[b].d) * dx * static_cast<float>(s - 16 * sum32(s16, b));
     else
       acc += h(w[b].d) * dx * static_cast<float>(s) + h(w[b].m) * dx * static_cast<float>(sum32(s16, b));
   }
@@ -102,6 +124,8 @@ float dot(const QuantProblem& p, const Q8Acts& a, int64_t j, int64_t i) {
     case QuantType::q4_k: return dot_k45(reinterpret_cast<const BlockQ4_K*>(w), q, d, s, nb);
     case QuantType::q5_k: return dot_k45(reinterpret_cast<const BlockQ5_K*>(w), q, d, s, nb);
     case QuantType::q6_k: return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(w), q, d, s, nb);
+    case QuantType::q5_0: return dot_q5(reinterpret_cast<const BlockQ5_0*>(w), q, d, s, nb);
+    case QuantType::q5_1: return dot_q5(reinterpret_cast<const BlockQ5_1*>(w), q, d, s, nb);
   }
   return 0.f;
 }

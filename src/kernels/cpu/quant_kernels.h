@@ -37,11 +37,13 @@ struct QuantKernels {
   const char* name;
 };
 
-/// The table for the current ISA (cpu_isa(); vnni needs avx512 and avx512_vnni).
+/// The table for the current ISA (cpu_isa(); vnni needs avx512 and avx512_vnni; amx needs Isa::amx,
+/// avx512_vnni and AMX-INT8).
 const QuantKernels& quant_kernels();
 
 extern const QuantKernels kQuantKernelsGeneric;
 extern const QuantKernels kQuantKernelsAvx2;
 extern const QuantKernels kQuantKernelsVnni;
+extern const QuantKernels kQuantKernelsAmx;
 
 }  // namespace fuselm::kernels

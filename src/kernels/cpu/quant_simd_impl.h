@@ -37,6 +37,22 @@ FUSELM_INLINE __m256i unpack_nibbles16(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
+// q5_0 / q5_1's 5th bits: bit e of qh -> 0x10 in byte e (element e, in unpack_nibbles16's order).
+FUSELM_INLINE __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+#if FUSELM_QUANT_VNNI
+  return _mm256_maskz_mov_epi8(static_cast<__mmask32>(bits), _mm256_set1_epi8(0x10));
+#else
+  // Byte e takes byte e/8 of qh, then tests its bit e%8 (ggml's bytes_from_bits_32).
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                          0x0101010101010101, 0x0000000000000000));
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel), _mm256_set1_epi8(0x10));
+#endif
+}
+
 // Activation rows i0 .. i0+R of a problem, as pointers.
 struct ActRows {
   const int8_t* q;
@@ -60,14 +76,19 @@ FUSELM_INLINE void step_q8_0(const BlockQ8_0& w, int64_t b, const ActRows& a, __
   }
 }
 
-// One 32-block step of Q4_0 (Σ d_w·d_x·(q·x - 8·Σx)) or Q4_1 (Σ d_w·d_x·q·x + m_w·d_x·Σx).
+// One 32-block step of Q4_0 (Σ d_w·d_x·(q·x - 8·Σx)) or Q4_1 (Σ d_w·d_x·q·x + m_w·d_x·Σx), and
+// of Q5_0 / Q5_1 likewise (the 5th bits or-ed in, offset 16).
 template <int R, class B>
 FUSELM_INLINE void step_q4(const B& w, int64_t b, const ActRows& a, __m256* acc, float* corr) {
-  const __m256i q = unpack_nibbles16(w.qs);
+  constexpr bool five = sizeof(B) == sizeof(BlockQ5_0) || sizeof(B) == sizeof(BlockQ5_1);
+  __m256i q = unpack_nibbles16(w.qs);
+  if constexpr (five) q = _mm256_or_si256(q, fifth_bits(w.qh));
   const float wd = half(w.d);
-  float wc;  // weight of the activations' d·Σq: the -8 offset, or the minimum
+  float wc;  // weight of the activations' d·Σq: the -8 / -16 offset, or the minimum
   if constexpr (sizeof(B) == sizeof(BlockQ4_0))
     wc = -8.f * wd;
+  else if constexpr (sizeof(B) == sizeof(BlockQ5_0))
+    wc = -16.f * wd;
   else
     wc = half(w.m);
   FUSELM_UNROLL(4)
@@ -218,6 +239,8 @@ void dot_rows(const QuantProblem& p, const unsigned char* w, const ActRows& a, f
     case QuantType::q4_k: return dot_k45<R>(reinterpret_cast<const BlockQ4_K*>(w), nb, a, out);
     case QuantType::q5_k: return dot_k45<R>(reinterpret_cast<const BlockQ5_K*>(w), nb, a, out);
     case QuantType::q6_k: return dot_q6_k<R>(reinterpret_cast<const BlockQ6_K*>(w), nb, a, out);
+    case QuantType::q5_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ5_0*>(w), nb, a, out);
+    case QuantType::q5_1: return dot_32blocks<R>(reinterpret_cast<const BlockQ5_1*>(w), nb, a, out);
   }
 }
 
@@ -385,9 +408,10 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
 }
 #endif
 
-void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+// Activation rows [i_begin, m) of row groups [g0, g1) (the AMX path runs the rows before i_begin).
+void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1, int64_t i_begin) {
   for (int64_t g = g0; g < g1; ++g)
-    for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
+    for (int64_t i0 = i_begin; i0 < p.m; i0 += 4) {
       switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
         case 4: packed_rows<4>(p, a, g, i0); break;
         case 3: packed_rows<3>(p, a, g, i0); break;
@@ -396,6 +420,8 @@ void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1
       }
     }
 }
+
+void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
 
 }  // namespace
 }  // namespace fuselm::kernels

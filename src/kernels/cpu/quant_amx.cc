@@ -1,0 +1,190 @@
+// quant_linear_packed on AMX int8 tiles (the "amx" quant path: cpu_isa() amx and the CPU has
+// AMX-INT8 and avx512_vnni; see quant.cc), for prefill: 16 activation rows × 16 weight rows per
+// tile product. Everything else (the raw-block kernels, decode's few rows, the m % 16 rows left
+// over) runs the VNNI bodies of quant_simd_impl.h, compiled again here.
+//
+// Per 32-block b of a weight group g (16 rows) and 16 activation rows i0.., one tile product
+// C[16 x 16] int32 = A · B: A the rows' int8 codes of block b (16 rows × 32 bytes, row stride k),
+// B the group's codes of block b in the VNNI layout, which is the packed layout itself: 8 rows
+// (k-groups of 4) × 16 lanes × 4 bytes (q8_0: tdpbssd on the signed codes as they are; q4_0: the
+// nibbles spread once per group into a scratch B, minus 8, tdpbssd; q4_1: spread, tdpbsud). C
+// goes to a 1 KiB buffer and is scaled per row (d_w ⊙ d_x·C, + m_w·d_x·Σq for q4_1) into 16 fp32
+// accumulators that stay in registers over all of k. Two C, A and B tiles alternate between even
+// and odd blocks, so one block's tile product overlaps the previous one's scaling. Integer sums
+// are exact, so the result equals the VNNI path's up to the order of fp32 additions.
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/quant_packed.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/threading.h"
+
+#if FUSELM_X86_ISAS
+#if defined(__clang__)
+#pragma clang attribute push(                                                                                  \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8"))), \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8")
+#endif
+#define FUSELM_QUANT_VNNI 1
+#include "kernels/cpu/quant_simd_impl.h"
+#undef FUSELM_QUANT_VNNI
+
+namespace fuselm::kernels {
+namespace {  // NOLINT
+
+// Palette 1: tmm0, tmm1 C (16 × 64 B); tmm2, tmm3 A (16 rows × 32 B); tmm4, tmm5 B (8 × 64 B).
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void load_amx_config() {
+  AmxConfig c;
+  c.colsb[0] = c.colsb[1] = 64, c.rows[0] = c.rows[1] = 16;
+  c.colsb[2] = c.colsb[3] = 32, c.rows[2] = c.rows[3] = 16;
+  c.colsb[4] = c.colsb[5] = 64, c.rows[4] = c.rows[5] = 8;
+  _tile_loadconfig(&c);
+}
+
+// q4_0 / q4_1: the 4 packed code vectors of each block spread into the 8 k-group rows of B
+// (rows 0..3: the low nibbles, k = 4q..4q+3; rows 4..7: the high ones, k = 16+4q..); q4_0's
+// codes minus their offset 8, so that its tile product is signed (tdpbssd) and needs no Σx term.
+template <QuantType Q>
+void spread_nibbles(const QuantPacked& w, int64_t g, unsigned char* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(Q == QuantType::q4_0 ? 8 : 0);
+  for (int64_t b = 0; b < w.k() / 32; ++b) {
+    const unsigned char* c = w.codes(g, b);
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = _mm512_load_si512(c + 64 * q);
+      _mm512_store_si512(out + 512 * b + 64 * q, _mm512_sub_epi8(_mm512_and_si512(v, m4), off));
+      _mm512_store_si512(out + 512 * b + 256 + 64 * q,
+                         _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), off));
+    }
+  }
+}
+
+// Operands of one (weight group, 16 activation rows) tile.
+struct AmxTile {
+  const QuantPacked* w;
+  const int8_t* xq;   // activation codes of row i0, block 0 (row stride k)
+  const float* dx;    // d_x of row i0, block 0 (row stride nb)
+  const float* ds;    // d_x·Σq of row i0, block 0 (row stride nb)
+  const unsigned char* bc;  // B of block 0 (512 B per block)
+  int32_t* cbuf;      // 2 × 1 KiB: C of even and odd blocks
+  int64_t g, k, nb;
+};
+
+// Tile product of block b into C tile T (A tile T+2, B tile T+4) and its store to cbuf[T].
+// GCC's tile intrinsics paste their tile numbers into the assembly: literals only.
+template <QuantType Q, int T>
+FUSELM_INLINE void amx_product(const AmxTile& t, int64_t b) {
+#define FUSELM_AMX_PRODUCT(C, A, B)                    \
+  _tile_loadd(A, t.xq + 32 * b, t.k);                  \
+  _tile_loadd(B, t.bc + 512 * b, 64);                  \
+  _tile_zero(C);                                       \
+  if constexpr (Q == QuantType::q4_1)                  \
+    _tile_dpbsud(C, A, B);                             \
+  else                                                 \
+    _tile_dpbssd(C, A, B);                             \
+  _tile_stored(C, t.cbuf + 256 * (C), 64)
+  if constexpr (T == 0) {
+    FUSELM_AMX_PRODUCT(0, 2, 4);
+  } else {
+    FUSELM_AMX_PRODUCT(1, 3, 5);
+  }
+#undef FUSELM_AMX_PRODUCT
+}
+
+// C of block b (cbuf[T]) into the accumulators: acc_r += d_w ⊙ (d_x·C_r) (+ m_w·d_x·Σq for q4_1).
+template <QuantType Q, int T>
+FUSELM_INLINE void amx_scale(const AmxTile& t, int64_t b, __m512* acc) {
+  const int32_t* c = t.cbuf + 256 * T;
+  const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w->scales(t.g, b))));
+  __m512 mn = _mm512_setzero_ps();
+  if constexpr (Q == QuantType::q4_1)
+    mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w->mins(t.g, b))));
+  FUSELM_UNROLL(16)
+  for (int r = 0; r < 16; ++r) {
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * r)), _mm512_set1_ps(t.dx[r * t.nb + b]));
+    acc[r] = _mm512_fmadd_ps(sc, v, acc[r]);
+    if constexpr (Q == QuantType::q4_1) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(t.ds[r * t.nb + b]), acc[r]);
+  }
+}
+
+// y rows i0..i0+15, columns 16g.. (clipped to n) of group g. Block b+1's tile product is issued
+// before block b is scaled, so the tile unit and the vector units overlap.
+template <QuantType Q>
+void amx_tile(const PackedProblem& p, const AmxTile& t, int64_t i0) {
+  __m512 acc[16];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  const int64_t nb = t.nb;
+  amx_product<Q, 0>(t, 0);
+  for (int64_t b = 0; b < nb; b += 2) {
+    if (b + 1 < nb) amx_product<Q, 1>(t, b + 1);
+    amx_scale<Q, 0>(t, b, acc);
+    if (b + 2 < nb) amx_product<Q, 0>(t, b + 2);
+    if (b + 1 < nb) amx_scale<Q, 1>(t, b + 1, acc);
+  }
+  const int64_t j0 = 16 * t.g;
+  const int lanes = static_cast<int>(p.w->n() - j0 < 16 ? p.w->n() - j0 : 16);
+  const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+  const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
+  for (int r = 0; r < 16; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r], bias));
+}
+
+template <QuantType Q>
+void amx_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1, int64_t m16) {
+  const QuantPacked& w = *p.w;
+  const int64_t k = w.k(), nb = k / 32;
+  constexpr bool q8 = Q == QuantType::q8_0;
+  // 2 KiB of C (two tiles), then B of one group for q4 (nb × 512 B).
+  float* scratch = thread_scratch(2, static_cast<size_t>(512 + (q8 ? 0 : nb * 128)));
+  auto* spread = reinterpret_cast<unsigned char*>(scratch + 512);
+  for (int64_t g = g0; g < g1; ++g) {
+    if constexpr (!q8) spread_nibbles<Q>(w, g, spread);
+    // q8_0's B is the packed codes themselves (a group's blocks are contiguous).
+    AmxTile t{&w, nullptr, nullptr, nullptr, q8 ? w.codes(g, 0) : spread, reinterpret_cast<int32_t*>(scratch), g, k, nb};
+    for (int64_t i0 = 0; i0 < m16; i0 += 16) {
+      t.xq = a.q + i0 * k, t.dx = a.d + i0 * nb, t.ds = a.dsum + i0 * nb;
+      amx_tile<Q>(p, t, i0);
+    }
+  }
+}
+
+// Groups [g0, g1): whole 16-row tiles of x on AMX, the rest of the rows on the VNNI tile.
+void packed_amx(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+  const int64_t m16 = p.m / 16 * 16;
+  if (m16 == 0) return packed_simd(p, a, g0, g1);
+  load_amx_config();
+  switch (p.w->type()) {
+    case QuantType::q8_0: amx_groups<QuantType::q8_0>(p, a, g0, g1, m16); break;
+    case QuantType::q4_0: amx_groups<QuantType::q4_0>(p, a, g0, g1, m16); break;
+    default: amx_groups<QuantType::q4_1>(p, a, g0, g1, m16); break;
+  }
+  _tile_release();
+  if (m16 < p.m) packed_simd_from(p, a, g0, g1, m16);
+}
+
+}  // namespace
+}  // namespace fuselm::kernels
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+namespace fuselm::kernels {
+const QuantKernels kQuantKernelsAmx = {rows_simd, packed_amx, "amx"};
+}  // namespace fuselm::kernels
+#endif
