@@ -58,7 +58,8 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
 
 // The weight operand of linear (argument 1, [n, k]) and addmm (argument 2, [k, n]) where it is a
 // dense 2-d bf16 or f32 parameter: packed once, shared by every node that reads the same tensor
-// (f32 on every path: the GEMM no longer packs W per call and the GEMV reads the same panels).
+// (f32 on every path: the GEMM no longer packs W per call; the GEMV still reads the checkpoint's
+// copy, so f32 weights of linear/addmm are held twice).
 void Executor::pack_weights() {
   for (const auto& node : graph_.nodes) {
     const bool linear = node.op == "aten.linear.default", addmm = node.op == "aten.addmm.default";

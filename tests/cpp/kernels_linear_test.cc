@@ -111,8 +111,8 @@ std::vector<LinearCase> linear_cases() {
     }
     cases.push_back({65, 1500, 700, DType::bf16, l, true, 3, 2});
   }
-  // every f32 case again with W packed at load (the GEMV and the GEMM read the panels), and
-  // shapes whose thread splits start or end inside a panel
+  // every f32 case again with W packed at load (the GEMM reads the panels, the GEMV the
+  // checkpoint layout), and shapes whose thread splits start or end inside a panel
   const size_t plain = cases.size();
   for (size_t i = 0; i < plain; ++i)
     if (cases[i].dtype == DType::f32) {
@@ -274,14 +274,14 @@ TEST(KernelsLinearPacked, OnlyPathsWithAPackedLayoutPack) {
 
 // f32 weights packed at load give the GEMM the very panels it packs per call: the same bits, on
 // every path, at shapes with a partial panel, odd k, k past a k block, more than one column block
-// and row block; and W read through a packed copy of another path's panel width is ignored.
+// and row block; GEMV shapes (m <= 8) ignore the packed copy.
 TEST_P(KernelsLinear, F32PackedAtLoadEqualsPackedPerCall) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa isa(GetParam());
   struct Shape { int64_t m, n, k; };
   for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn})
     for (const Shape s : {Shape{9, 70, 33}, Shape{64, 1100, 129}, Shape{33, 200, 1}, Shape{500, 90, 300},
-                          Shape{13, 17, 5}})
+                          Shape{13, 17, 5}, Shape{1, 130, 65}, Shape{8, 300, 64}})
       for (int threads : {1, 2, 3}) {
         testing::ScopedThreads t(threads);
         const int64_t ldw = l == WeightLayout::nk ? s.k : s.n;

@@ -73,84 +73,6 @@ FUSELM_INLINE bool uses_packed_f32(const LinearProblem& p) {
 
 // ---------------------------------------------------------------------------------------- GEMV
 
-// y[m0+i, c0 .. c0+ncols) for i < M from f32 panels packed at load (PackedLinearWeights): b is
-// the panel's column c0 at k = 0 (row stride NR); NV vectors of W per k, broadcast x. The panel is
-// zero past n, so whole vectors are read; ncols <= NV·W columns are stored.
-template <Isa I, int M, int NV>
-FUSELM_INLINE void gemv_packed_block(const LinearProblem& p, int64_t m0, const float* b, int64_t c0,
-                                     int ncols) {
-  using V = Vec<I>;
-  using R = typename V::R;
-  constexpr int W = V::W;
-  constexpr int64_t NR = LinearTuning<I>::NV * W;
-  R acc[M][NV];
-  FUSELM_UNROLL(8)
-  for (int i = 0; i < M; ++i) {
-    FUSELM_UNROLL(8)
-    for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
-  }
-  const float* x = p.x + m0 * p.lda;
-  for (int64_t kk = 0; kk < p.k; ++kk) {
-    R wv[NV];
-    FUSELM_UNROLL(8)
-    for (int v = 0; v < NV; ++v) wv[v] = V::load(b + kk * NR + v * W);
-    FUSELM_UNROLL(8)
-    for (int i = 0; i < M; ++i) {
-      const R xb = V::set1(x[i * p.lda + kk]);
-      FUSELM_UNROLL(8)
-      for (int v = 0; v < NV; ++v) acc[i][v] = V::fma(xb, wv[v], acc[i][v]);
-    }
-  }
-  FUSELM_UNROLL(8)
-  for (int i = 0; i < M; ++i) {
-    float* yr = p.y + (m0 + i) * p.ldy + c0;
-    FUSELM_UNROLL(8)
-    for (int v = 0; v < NV; ++v) {
-      const int cnt = clamp_lanes(ncols - v * W, W);
-      const R bv = !p.bias ? V::zero() : cnt == W ? V::load(p.bias + c0 + v * W) : V::loadn(p.bias + c0 + v * W, cnt);
-      if (cnt == W)
-        V::store(yr + v * W, V::add(acc[i][v], bv));
-      else
-        V::storen(yr + v * W, V::add(acc[i][v], bv), cnt);
-    }
-  }
-}
-
-template <Isa I, int M, int NV = LinearTuning<I>::NV>
-void gemv_packed_any(int nv, const LinearProblem& p, int64_t m0, const float* b, int64_t c0, int ncols) {
-  if constexpr (NV > 1) {
-    if (nv < NV) return gemv_packed_any<I, M, NV - 1>(nv, p, m0, b, c0, ncols);
-  }
-  gemv_packed_block<I, M, NV>(p, m0, b, c0, ncols);
-}
-
-// Rows [m0, m0 + M), columns [n0, n1) (n0 a multiple of W) from the f32 panels packed at load,
-// panel by panel (a thread's range may start or end inside a panel).
-template <Isa I, int M>
-void gemv_packed(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
-  constexpr int W = Vec<I>::W;
-  constexpr int64_t NR = LinearTuning<I>::NV * W;
-  for (int64_t c = n0; c < n1;) {
-    const int64_t pn = c / NR, end = std::min(n1, (pn + 1) * NR);
-    const int ncols = static_cast<int>(end - c);
-    gemv_packed_any<I, M>((ncols + W - 1) / W, p, m0, p.packed->panel_f32(pn) + (c - pn * NR), c, ncols);
-    c = end;
-  }
-}
-
-template <Isa I>
-void gemv_packed_rows(const LinearProblem& p, int64_t n0, int64_t n1) {
-  int64_t m0 = 0;
-  for (; m0 + 4 <= p.m; m0 += 4) gemv_packed<I, 4>(p, m0, n0, n1);
-  switch (p.m - m0) {
-    case 3: return gemv_packed<I, 3>(p, m0, n0, n1);
-    case 2: return gemv_packed<I, 2>(p, m0, n0, n1);
-    case 1: return gemv_packed<I, 1>(p, m0, n0, n1);
-    default: return;
-  }
-}
-
-// y[m0+i, j] for i < M, j in [j0, j0+NB): NB rows of an [n, k] W against M rows of x.
 template <Isa I, DType D, int M, int NB>
 FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0) {
   using V = Vec<I>;
@@ -341,7 +263,6 @@ void gemv_rows(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
 
 template <Isa I, DType D>
 void gemv_dtype(const LinearProblem& p, int64_t n0, int64_t n1) {
-  if (uses_packed_f32<I, D>(p) && n0 % Vec<I>::W == 0) return gemv_packed_rows<I>(p, n0, n1);
   if constexpr (I == Isa::generic) {  // the portable path: fewer instantiations, same results
     int64_t m0 = 0;
     for (; m0 + 4 <= p.m; m0 += 4) gemv_rows<I, D, 4>(p, m0, n0, n1);
