@@ -277,6 +277,20 @@ def print_table(rows: list[dict], threads_shown: bool) -> None:
         print("| " + " | ".join(vals) + " |")
 
 
+def print_scaling(rows: list[dict]) -> None:
+    """pp rows run at 1 thread and more: each engine's t/s at T threads over its 1-thread t/s
+    (issue 12's goal for fuselm: pp512 at 2 threads >= 1.7x 1 thread)."""
+    one = {(r["model"], r["type"], r["test"]): r for r in rows if r["threads"] == 1 and r["test"].startswith("pp")}
+    for r in rows:
+        base = one.get((r["model"], r["type"], r["test"]))
+        if r["threads"] == 1 or base is None:
+            continue
+        per = [f"{e} {ratio(r.get(e), base.get(e))}" for e in ("fuselm", "llama.cpp", "transformers", "fuselm-base")
+               if r.get(e) and base.get(e)]
+        print(f"scaling {r['model']} {r['type'].upper()} {r['test']}, {r['threads']} threads / 1 thread: "
+              + ", ".join(per))
+
+
 def machine_line() -> str:
     cpu = "unknown"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -330,6 +344,7 @@ def main() -> None:
           f"eager; {args.rounds} interleaved rounds x {args.reps} repetitions; tokens/s, mean ± stddev")
     print(f"machine at start: {start}\nmachine at end:   {machine_line()}\n")
     print_table(rows, len(args.threads) > 1)
+    print_scaling(rows)
     print("\n% ceiling: tg tokens/s over the decode ceiling: the memory bandwidth fuselm bench measured / (bytes "
           "one token reads of the GGUF file's tensors + fuselm's KV bytes). fuselm weights: the storage types "
           "fuselm holds, by share of its weight bytes, after what it read: GGUF (the same file as llama.cpp) or HF "

@@ -57,7 +57,9 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
 }
 
 // The weight operand of linear (argument 1, [n, k]) and addmm (argument 2, [k, n]) where it is a
-// dense 2-d bf16 parameter: packed once, shared by every node that reads the same tensor.
+// dense 2-d bf16 or f32 parameter: packed once, shared by every node that reads the same tensor
+// (f32 on every path: the GEMM no longer packs W per call; the GEMV still reads the checkpoint's
+// copy, so f32 weights of linear/addmm are held twice).
 void Executor::pack_weights() {
   for (const auto& node : graph_.nodes) {
     const bool linear = node.op == "aten.linear.default", addmm = node.op == "aten.addmm.default";
@@ -67,11 +69,12 @@ void Executor::pack_weights() {
     const auto& src = graph_.nodes[node.args[at].ref];
     if (src.op != "placeholder" || src.placeholder_kind != "parameter") continue;
     const Tensor& w = values_[src.index].t;
-    if (w.dtype != DType::bf16 || w.ndim != 2 || w.strides[1] != 1 || w.strides[0] != w.shape[1]) continue;
+    const bool packable = w.dtype == DType::bf16 || w.dtype == DType::f32;
+    if (!packable || w.quant || w.ndim != 2 || w.strides[1] != 1 || w.strides[0] != w.shape[1]) continue;
     if (ctx_.packed_weights(w.data)) continue;
     const auto layout = linear ? kernels::WeightLayout::nk : kernels::WeightLayout::kn;
     const int64_t n = linear ? w.shape[0] : w.shape[1], k = linear ? w.shape[1] : w.shape[0];
-    if (auto p = kernels::PackedLinearWeights::pack(w.data, kernels::DType::bf16, layout, 0, n, k))
+    if (auto p = kernels::PackedLinearWeights::pack(w.data, w.dtype, layout, 0, n, k))
       ctx_.add_packed_weights(w.data, std::move(p));
   }
 }

@@ -19,7 +19,7 @@ namespace fuselm::runtime {
 class Executor {
  public:
   /// params/constants: placeholder target -> tensor (weights may be bf16/f16; the memory must
-  /// outlive the executor). bf16 weights of linear/addmm are packed here, once, for the linear
+  /// outlive the executor). f32 and bf16 weights of linear/addmm are packed here, once, for the linear
   /// kernels where the ISA path has a packed layout (kernels::PackedLinearWeights). Throws std::runtime_error naming the first op the engine lacks, with
   /// its module path, or a placeholder without a tensor.
   Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,

@@ -34,8 +34,8 @@ class OpContext {
   std::string module_of(const ir::Node& node) const;
   /// Throws std::runtime_error "op X in module M (node 'N'): msg".
   [[noreturn]] void fail(const ir::Node& node, const std::string& msg) const;
-  /// The weight at `data` packed once at load for the linear kernels (Executor packs the bf16
-  /// weights of linear and addmm on paths that have a packed layout), or nullptr.
+  /// The weight at `data` packed once at load for the linear kernels (Executor packs the f32 and
+  /// bf16 weights of linear and addmm where the ISA path has a packed layout), or nullptr.
   const kernels::PackedLinearWeights* packed_weights(const void* data) const {
     if (packed_.empty()) return nullptr;
     auto it = packed_.find(data);

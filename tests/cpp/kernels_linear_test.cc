@@ -21,11 +21,12 @@ struct LinearCase {
   bool bias = false;
   int64_t pad = 0;  // extra elements on every row stride (views)
   int threads = 0;  // 0: default
+  bool pack = false;  // W packed at load (PackedLinearWeights), where the path packs this dtype
   std::string name() const {
-    return fmt::format("m{}_n{}_k{}_{}_{}{}{}{}", m, n, k, dtype_name(dtype),
+    return fmt::format("m{}_n{}_k{}_{}_{}{}{}{}{}", m, n, k, dtype_name(dtype),
                        layout == WeightLayout::nk ? "nk" : "kn", bias ? "_bias" : "",
                        pad ? fmt::format("_pad{}", pad) : "",
-                       threads ? fmt::format("_t{}", threads) : "");
+                       threads ? fmt::format("_t{}", threads) : "", pack ? "_packed" : "");
   }
 };
 
@@ -50,9 +51,12 @@ void check_linear(const LinearCase& c, uint32_t seed) {
   std::vector<float> y(static_cast<size_t>(c.m * ldy), -7.f);
   std::optional<testing::ScopedThreads> threads;
   if (c.threads) threads.emplace(c.threads);
+  const auto packed = c.pack ? PackedLinearWeights::pack(w.data(), c.dtype, c.layout, ldw, c.n, c.k) : nullptr;
+  if (c.pack && c.dtype == DType::f32 && c.n > 0 && c.k > 0)
+    EXPECT_TRUE(packed) << c.name() << ": every path packs f32 weights";
   linear({.x = x.data(), .lda = lda, .w = w.data(), .w_dtype = c.dtype, .w_layout = c.layout,
           .ldw = ldw, .bias = c.bias ? bias.data() : nullptr, .y = y.data(), .ldy = ldy, .m = c.m,
-          .n = c.n, .k = c.k});
+          .n = c.n, .k = c.k, .packed = packed.get()});
   auto xr = x;
   if (rounds_x(c.dtype, c.m))
     for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
@@ -107,6 +111,20 @@ std::vector<LinearCase> linear_cases() {
     }
     cases.push_back({65, 1500, 700, DType::bf16, l, true, 3, 2});
   }
+  // every f32 case again with W packed at load (the GEMM reads the panels, the GEMV the
+  // checkpoint layout), and shapes whose thread splits start or end inside a panel
+  const size_t plain = cases.size();
+  for (size_t i = 0; i < plain; ++i)
+    if (cases[i].dtype == DType::f32) {
+      LinearCase c = cases[i];
+      c.pack = true;
+      cases.push_back(c);
+    }
+  for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn})
+    for (int64_t m : {1, 4, 5, 8, 9, 40}) {
+      cases.push_back({m, 81, 19, DType::f32, l, true, 0, 2, true});
+      cases.push_back({m, 200, 130, DType::f32, l, false, 2, 3, true});
+    }
   cases.push_back({7, 0, 5, DType::f32, WeightLayout::nk, true});
   cases.push_back({0, 5, 5, DType::f32, WeightLayout::nk, true});
   cases.push_back({3, 5, 0, DType::f32, WeightLayout::nk, true});
@@ -243,7 +261,7 @@ TEST(KernelsLinearPacked, OnlyPathsWithAPackedLayoutPack) {
   }
   if (cpu_supports(Isa::avx512bf16)) {
     ScopedCpuIsa scoped(Isa::avx512bf16);
-    EXPECT_FALSE(PackedLinearWeights::pack(w.data(), DType::f32, WeightLayout::nk, 64, 64, 64));
+    EXPECT_FALSE(PackedLinearWeights::pack(w.data(), DType::f16, WeightLayout::nk, 64, 64, 64));
     const auto p = PackedLinearWeights::pack(w.data(), DType::bf16, WeightLayout::nk, 64, 64, 64);
     ASSERT_TRUE(p);
     const float x[64] = {};
@@ -252,6 +270,63 @@ TEST(KernelsLinearPacked, OnlyPathsWithAPackedLayoutPack) {
                          .packed = p.get()}),
                  std::invalid_argument);
   }
+}
+
+// f32 weights packed at load give the GEMM the very panels it packs per call: the same bits, on
+// every path, at shapes with a partial panel, odd k, k past a k block, more than one column block
+// and row block; GEMV shapes (m <= 8) ignore the packed copy.
+TEST_P(KernelsLinear, F32PackedAtLoadEqualsPackedPerCall) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  struct Shape { int64_t m, n, k; };
+  for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn})
+    for (const Shape s : {Shape{9, 70, 33}, Shape{64, 1100, 129}, Shape{33, 200, 1}, Shape{500, 90, 300},
+                          Shape{13, 17, 5}, Shape{1, 130, 65}, Shape{8, 300, 64}})
+      for (int threads : {1, 2, 3}) {
+        testing::ScopedThreads t(threads);
+        const int64_t ldw = l == WeightLayout::nk ? s.k : s.n;
+        const auto x = random_floats(static_cast<size_t>(s.m * s.k), 60);
+        const auto w = random_weights(static_cast<size_t>(s.n * s.k), DType::f32, 61);
+        const auto bias = random_floats(static_cast<size_t>(s.n), 62);
+        const auto packed = PackedLinearWeights::pack(w.data(), DType::f32, l, ldw, s.n, s.k);
+        ASSERT_TRUE(packed);
+        EXPECT_EQ(packed->dtype(), DType::f32);
+        std::vector<float> a(s.m * s.n), b(s.m * s.n);
+        LinearArgs args{.x = x.data(), .w = w.data(), .w_dtype = DType::f32, .w_layout = l,
+                        .ldw = ldw, .bias = bias.data(), .y = a.data(), .m = s.m, .n = s.n, .k = s.k};
+        linear(args);
+        args.y = b.data();
+        args.packed = packed.get();
+        linear(args);
+        EXPECT_EQ(a, b) << "m" << s.m << " n" << s.n << " k" << s.k << " t" << threads;
+      }
+}
+
+TEST(KernelsLinearPacked, F32PanelsOfAnotherPathAreIgnored) {
+  if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "needs avx2";
+  const int64_t m = 20, n = 70, k = 33;
+  const auto x = random_floats(m * k, 63);
+  const auto w = random_weights(n * k, DType::f32, 64);
+  std::unique_ptr<PackedLinearWeights> packed;
+  {
+    ScopedCpuIsa scoped(cpu_supports(Isa::avx512) ? Isa::avx512 : Isa::avx2);
+    packed = PackedLinearWeights::pack(w.data(), DType::f32, WeightLayout::nk, k, n, k);
+  }
+  ASSERT_TRUE(packed);
+  ScopedCpuIsa scoped(Isa::generic);  // panels of 4 columns: 16- or 64-column panels are not its
+  for (int64_t rows : {int64_t{1}, m}) {
+    std::vector<float> a(rows * n), b(rows * n);
+    LinearArgs args{.x = x.data(), .w = w.data(), .y = a.data(), .m = rows, .n = n, .k = k};
+    linear(args);
+    args.y = b.data();
+    args.packed = packed.get();
+    linear(args);
+    EXPECT_EQ(a, b) << "m" << rows;
+  }
+  const auto bf = random_weights(n * k, DType::bf16, 65);
+  EXPECT_THROW(linear({.x = x.data(), .w = bf.data(), .w_dtype = DType::bf16, .y = std::vector<float>(m * n).data(),
+                       .m = m, .n = n, .k = k, .packed = packed.get()}),
+               std::invalid_argument);  // packed from f32, the weights are bf16
 }
 
 INSTANTIATE_TEST_SUITE_P(, KernelsLinearBf16, ::testing::Values(Isa::avx512bf16, Isa::amx),

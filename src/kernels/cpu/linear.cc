@@ -50,6 +50,9 @@ LinearProblem resolve(const LinearArgs& a) {
     throw std::invalid_argument(fmt::format("linear: packed weights are n={} k={} {}, the problem n={} k={} {}",
                                             a.packed->n(), a.packed->k(), nk_name(a.packed->layout()), a.n,
                                             a.k, nk_name(a.w_layout)));
+  if (a.packed && a.packed->dtype() != a.w_dtype)
+    throw std::invalid_argument(fmt::format("linear: packed weights are {}, the weights {}",
+                                            dtype_name(a.packed->dtype()), dtype_name(a.w_dtype)));
   return p;
 }
 
@@ -90,7 +93,8 @@ std::unique_ptr<PackedLinearWeights> PackedLinearWeights::pack(const void* w, DT
                                                                WeightLayout layout, int64_t ldw,
                                                                int64_t n, int64_t k) {
   const LinearKernels& kern = linear_kernels(cpu_isa());
-  if (w_dtype != DType::bf16 || !kern.pack_bf16 || n <= 0 || k <= 0) return nullptr;
+  const bool bf16 = w_dtype == DType::bf16 && kern.pack_bf16, f32 = w_dtype == DType::f32 && kern.pack_f32;
+  if (!(bf16 || f32) || n <= 0 || k <= 0) return nullptr;
   LinearArgs a{.x = nullptr, .w = w, .w_dtype = w_dtype, .w_layout = layout, .ldw = ldw,
                .y = nullptr, .m = 0, .n = n, .k = k};
   const LinearProblem p = resolve(a);
@@ -98,11 +102,16 @@ std::unique_ptr<PackedLinearWeights> PackedLinearWeights::pack(const void* w, DT
   out->n_ = n;
   out->k_ = k;
   out->layout_ = layout;
-  out->pairs_ = kern.packed_pairs(k);
+  out->dtype_ = w_dtype;
+  out->nr_ = kern.gemm_nr;
+  out->panel_words_ = bf16 ? kern.packed_pairs(k) * kern.gemm_nr : k * kern.gemm_nr;
   const size_t bytes = static_cast<size_t>(out->bytes());
   out->data_.reset(static_cast<uint32_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
   if (!out->data_) throw std::bad_alloc();
-  kern.pack_bf16(p, out->data_.get());
+  if (bf16)
+    kern.pack_bf16(p, out->data_.get());
+  else
+    kern.pack_f32(p, reinterpret_cast<float*>(out->data_.get()));
   return out;
 }
 

@@ -26,11 +26,12 @@ void gemm_amx(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_
 #include "kernels/cpu/isa_end.inc"
 
 namespace fuselm::kernels {
+// f32 weights take the avx512 bodies, so their panels packed at load are avx512's.
 const LinearKernels kLinearKernelsAvx512Bf16 = {&gemv_bf16dot, &gemm_bf16dot, kDotNR, kDotMR, &pack_all_bf16,
-                                                &panel_pairs};
+                                                &panel_pairs, &pack_all_f32<Isa::avx512>};
 // GEMV (decode) keeps the avx512 widening path: on Sapphire Rapids vdpbf16ps GEMV measured no faster at
 // one row (memory-bound) and slower at 4 rows than widening plus two FMAs.
 const LinearKernels kLinearKernelsAmx = {&gemv_entry<Isa::avx512>, &gemm_amx, kDotNR, kDotMR, &pack_all_bf16,
-                                         &panel_pairs};
+                                         &panel_pairs, &pack_all_f32<Isa::avx512>};
 }  // namespace fuselm::kernels
 #endif

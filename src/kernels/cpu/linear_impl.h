@@ -60,9 +60,19 @@ FUSELM_INLINE const void* w_at(const void* w, int64_t i) {
   return static_cast<const char*>(w) + i * dtype_size(D);
 }
 
+// Whether p.packed is an f32 W packed for this path's panels (PackedLinearWeights, f32 layout).
+template <Isa I, DType D>
+FUSELM_INLINE bool uses_packed_f32(const LinearProblem& p) {
+  if constexpr (D != DType::f32) {
+    return false;
+  } else {
+    constexpr int64_t NR = LinearTuning<I>::NV * Vec<I>::W;
+    return p.packed && p.packed->dtype() == DType::f32 && p.packed->nr() == NR;
+  }
+}
+
 // ---------------------------------------------------------------------------------------- GEMV
 
-// y[m0+i, j] for i < M, j in [j0, j0+NB): NB rows of an [n, k] W against M rows of x.
 template <Isa I, DType D, int M, int NB>
 FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0) {
   using V = Vec<I>;
@@ -414,6 +424,18 @@ void micro_any(int nv, int mr, int64_t kc, const float* a, int64_t lda, const fl
   micro_rows<I, NV>(mr, kc, a, lda, bp, c, ldc, ncols, accumulate, bias);
 }
 
+// All of an f32 W as PackedLinearWeights' f32 panels (the table's pack_f32).
+template <Isa I>
+void pack_all_f32(const LinearProblem& p, float* out) {
+  constexpr int64_t NR = LinearTuning<I>::NV * Vec<I>::W;
+  for (int64_t nb = 0; nb < p.n; nb += NR) {
+    if (p.w_layout == WeightLayout::nk)
+      pack_panel_nk<I, DType::f32>(p, nb, p.n, 0, p.k, out + nb / NR * p.k * NR);
+    else
+      pack_panel_kn<I, DType::f32>(p, nb, p.n, 0, p.k, out + nb / NR * p.k * NR);
+  }
+}
+
 template <Isa I, DType D>
 void gemm_dtype(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   using T = LinearTuning<I>;
@@ -423,15 +445,19 @@ void gemm_dtype(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int6
   // reads each W row once, front to back (nk: 16 rows at a time).
   constexpr int64_t kPackBytes = int64_t{1} << 20;
   const int64_t nc_max = std::clamp<int64_t>(kPackBytes / (4 * p.k) / NR * NR, NR, T::NC);
-  float* bp = thread_scratch(0, static_cast<size_t>(nc_max * p.k));
+  // W packed at load (f32, this path's panels; linear.cc splits columns on whole panels) is read
+  // in place: no packing, and the next k block of panels is prefetched while this one computes.
+  const bool pre = uses_packed_f32<I, D>(p) && n0 % NR == 0;
+  float* scratch = pre ? nullptr : thread_scratch(0, static_cast<size_t>(nc_max * p.k));
   for (int64_t nc0 = n0; nc0 < n1; nc0 += nc_max) {
     const int64_t nc = std::min(nc_max, n1 - nc0);
     const int64_t panels = (nc + NR - 1) / NR;
-    for (int64_t pn = 0; pn < panels; ++pn) {
+    const float* bp = pre ? p.packed->panel_f32(nc0 / NR) : scratch;
+    for (int64_t pn = 0; pn < panels && !pre; ++pn) {
       if (p.w_layout == WeightLayout::nk)
-        pack_panel_nk<I, D>(p, nc0 + pn * NR, nc0 + nc, 0, p.k, bp + pn * p.k * NR);
+        pack_panel_nk<I, D>(p, nc0 + pn * NR, nc0 + nc, 0, p.k, scratch + pn * p.k * NR);
       else
-        pack_panel_kn<I, D>(p, nc0 + pn * NR, nc0 + nc, 0, p.k, bp + pn * p.k * NR);
+        pack_panel_kn<I, D>(p, nc0 + pn * NR, nc0 + nc, 0, p.k, scratch + pn * p.k * NR);
     }
     for (int64_t kc0 = 0; kc0 < p.k; kc0 += T::KC) {
       const int64_t kc = std::min(T::KC, p.k - kc0);
@@ -444,8 +470,27 @@ void gemm_dtype(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int6
           const int nv = (ncols + W - 1) / W;
           const float* bias = !accumulate && p.bias ? p.bias + col : nullptr;
           const float* b = bp + pn * p.k * NR + kc0 * NR;
+          // Packed at load, W comes from DRAM the first time a row block reads it: the block
+          // read next (the next panel's, else the first panel's next k block) is prefetched a few
+          // lines per micro-tile over the first row block, while this one computes from cache.
+          const float* next = nullptr;
+          int64_t next_rows = 0;
+          if (pre && mc0 == m0) {
+            if (pn + 1 < panels) {
+              next = b + p.k * NR;
+              next_rows = kc;
+            } else if (kc0 + T::KC < p.k) {
+              next = bp + (kc0 + T::KC) * NR;
+              next_rows = std::min(T::KC, p.k - kc0 - T::KC);
+            }
+          }
+          const int64_t next_lines = next_rows * NR / 16;  // 64-byte lines
+          const int64_t per_tile = next_lines * T::MR / (mc1 - mc0) + 1;
+          int64_t line = 0;
           for (int64_t i = mc0; i < mc1; i += T::MR) {
             const int mr = static_cast<int>(std::min<int64_t>(T::MR, mc1 - i));
+            for (const int64_t e = line + per_tile; line < e && line < next_lines; ++line)
+              __builtin_prefetch(next + line * 16, 0, 3);
             micro_any<I>(nv, mr, kc, p.x + i * p.lda + kc0, p.lda, b, p.y + i * p.ldy + col,
                          p.ldy, ncols, accumulate, bias);
           }
@@ -466,7 +511,8 @@ void gemm_entry(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int6
 
 template <Isa I>
 constexpr LinearKernels make_linear_kernels() {
-  return {&gemv_entry<I>, &gemm_entry<I>, LinearTuning<I>::NV * Vec<I>::W, LinearTuning<I>::MR};
+  return {&gemv_entry<I>, &gemm_entry<I>, LinearTuning<I>::NV * Vec<I>::W, LinearTuning<I>::MR, nullptr, nullptr,
+          &pack_all_f32<I>};
 }
 
 }  // namespace

@@ -35,6 +35,9 @@ struct LinearKernels {
   void (*pack_bf16)(const LinearProblem& p, uint32_t* out) = nullptr;
   /// k pairs per panel row block for pack_bf16 (rounded as the path wants).
   int64_t (*packed_pairs)(int64_t k) = nullptr;
+  /// Packs all of an f32 W into `out` (PackedLinearWeights' f32 layout: panels of gemm_nr columns,
+  /// [k][gemm_nr] floats each).
+  void (*pack_f32)(const LinearProblem& p, float* out) = nullptr;
 };
 
 inline constexpr int64_t kGemvRows = 8;
