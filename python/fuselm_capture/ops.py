@@ -268,6 +268,9 @@ def identify_experts(model: torch.nn.Module) -> None:
             continue
         module._fuselm_stacked = (pair[0], pair[1], activation)
         module.forward = types.MethodType(_stacked_experts_forward, module)
+    # Experts as a list of per-expert MLP modules with data-dependent dispatch (expert_lists.py).
+    from .expert_lists import identify_listed_experts
+    identify_listed_experts(model)
 
 
 def _none_or(value, default):
