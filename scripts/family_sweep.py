@@ -33,6 +33,8 @@ sys.path.insert(0, str(REPO / "python"))
 COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
 
+MAX_PARAMS = 8_000_000
+
 # Not a text decoder on its own (this tool's table, not the engine's: the engine never sees names).
 ENCODER_AS_DECODER = {"bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
                       "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
@@ -150,7 +152,12 @@ def build(model_type: str, out_dir: Path, std: float = 0.15, seed: int = 0) -> N
     import torch
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(make_config(model_type), dtype=torch.float32)
+    cfg = make_config(model_type)
+    with torch.device("meta"):  # a config the shrink missed would take the machine's memory
+        n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    if n > MAX_PARAMS:
+        raise RuntimeError(f"the shrunk config still has {n / 1e6:.0f}M parameters (over {MAX_PARAMS / 1e6:.0f}M)")
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2:
@@ -167,7 +174,7 @@ def build(model_type: str, out_dir: Path, std: float = 0.15, seed: int = 0) -> N
 
 def first_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    picked = next((ln for ln in lines if "error:" in ln.lower()), lines[-1] if lines else "?")
+    picked = next((ln for ln in reversed(lines) if "error:" in ln.lower()), lines[-1] if lines else "?")
     return picked[:300]
 
 

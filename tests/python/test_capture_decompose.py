@@ -89,3 +89,57 @@ def test_op_without_decomposition_is_refused_naming_op_and_module(tmp_path):
     msg = str(err.value)
     assert "aten.sort" in msg and "inner (Sorts)" in msg, msg
     assert not (tmp_path / "ir" / "ir.json").exists()
+
+
+class Indexing(nn.Module):
+    """aten.index.Tensor as models write it: a table read at a 2-D index tensor (rotary tables
+    read at position_ids), and two adjacent index tensors with negative entries."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(16, 6))
+        self.register_buffer("rows", torch.tensor([[0, -1], [2, 3]]), persistent=False)
+        self.register_buffer("cols", torch.tensor([1, -2]), persistent=False)
+
+    def forward(self, x, positions):
+        a = self.table[positions]  # [1, S, 6]
+        b = x[:, self.rows, self.cols]  # x [1, S, 4, 6]: index on axes 1, 2 -> [1, 2, 2, 6]
+        return a.sum(-1, keepdim=True) + b.sum(dim=(1, 2)).unsqueeze(1)
+
+
+class Wrap2(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, positions):
+        return self.inner(x, positions)
+
+
+def test_index_tensor_on_adjacent_axes_runs_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    from fuselm_capture.decompose import engine_ops
+    model = Wrap2(Indexing()).eval()
+    t = torch.export.Dim("num_tokens", min=5, max=64)
+    case = tmp_path / "cases" / "index"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 6, 4, 6), "positions": torch.arange(6).unsqueeze(0)},
+                   {"x": {1: t}, "positions": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
+    assert "aten.index.Tensor" not in held and held <= engine_ops(), sorted(held - engine_ops())
+    x, pos = torch.randn(1, 9, 4, 6), torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5]])
+    inputs = {"x": x, "positions": pos}
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] in ("parameter", "buffer", "constant"):
+            n["kind"] = "input"
+            inputs[n["target"]] = getattr(model.inner, n["target"].split(".")[-1])
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x, pos)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
