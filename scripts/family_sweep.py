@@ -122,6 +122,10 @@ def shrink(default: dict) -> dict:
             out[k] = 1
         elif "shared_expert_intermediate" in lk and v > 64:
             out[k] = 64
+    if "kv_lora_rank" in default:  # latent attention expands K/V to every query head; head_dim is the rope part
+        out["num_key_value_heads"] = COMMON["num_attention_heads"]
+        if "head_dim" in default and "qk_rope_head_dim" in default:
+            out["head_dim"] = out.get("qk_rope_head_dim", default["qk_rope_head_dim"])
     lt = default.get("layer_types")
     if isinstance(lt, list) and lt:
         kinds = list(dict.fromkeys(lt))
@@ -184,7 +188,7 @@ def run_one(model_type: str, models: Path, lengths: list[int]) -> dict:
     import torch
     import parity
     model_dir = models / model_type
-    row: dict = {"family": model_type}
+    row: dict = {"family": model_type, "lengths": lengths}
     stage = "config"
     try:
         if not (model_dir / "config.json").exists():
@@ -230,6 +234,10 @@ def main() -> int:
     ap.add_argument("--models", type=Path, default=REPO / "models" / "sweep")
     ap.add_argument("--json", type=Path, default=None, help="rows (merged with the file's earlier rows)")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--reverse", action="store_true", help="walk the mapping from its end")
+    ap.add_argument("--skip-done", type=Path, default=None,
+                    help="skip families with a row in this file (read before each: a second sweep running)")
+    ap.add_argument("--resume", action="store_true", help="skip families that have a row in --json")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
@@ -237,8 +245,13 @@ def main() -> int:
         print(json.dumps(run_one(args.one, args.models, args.lengths)))
         return 0
     rows = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
-    for mt, skip in candidates():
+    todo = candidates()
+    for mt, skip in reversed(todo) if args.reverse else todo:
         if args.only and mt not in args.only:
+            continue
+        if args.resume and mt in rows:
+            continue
+        if args.skip_done and args.skip_done.exists() and mt in json.loads(args.skip_done.read_text()):
             continue
         t0 = time.time()
         if skip:

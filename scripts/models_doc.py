@@ -71,7 +71,7 @@ def first_line(e: BaseException) -> str:
 def run_family(fuselm: Path, models: Path, key: str, family: str, module, lengths: list[int]) -> dict:
     model_dir = models / key
     t0 = time.time()
-    row = {"family": key, "lengths": lengths}
+    row = {"family": key, "lengths": lengths, "date": time.strftime("%Y-%m-%d")}
     try:
         if not (model_dir / "config.json").exists():
             module.build(family, model_dir)
@@ -118,14 +118,46 @@ def render(rows: list[dict], kinds: dict[str, tuple[str, str]]) -> str:
         f"transformers {transformers.__version__}, torch {torch.__version__}: {n_pass} of {len(rows)} pass"
         + (f", {n_not_run} not run in this generation." if n_not_run else "."),
         "",
-        "| family | config class | kind | prompts | parity | worst rel. logit diff | fusions | lacks |",
-        "|---|---|---|---|---|---|---|---|",
+        "| family | config class | kind | prompts | parity | worst rel. logit diff | fusions | lacks | run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cls, kind = kinds[r["family"]]
         lengths = "/".join(map(str, r.get("lengths", [])))
         out.append(f"| {r['family']} | {cls} | {kind} | {lengths} | {r['status']} | {r.get('worst', '')} | {r['fusions']} | "
-                   f"{r.get('reason', '')} |")
+                   f"{r.get('reason', '')} | {r.get('date', 'earlier session')} |")
+    return "\n".join(out) + "\n"
+
+
+def render_sweep(rows: dict) -> str:
+    """The table of scripts/family_sweep.py's rows: transformers' causal-LM families no parity
+    list names, each built tiny from its config class's defaults and tried as a new user would."""
+    order = sorted(rows.values(), key=lambda r: ({"pass": 0, "fail": 1, "skip": 2}[r["status"]], r["family"]))
+    tried = [r for r in order if r["status"] != "skip"]
+    n_pass = sum(r["status"] == "pass" for r in tried)
+    dates = sorted({r.get("date", "") for r in order} - {""})
+    out = [
+        "",
+        "## Families no parity test names",
+        "",
+        "Generated from `scripts/family_sweep.py`'s rows (run "
+        + (", ".join(dates) or "?") + "): every model_type of transformers' AutoModelForCausalLM",
+        "mapping that the lists above do not build, with a tiny config made from its config class's defaults",
+        "by one generic shrink (no per-family tuning beyond consistency overrides the script lists), run by",
+        "`fuselm generate` on prompts of the *prompts* lengths against transformers as above. *stage* says",
+        "where a failure stopped: `config` or `transformers` (transformers itself cannot build or run the",
+        "tiny config), `fuselm` (capture, load or parity), `crash`/`timeout`.",
+        "",
+        f"{n_pass} of {len(tried)} tried pass; {len(order) - len(tried)} are not a text decoder on their own.",
+        "",
+        "| family | prompts | result | worst rel. logit diff | stage | first error / reason | date |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in order:
+        err = (r.get("error") or "").replace("|", "\\|")
+        lengths = "/".join(map(str, r.get("lengths", [7, 40]))) if r["status"] != "skip" else ""
+        out.append(f"| {r['family']} | {lengths} | {r['status']} | {r.get('worst', '')} | {r.get('stage', '')} | "
+                   f"{err} | {r.get('date', '')} |")
     return "\n".join(out) + "\n"
 
 
@@ -137,6 +169,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="run only these families (the others keep their docs row)")
     ap.add_argument("--lengths", nargs="*", type=int, default=PROMPT_LENGTHS, help="prompt lengths")
     ap.add_argument("--render-only", action="store_true", help="write the doc from the rows of earlier runs")
+    ap.add_argument("--sweep", nargs="*", type=Path, default=[],
+                    help="scripts/family_sweep.py --json files whose rows form the second table")
     args = ap.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
     rows_file = args.models / "rows.json"  # rows of earlier runs, so --only updates in place
@@ -147,7 +181,10 @@ def main() -> int:
         if not args.render_only and (args.only is None or key in args.only):
             known[key] = run_family(args.fuselm, args.models, key, family, module, args.lengths)
             rows_file.write_text(json.dumps(known, indent=1))
-    args.out.write_text(render(rows_of(known, kinds), kinds))
+    sweep: dict = {}
+    for f in args.sweep:
+        sweep.update(json.loads(f.read_text()))
+    args.out.write_text(render(rows_of(known, kinds), kinds) + (render_sweep(sweep) if sweep else ""))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
