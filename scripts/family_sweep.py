@@ -126,10 +126,15 @@ def shrink(default: dict) -> dict:
         out["num_key_value_heads"] = COMMON["num_attention_heads"]
         if "head_dim" in default and "qk_rope_head_dim" in default:
             out["head_dim"] = out.get("qk_rope_head_dim", default["qk_rope_head_dim"])
-    lt = default.get("layer_types")
-    if isinstance(lt, list) and lt:
-        kinds = list(dict.fromkeys(lt))
-        out["layer_types"] = [kinds[i % len(kinds)] for i in range(COMMON["num_hidden_layers"])]
+    # Per-layer lists (layer kinds, block types): the default's kinds, cycled over the tiny depth.
+    depth = default.get("num_hidden_layers")
+    for k, v in default.items():
+        if isinstance(v, list) and v and (k == "layer_types" or (isinstance(depth, int) and len(v) == depth > 3)):
+            try:
+                kinds = list(dict.fromkeys(v))
+            except TypeError:  # unhashable members
+                continue
+            out[k] = [kinds[i % len(kinds)] for i in range(COMMON["num_hidden_layers"])]
     return out
 
 

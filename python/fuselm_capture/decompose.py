@@ -76,8 +76,21 @@ def _index_adjacent(x, indices):
     return picked.reshape(lead + list(linear.shape) + trail)
 
 
-# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor has no entry).
-_OWN = {torch.ops.aten.index.Tensor: _index_adjacent}
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    """aten.rms_norm as torch defines it (half types computed in float32, eps defaulting to the
+    computation type's machine epsilon): its CompositeImplicit kernel recurses forever when
+    run_decompositions calls it, so the definition is written out here."""
+    dims = tuple(range(-len(normalized_shape), 0))
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    if eps is None:
+        eps = torch.finfo(xf.dtype).eps
+    y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
+    return y * weight if weight is not None else y
+
+
+# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor has no entry;
+# aten.rms_norm's own definition does not terminate under run_decompositions).
+_OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm}
 
 
 def _table(ops) -> dict:
@@ -85,7 +98,7 @@ def _table(ops) -> dict:
     core = core_aten_decompositions()
     table = {}
     for op in ops:
-        fn = core.get(op) or decomposition_table.get(op) or _OWN.get(op)
+        fn = _OWN.get(op) or core.get(op) or decomposition_table.get(op)
         if fn is None and isinstance(op, torch._ops.OpOverload):
             # CompositeImplicitAutograd ops decompose by their own definition.
             try:

@@ -143,3 +143,45 @@ def test_index_tensor_on_adjacent_axes_runs_as_torch(tmp_path):
     with torch.no_grad():
         want = model(x, pos)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+
+
+class UnweightedRmsNorm(nn.Module):
+    """F.rms_norm with no weight (an RMSNorm without elementwise affine: aten.rms_norm stays in the
+    graph, since only weighted RMSNorms are fused) and one with a weight and no eps."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(6, eps=1e-5, elementwise_affine=False)
+        self.affine = nn.RMSNorm(6)
+
+    def forward(self, x):
+        return self.norm(x) + 2 * self.affine(x * 3)
+
+
+def test_rms_norm_without_weight_runs_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    torch.manual_seed(0)
+    model = Wrap(UnweightedRmsNorm()).eval()
+    with torch.no_grad():
+        model.inner.affine.weight.normal_()
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    case = tmp_path / "cases" / "rms"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    assert "aten.rms_norm.default" not in {n["op"] for n in ir["nodes"]}
+    x = torch.randn(1, 9, 6)
+    inputs = {"x": x}
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] == "parameter":
+            n["kind"] = "input"
+            inputs[n["target"]] = model.state_dict()[n["target"]]
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
