@@ -185,3 +185,20 @@ def test_rms_norm_without_weight_runs_as_torch(tmp_path):
     with torch.no_grad():
         want = model(x)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+
+
+class BranchesOnLength(nn.Module):
+    def forward(self, x):
+        return x * 2 if x.shape[1] == 3 else x + 1
+
+
+def test_a_forward_that_branches_on_the_token_count_is_refused_with_its_guard(tmp_path):
+    """torch.export's own first line ("Constraints violated (num_tokens)!") names no cause; capture's
+    error carries the guard that specialised the token count."""
+    from fuselm_capture.capture import CaptureError, capture_module
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    with pytest.raises(CaptureError) as err:
+        capture_module(Wrap(BranchesOnLength()).eval(), {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, tmp_path / "ir")
+    msg = str(err.value)
+    assert "Constraints violated (num_tokens)" in msg and "satisfy the generated guard" in msg, msg
+    assert "!= 3" in msg and "cannot serve every length" in msg, msg
