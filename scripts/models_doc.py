@@ -129,6 +129,29 @@ def render(rows: list[dict], kinds: dict[str, tuple[str, str]]) -> str:
     return "\n".join(out) + "\n"
 
 
+# Failure text -> the general mechanism it shows (first match wins); for the grouping only.
+MECHANISMS = [
+    ("Constraints violated", "the forward specialises the token count (a recurrent or state-space scan, or a branch "
+                             "on the length): one graph cannot serve every length"),
+    ("reads its attention mask as a tensor", "the model computes with its attention mask tensor (sparse-attention "
+                                             "indexers, learned masks): the attention op takes a mask kind"),
+    ("gating function", "an experts gating function outside the engine's forms"),
+    ("has no fuselm.attention op", "tokens meet outside any attention op (recurrence)"),
+]
+
+
+def mechanism(row: dict) -> str:
+    if row.get("stage") in ("config", "transformers"):
+        return ("transformers itself does not build or run the tiny config (a consistency constraint of the "
+                "config the generic shrink does not meet)")
+    if row.get("stage") == "timeout":
+        return "capture did not finish within the sweep's timeout"
+    if row.get("stage") == "crash":
+        return "the sweep's worker was stopped (memory or time)"
+    text = row.get("error", "")
+    return next((m for key, m in MECHANISMS if key in text), "other: " + text[:120])
+
+
 def render_sweep(rows: dict) -> str:
     """The table of scripts/family_sweep.py's rows: transformers' causal-LM families no parity
     list names, each built tiny from its config class's defaults and tried as a new user would."""
@@ -149,6 +172,17 @@ def render_sweep(rows: dict) -> str:
         "tiny config), `fuselm` (capture, load or parity), `crash`/`timeout`.",
         "",
         f"{n_pass} of {len(tried)} tried pass; {len(order) - len(tried)} are not a text decoder on their own.",
+        "",
+        "Failures by mechanism:",
+        "",
+    ]
+    groups: dict[str, list[str]] = {}
+    for r in tried:
+        if r["status"] == "fail":
+            groups.setdefault(mechanism(r), []).append(r["family"])
+    for m, fams in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        out.append(f"- {len(fams)}: {m} ({', '.join(fams)})")
+    out += [
         "",
         "| family | prompts | result | worst rel. logit diff | stage | first error / reason | date |",
         "|---|---|---|---|---|---|---|",
