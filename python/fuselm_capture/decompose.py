@@ -88,9 +88,21 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
     return y * weight if weight is not None else y
 
 
-# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor has no entry;
-# aten.rms_norm's own definition does not terminate under run_decompositions).
-_OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm}
+def _max_all(x):
+    """aten.max.default (the largest element, 0-d) as amax over every axis."""
+    return torch.amax(x, dim=list(range(x.dim()))) if x.dim() else x.clone()
+
+
+def _min_all(x):
+    """aten.min.default (the smallest element, 0-d) as -amax(-x) over every axis."""
+    return -_max_all(-x)
+
+
+# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor and the
+# whole-tensor max/min have no entry; aten.rms_norm's own definition does not terminate under
+# run_decompositions).
+_OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm,
+        torch.ops.aten.max.default: _max_all, torch.ops.aten.min.default: _min_all}
 
 
 def _table(ops) -> dict:
