@@ -137,6 +137,13 @@ MECHANISMS = [
                                              "indexers, learned masks): the attention op takes a mask kind"),
     ("gating function", "an experts gating function outside the engine's forms"),
     ("has no fuselm.attention op", "tokens meet outside any attention op (recurrence)"),
+    ("calls attention twice", "one module calls attention twice per layer (differential attention): refused, "
+                              "the KV cache holds one K/V per layer"),
+    ("reach its softmax", "attention written by hand that capture cannot prove (several products into one softmax)"),
+    ("attention written by hand in", "attention written by hand that capture cannot prove"),
+    ("activation", "an activation outside the experts op's forms"),
+    ("Cannot cast FakeTensor", "experts dispatch reading a data-dependent count that neither experts rule covers"),
+    ("outside its subgraph", "a fuser's match error"),
 ]
 
 
@@ -188,7 +195,7 @@ def render_sweep(rows: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in order:
-        err = (r.get("error") or "").replace("|", "\\|")
+        err = (r.get("error") or "").replace(str(REPO) + "/", "").replace("|", "\\|")
         lengths = "/".join(map(str, r.get("lengths", [7, 40]))) if r["status"] != "skip" else ""
         out.append(f"| {r['family']} | {lengths} | {r['status']} | {r.get('worst', '')} | {r.get('stage', '')} | "
                    f"{err} | {r.get('date', '')} |")
