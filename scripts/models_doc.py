@@ -71,7 +71,7 @@ def first_line(e: BaseException) -> str:
 def run_family(fuselm: Path, models: Path, key: str, family: str, module, lengths: list[int]) -> dict:
     model_dir = models / key
     t0 = time.time()
-    row = {"family": key, "lengths": lengths}
+    row = {"family": key, "lengths": lengths, "date": time.strftime("%Y-%m-%d")}
     try:
         if not (model_dir / "config.json").exists():
             module.build(family, model_dir)
@@ -118,14 +118,89 @@ def render(rows: list[dict], kinds: dict[str, tuple[str, str]]) -> str:
         f"transformers {transformers.__version__}, torch {torch.__version__}: {n_pass} of {len(rows)} pass"
         + (f", {n_not_run} not run in this generation." if n_not_run else "."),
         "",
-        "| family | config class | kind | prompts | parity | worst rel. logit diff | fusions | lacks |",
-        "|---|---|---|---|---|---|---|---|",
+        "| family | config class | kind | prompts | parity | worst rel. logit diff | fusions | lacks | run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cls, kind = kinds[r["family"]]
         lengths = "/".join(map(str, r.get("lengths", [])))
         out.append(f"| {r['family']} | {cls} | {kind} | {lengths} | {r['status']} | {r.get('worst', '')} | {r['fusions']} | "
-                   f"{r.get('reason', '')} |")
+                   f"{r.get('reason', '')} | {r.get('date', 'earlier session')} |")
+    return "\n".join(out) + "\n"
+
+
+# Failure text -> the general mechanism it shows (first match wins); for the grouping only.
+MECHANISMS = [
+    ("Constraints violated", "the forward specialises the token count (a recurrent or state-space scan, or a branch "
+                             "on the length): one graph cannot serve every length"),
+    ("reads its attention mask as a tensor", "the model computes with its attention mask tensor (sparse-attention "
+                                             "indexers, learned masks): the attention op takes a mask kind"),
+    ("gating function", "an experts gating function outside the engine's forms"),
+    ("has no fuselm.attention op", "tokens meet outside any attention op (recurrence)"),
+    ("calls attention twice", "one module calls attention twice per layer (differential attention): refused, "
+                              "the KV cache holds one K/V per layer"),
+    ("reach its softmax", "attention written by hand that capture cannot prove (several products into one softmax)"),
+    ("attention written by hand in", "attention written by hand that capture cannot prove"),
+    ("activation", "an activation outside the experts op's forms"),
+    ("Cannot cast FakeTensor", "experts dispatch reading a data-dependent count that neither experts rule covers"),
+    ("outside its subgraph", "a fuser's match error"),
+]
+
+
+def mechanism(row: dict) -> str:
+    if row.get("stage") in ("config", "transformers"):
+        return ("transformers itself does not build or run the tiny config (a consistency constraint of the "
+                "config the generic shrink does not meet)")
+    if row.get("stage") == "timeout":
+        return "capture did not finish within the sweep's timeout"
+    if row.get("stage") == "crash":
+        return "the sweep's worker was stopped (memory or time)"
+    text = row.get("error", "")
+    return next((m for key, m in MECHANISMS if key in text), "other: " + text[:120])
+
+
+def render_sweep(rows: dict) -> str:
+    """The table of scripts/family_sweep.py's rows: transformers' causal-LM families no parity
+    list names, each built tiny from its config class's defaults and tried as a new user would."""
+    order = sorted(rows.values(), key=lambda r: ({"pass": 0, "fail": 1, "skip": 2}[r["status"]], r["family"]))
+    tried = [r for r in order if r["status"] != "skip"]
+    n_pass = sum(r["status"] == "pass" for r in tried)
+    dates = sorted({r.get("date", "") for r in order} - {""})
+    out = [
+        "",
+        "## Families no parity test names",
+        "",
+        "Generated from `scripts/family_sweep.py`'s rows (run "
+        + (", ".join(dates) or "?") + "): every model_type of transformers' AutoModelForCausalLM",
+        "mapping that the lists above do not build, with a tiny config made from its config class's defaults",
+        "by one generic shrink (no per-family tuning beyond consistency overrides the script lists), run by",
+        "`fuselm generate` on prompts of the *prompts* lengths against transformers as above. *stage* says",
+        "where a failure stopped: `config` or `transformers` (transformers itself cannot build or run the",
+        "tiny config), `fuselm` (capture, load or parity), `crash`/`timeout`. Rows: `scripts/family_sweep_rows.json`",
+        "(`scripts/family_sweep.py --resume --json scripts/family_sweep_rows.json` adds new families; this table:",
+        "`scripts/models_doc.py --render-only --sweep scripts/family_sweep_rows.json`).",
+        "",
+        f"{n_pass} of {len(tried)} tried pass; {len(order) - len(tried)} are not a text decoder on their own.",
+        "",
+        "Failures by mechanism:",
+        "",
+    ]
+    groups: dict[str, list[str]] = {}
+    for r in tried:
+        if r["status"] == "fail":
+            groups.setdefault(mechanism(r), []).append(r["family"])
+    for m, fams in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        out.append(f"- {len(fams)}: {m} ({', '.join(fams)})")
+    out += [
+        "",
+        "| family | prompts | result | worst rel. logit diff | stage | first error / reason | date |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in order:
+        err = (r.get("error") or "").replace(str(REPO) + "/", "").replace("|", "\\|")
+        lengths = "/".join(map(str, r.get("lengths", [7, 40]))) if r["status"] != "skip" else ""
+        out.append(f"| {r['family']} | {lengths} | {r['status']} | {r.get('worst', '')} | {r.get('stage', '')} | "
+                   f"{err} | {r.get('date', '')} |")
     return "\n".join(out) + "\n"
 
 
@@ -137,6 +212,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="run only these families (the others keep their docs row)")
     ap.add_argument("--lengths", nargs="*", type=int, default=PROMPT_LENGTHS, help="prompt lengths")
     ap.add_argument("--render-only", action="store_true", help="write the doc from the rows of earlier runs")
+    ap.add_argument("--sweep", nargs="*", type=Path, default=[],
+                    help="scripts/family_sweep.py --json files whose rows form the second table")
     args = ap.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
     rows_file = args.models / "rows.json"  # rows of earlier runs, so --only updates in place
@@ -147,7 +224,10 @@ def main() -> int:
         if not args.render_only and (args.only is None or key in args.only):
             known[key] = run_family(args.fuselm, args.models, key, family, module, args.lengths)
             rows_file.write_text(json.dumps(known, indent=1))
-    args.out.write_text(render(rows_of(known, kinds), kinds))
+    sweep: dict = {}
+    for f in args.sweep:
+        sweep.update(json.loads(f.read_text()))
+    args.out.write_text(render(rows_of(known, kinds), kinds) + (render_sweep(sweep) if sweep else ""))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

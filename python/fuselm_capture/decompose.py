@@ -50,12 +50,67 @@ def missing_ops(ep: torch.export.ExportedProgram, ignored: set[str]) -> dict[str
     return out
 
 
+def _index_adjacent(x, indices):
+    """x[..., i0, i1, ..., ...] (aten.index.Tensor) with integer index tensors on adjacent axes
+    d..d+n-1 (broadcast together to shape S): one index_select over those axes merged, on the
+    linear index sum_j i_j * stride_j (negative indices wrapped), reshaped to x's leading axes,
+    S, x's trailing axes (numpy's placement for adjacent indices). Boolean or non-adjacent
+    indices are left as they are (NotImplemented), so capture names the op."""
+    used = [d for d, i in enumerate(indices) if i is not None]
+    if not used or used != list(range(used[0], used[0] + len(used))):
+        return NotImplemented
+    if any(indices[d].dtype not in (torch.int64, torch.int32) for d in used):
+        return NotImplemented
+    d0, n = used[0], len(used)
+    dims = [x.shape[d] for d in used]
+    idx = [torch.where(indices[d] < 0, indices[d] + x.shape[d], indices[d]).to(torch.int64) for d in used]
+    if n > 1:
+        shape = torch.broadcast_shapes(*(i.shape for i in idx))
+        idx = [i.expand(shape) for i in idx]
+    linear = idx[0]
+    for j in range(1, n):
+        linear = linear * dims[j] + idx[j]
+    lead, trail = list(x.shape[:d0]), list(x.shape[d0 + n:])
+    merged = x.reshape(lead + [-1] + trail) if n > 1 else x
+    picked = torch.index_select(merged, d0, linear.reshape(-1))
+    return picked.reshape(lead + list(linear.shape) + trail)
+
+
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    """aten.rms_norm as torch defines it (half types computed in float32, eps defaulting to the
+    computation type's machine epsilon): its CompositeImplicit kernel recurses forever when
+    run_decompositions calls it, so the definition is written out here."""
+    dims = tuple(range(-len(normalized_shape), 0))
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    if eps is None:
+        eps = torch.finfo(xf.dtype).eps
+    y = (xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
+    return y * weight if weight is not None else y
+
+
+def _max_all(x):
+    """aten.max.default (the largest element, 0-d) as amax over every axis."""
+    return torch.amax(x, dim=list(range(x.dim()))) if x.dim() else x.clone()
+
+
+def _min_all(x):
+    """aten.min.default (the smallest element, 0-d) as -amax(-x) over every axis."""
+    return -_max_all(-x)
+
+
+# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor and the
+# whole-tensor max/min have no entry; aten.rms_norm's own definition does not terminate under
+# run_decompositions).
+_OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm,
+        torch.ops.aten.max.default: _max_all, torch.ops.aten.min.default: _min_all}
+
+
 def _table(ops) -> dict:
     from torch._decomp import core_aten_decompositions, decomposition_table
     core = core_aten_decompositions()
     table = {}
     for op in ops:
-        fn = core.get(op) or decomposition_table.get(op)
+        fn = _OWN.get(op) or core.get(op) or decomposition_table.get(op)
         if fn is None and isinstance(op, torch._ops.OpOverload):
             # CompositeImplicitAutograd ops decompose by their own definition.
             try:

@@ -38,6 +38,17 @@ import torch
 FAR = 1 << 40  # a query position past any window or chunk a model can have
 
 
+class MaskReadAsTensor(AttributeError):
+    """A model that computes with its attention mask as a tensor (not only hands it to attention).
+    An AttributeError, so that hasattr() probes of the mask stay False as for any non-tensor."""
+
+
+def _read_as_tensor(what: str):
+    raise MaskReadAsTensor(f"the model reads its attention mask as a tensor ({what}): it computes with the "
+                           "mask itself (slices, adds to or combines it), which fuselm's attention op, "
+                           "taking a mask kind and not a mask tensor, cannot express")
+
+
 @dataclass(frozen=True)
 class MaskKind:
     """What one mask function computes. size: the window W (sliding) or chunk C (chunked), else -1."""
@@ -50,6 +61,16 @@ class MaskKind:
         `bidirectional: query 0 sees key 1` (the form the IR's mask argument takes)."""
         text = f"{self.kind} {self.size}" if self.size > 0 else self.kind
         return f"{text}: {self.why}" if self.why else text
+
+    # Capture hands attention a MaskKind where transformers hands it a mask tensor; a model that
+    # uses the tensor itself gets a named refusal instead of an AttributeError about MaskKind.
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _read_as_tensor(f".{name}")
+
+    def __getitem__(self, key):
+        _read_as_tensor("indexed")
 
 
 class _Unprobeable(Exception):

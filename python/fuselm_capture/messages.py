@@ -13,4 +13,12 @@ def reason(text: str) -> str:
         if not out.endswith(":"):
             break
         out += " " + line
+    if out.startswith("Constraints violated"):
+        # torch.export's first line says only that a dynamic dimension was specialised; the guard
+        # that did it ("Not all values of num_tokens ... satisfy the generated guard ...") follows.
+        guard = next((line for line in lines[1:] if "satisfy the generated guard" in line
+                      or "must be specialized" in line or "inferred to be a constant" in line), None)
+        if guard is not None:
+            out = out.split("!")[0] + ": " + guard.lstrip("- ") + (
+                " (the forward branches on or fixes the token count, so one graph cannot serve every length)")
     return " ".join(out.split())

@@ -272,6 +272,9 @@ def identify_experts(model: torch.nn.Module) -> None:
             continue
         module._fuselm_stacked = (pair[0], pair[1], activation)
         module.forward = types.MethodType(_stacked_experts_forward, module)
+    # Experts as a list of per-expert MLP modules with data-dependent dispatch (expert_lists.py).
+    from .expert_lists import identify_listed_experts
+    identify_listed_experts(model)
 
 
 def _none_or(value, default):
@@ -311,6 +314,21 @@ def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
     return -1, -1, m.describe()
 
 
+def _one_call_per_trace(module, query) -> None:
+    """Refuses a module that calls attention twice in one trace (two value sets over one K, as a
+    differential attention does): the engine's KV cache holds one K/V per layer index, so the
+    second call would append to the first's rows and attend to both, silently wrong."""
+    from torch._guards import detect_fake_mode
+    mode = detect_fake_mode(query)
+    key = id(mode) if mode is not None else None
+    seen = module.__dict__.setdefault("_fuselm_attention_traces", set())
+    if key is not None and key in seen:
+        raise MaskCaptureError(f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)}) "
+                               "calls attention twice; the engine's KV cache holds one K/V per layer, so a second "
+                               "call of the same layer cannot run")
+    seen.add(key)
+
+
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,
                       softcap=None, s_aux=None, dropout=0.0, **kwargs):
     """AttentionInterface entry: the module's call becomes one fuselm::attention op.
@@ -321,6 +339,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     """
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
+    _one_call_per_trace(module, query)
     layer_idx = getattr(module, "layer_idx", None)
     if layer_idx is None:
         layer_idx = -1  # the engine's attention fuser reports modules without an index

@@ -65,6 +65,9 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
                                                  moe_topk=2, routed_scaling_factor=2.0)),
     # The same with no zero-compute experts: its experts are only the structural rule's stacked pair,
     # and the MoE fuser fuses its router (with zero experts it declines, see test_moe).
+    # From scripts/family_sweep.py: its longrope table choice reads torch.max(position_ids) (a
+    # whole-tensor max, decomposed at capture).
+    "phimoe": ("PhimoeConfig", dict(num_local_experts=8, num_experts_per_tok=2)),
     "longcat_flash_routed": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,
                                                         expert_ffn_hidden_size=32, n_routed_experts=8,
                                                         zero_expert_num=0, moe_topk=2, routed_scaling_factor=2.0)),

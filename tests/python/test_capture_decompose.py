@@ -28,7 +28,9 @@ class RareOps(nn.Module):
 
     def forward(self, x):
         y = self.proj(x)
-        return F.mish(y) + F.hardsigmoid(y) * torch.logsumexp(y, -1, keepdim=True) + F.leaky_relu(y, 0.1)
+        # torch.max(t) / torch.min(t) (whole-tensor, 0-d) as a longrope table choice reads them
+        return (F.mish(y) + F.hardsigmoid(y) * torch.logsumexp(y, -1, keepdim=True) + F.leaky_relu(y, 0.1)
+                + torch.max(y) - 0.5 * torch.min(x))
 
 
 class Wrap(nn.Module):
@@ -89,3 +91,116 @@ def test_op_without_decomposition_is_refused_naming_op_and_module(tmp_path):
     msg = str(err.value)
     assert "aten.sort" in msg and "inner (Sorts)" in msg, msg
     assert not (tmp_path / "ir" / "ir.json").exists()
+
+
+class Indexing(nn.Module):
+    """aten.index.Tensor as models write it: a table read at a 2-D index tensor (rotary tables
+    read at position_ids), and two adjacent index tensors with negative entries."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(16, 6))
+        self.register_buffer("rows", torch.tensor([[0, -1], [2, 3]]), persistent=False)
+        self.register_buffer("cols", torch.tensor([1, -2]), persistent=False)
+
+    def forward(self, x, positions):
+        a = self.table[positions]  # [1, S, 6]
+        b = x[:, self.rows, self.cols]  # x [1, S, 4, 6]: index on axes 1, 2 -> [1, 2, 2, 6]
+        return a.sum(-1, keepdim=True) + b.sum(dim=(1, 2)).unsqueeze(1)
+
+
+class Wrap2(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, positions):
+        return self.inner(x, positions)
+
+
+def test_index_tensor_on_adjacent_axes_runs_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    from fuselm_capture.decompose import engine_ops
+    model = Wrap2(Indexing()).eval()
+    t = torch.export.Dim("num_tokens", min=5, max=64)
+    case = tmp_path / "cases" / "index"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 6, 4, 6), "positions": torch.arange(6).unsqueeze(0)},
+                   {"x": {1: t}, "positions": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
+    assert "aten.index.Tensor" not in held and held <= engine_ops(), sorted(held - engine_ops())
+    x, pos = torch.randn(1, 9, 4, 6), torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5]])
+    inputs = {"x": x, "positions": pos}
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] in ("parameter", "buffer", "constant"):
+            n["kind"] = "input"
+            inputs[n["target"]] = getattr(model.inner, n["target"].split(".")[-1])
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x, pos)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+
+
+class UnweightedRmsNorm(nn.Module):
+    """F.rms_norm with no weight (an RMSNorm without elementwise affine: aten.rms_norm stays in the
+    graph, since only weighted RMSNorms are fused) and one with a weight and no eps."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(6, eps=1e-5, elementwise_affine=False)
+        self.affine = nn.RMSNorm(6)
+
+    def forward(self, x):
+        return self.norm(x) + 2 * self.affine(x * 3)
+
+
+def test_rms_norm_without_weight_runs_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    torch.manual_seed(0)
+    model = Wrap(UnweightedRmsNorm()).eval()
+    with torch.no_grad():
+        model.inner.affine.weight.normal_()
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    case = tmp_path / "cases" / "rms"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    assert "aten.rms_norm.default" not in {n["op"] for n in ir["nodes"]}
+    x = torch.randn(1, 9, 6)
+    inputs = {"x": x}
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] == "parameter":
+            n["kind"] = "input"
+            inputs[n["target"]] = model.state_dict()[n["target"]]
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+
+
+class BranchesOnLength(nn.Module):
+    def forward(self, x):
+        return x * 2 if x.shape[1] == 3 else x + 1
+
+
+def test_a_forward_that_branches_on_the_token_count_is_refused_with_its_guard(tmp_path):
+    """torch.export's own first line ("Constraints violated (num_tokens)!") names no cause; capture's
+    error carries the guard that specialised the token count."""
+    from fuselm_capture.capture import CaptureError, capture_module
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    with pytest.raises(CaptureError) as err:
+        capture_module(Wrap(BranchesOnLength()).eval(), {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, tmp_path / "ir")
+    msg = str(err.value)
+    assert "Constraints violated (num_tokens)" in msg and "satisfy the generated guard" in msg, msg
+    assert "!= 3" in msg and "cannot serve every length" in msg, msg

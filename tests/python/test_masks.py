@@ -254,3 +254,37 @@ def test_attention_by_hand_window_is_read_from_the_graph(fuselm_bin, model_cache
     check_parity("gpt_neo_by_hand/20", fuselm_bin, d, list(range(1, 21)), tmp_path)  # 20 tokens: past the window
     ops = attention_ops(d)
     assert [(o["mask"], o["sliding_window"]) for o in ops] == [("sliding", 8), ("causal", -1)], ops
+
+
+def test_a_mask_used_as_a_tensor_is_refused_by_name():
+    """A model computing with its mask tensor (slicing it, reading .dtype) gets capture's reason,
+    not an AttributeError about a fuselm class; hasattr() probes still answer False."""
+    from fuselm_capture.masks import MaskKind, MaskReadAsTensor
+    m = MaskKind("sliding", 16)
+    assert not hasattr(m, "shape")
+    with pytest.raises(MaskReadAsTensor, match=r"reads its attention mask as a tensor \(\.dtype\)"):
+        m.dtype
+    with pytest.raises(MaskReadAsTensor, match="indexed"):
+        m[:, 0]
+    assert m.describe() == "sliding 16"
+
+
+def test_a_second_attention_call_of_one_layer_is_refused():
+    """A module calling attention twice in one trace (differential attention: two value sets over
+    one K) would share one KV-cache layer between the calls, so capture refuses it by name; a
+    new trace (another fake mode) of the same module is a first call again."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from fuselm_capture import ops
+
+    class Attn(torch.nn.Module):
+        layer_idx = 3
+
+    m = Attn()
+    with FakeTensorMode() as mode:
+        q = torch.empty(1, 4, 5, 8)
+    ops._one_call_per_trace(m, q)
+    with pytest.raises(ops.MaskCaptureError, match=r"Attn \(layer 3\) calls attention twice"):
+        ops._one_call_per_trace(m, q)
+    with FakeTensorMode():
+        ops._one_call_per_trace(m, torch.empty(1, 4, 5, 8))
+    del mode

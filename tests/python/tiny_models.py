@@ -61,6 +61,9 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                   "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
     "arcee": ("ArceeConfig", {}),
     "seed_oss": ("SeedOssConfig", {"head_dim": 16}),
+    # From scripts/family_sweep.py: families whose capture needed a general mechanism (codegen:
+    # aten.index.Tensor reading a rotary table at position_ids).
+    "codegen": ("CodeGenConfig", {"n_ctx": 1024, "rotary_dim": 8}),
 }
 
 # Token ids a config defaults to (those of the full-size model) moved inside the small vocabulary.
