@@ -64,6 +64,8 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     # From scripts/family_sweep.py: families whose capture needed a general mechanism (codegen:
     # aten.index.Tensor reading a rotary table at position_ids).
     "codegen": ("CodeGenConfig", {"n_ctx": 1024, "rotary_dim": 8}),
+    # (mpt: attention by hand with an ALiBi bias, as bloom's, but no packed-QKV transpose.)
+    "mpt": ("MptConfig", {"d_model": 64, "n_heads": 4, "n_layers": 3, "expansion_ratio": 2, "max_seq_len": 1024}),
 }
 
 # Token ids a config defaults to (those of the full-size model) moved inside the small vocabulary.
