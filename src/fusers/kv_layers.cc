@@ -53,6 +53,9 @@ std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& err
     if (!fresh && it->second.module != l.module)
       errors.push_back(fmt::format("layer index {} is claimed by two attention modules: {} and {}", la.i,
                                    it->second.module, l.module));
+    else if (!fresh)  // differential attention and the like: two K/V sets would share one cache layer
+      errors.push_back(fmt::format("module {} calls attention twice for layer index {}: the KV cache holds one "
+                                   "K/V per layer", l.module, la.i));
   }
   std::vector<KvLayer> out;
   for (const auto& [idx, l] : layers) {

@@ -448,6 +448,8 @@ TEST(AttentionFuser, DuplicateAndMissingIndicesAreErrors) {
     const char *fixture, *error;
   };
   for (const auto& c : {Case{"attn_duplicate", "layer index 0 is claimed by two attention modules: attns.0 and attns.1"},
+                        Case{"attn_twice_in_module",
+                             "module attns.0 calls attention twice for layer index 0: the KV cache holds one K/V per layer"},
                         Case{"attn_missing", "no attention module serves layer index 1 (the next, 2, is served by attns.1)"}}) {
     SCOPED_TRACE(c.fixture);
     const Plan p = apply(fixture(c.fixture));
