@@ -4,11 +4,13 @@
 // start mid-tensor, so a wrong start index shows).
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/copy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/index.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/topk.h"
 #include "kernels_testing.h"
@@ -202,6 +204,63 @@ TEST_P(KernelsStrided, TopkAndMaxPerLine) {
         best = j;
       }
     ASSERT_EQ(mi[r], best) << r;
+  }
+}
+
+// gather/scatter along dim 1 of x [R, C] by an index [R, K] read transposed, an index past the
+// end refused by name; x -= y in place through a transposed view with y [C] broadcast.
+TEST_P(KernelsStrided, IndexAlongAndInPlace) {
+  testing::ScopedThreads threads(GetParam());
+  const int64_t R = 37, C = 9, K = 4;
+  std::vector<float> x = testing::random_floats(R * C, 5), y = testing::random_floats(C, 6);
+  std::vector<int64_t> im(K * R);  // memory [K, R]: index[r, k] = im[k * R + r]
+  for (int64_t i = 0; i < K * R; ++i) im[i] = (i * 7) % C - (i % 3 == 0 ? C : 0);  // negatives wrap
+  Strided xv = contiguous(x.data(), DType::f32, {R, C});
+  Strided iv = contiguous(im.data(), DType::i64, {K, R});
+  std::swap(iv.shape[0], iv.shape[1]);
+  std::swap(iv.strides[0], iv.strides[1]);
+  ASSERT_EQ(check_index_along(xv, 1, iv), "");
+  std::vector<float> g(R * K);
+  gather_along(xv, 1, iv, contiguous(g.data(), DType::f32, {R, K}));
+  auto at = [&](int64_t r, int64_t k) {
+    const int64_t v = im[k * R + r];
+    return v < 0 ? v + C : v;
+  };
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t k = 0; k < K; ++k) ASSERT_EQ(g[r * K + k], x[r * C + at(r, k)]) << r << " " << k;
+  std::vector<float> s = x;
+  scatter_along(contiguous(s.data(), DType::f32, {R, C}), 1, iv, -2.5);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      bool hit = false;
+      for (int64_t k = 0; k < K; ++k) hit = hit || at(r, k) == c;
+      ASSERT_EQ(s[r * C + c], hit ? -2.5f : x[r * C + c]) << r << " " << c;
+    }
+  im[5] = C;
+  EXPECT_EQ(check_index_along(xv, 1, iv), "index 9 is out of bounds for dimension 1 of size 9");
+  std::vector<float> t = x;  // memory [C, R] viewed as [R, C]
+  Strided tv = contiguous(t.data(), DType::f32, {C, R});
+  std::swap(tv.shape[0], tv.shape[1]);
+  std::swap(tv.strides[0], tv.strides[1]);
+  binary_in_place(BinaryFn::add, -1.0, tv, contiguous(y.data(), DType::f32, {C}));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = 0; r < R; ++r) ASSERT_EQ(t[c * R + r], static_cast<float>(double(x[c * R + r]) - y[c])) << r << " " << c;
+  EXPECT_THROW(binary_in_place(BinaryFn::pow, 1.0, tv, tv), std::invalid_argument);
+}
+
+// The split RMS statistic: row sums of squares, then the scale, as fuselm.rms_norm on whole rows.
+TEST_P(KernelsStrided, RowSumSquaresAndRmsScale) {
+  testing::ScopedThreads threads(GetParam());
+  const int64_t R = 300, W = 96;
+  std::vector<float> x = testing::random_floats(R * W, 7), w = testing::random_floats(W, 8), sums(R), out(R * W);
+  row_sum_squares(x.data(), R, W, sums.data());
+  rms_scale_rows(x.data(), R, W, sums.data(), 2 * W, 1e-6f, w.data(), 1.0f, out.data());
+  for (int64_t r = 0; r < R; ++r) {
+    double acc = 0;
+    for (int64_t j = 0; j < W; ++j) acc += double(x[r * W + j]) * x[r * W + j];
+    ASSERT_EQ(sums[r], static_cast<float>(acc)) << r;
+    const float inv = 1.0f / std::sqrt(sums[r] / static_cast<float>(2 * W) + 1e-6f);
+    for (int64_t j = 0; j < W; ++j) ASSERT_EQ(out[r * W + j], x[r * W + j] * inv * (w[j] + 1.0f)) << r << " " << j;
   }
 }
 

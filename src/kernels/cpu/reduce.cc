@@ -145,4 +145,27 @@ void layer_norm(const float* x, const float* w, const float* b, float* out, int6
   });
 }
 
+void row_sum_squares(const float* x, int64_t rows, int64_t width, float* out) {
+  parallel_for_ranges(strided_threads(rows * width), rows, 1, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const float* p = x + r * width;
+      double acc = 0.0;
+      for (int64_t k = 0; k < width; ++k) acc += static_cast<double>(p[k]) * p[k];
+      out[r] = static_cast<float>(acc);
+    }
+  });
+}
+
+void rms_scale_rows(const float* x, int64_t rows, int64_t width, const float* sums, int64_t full_width, float eps,
+                    const float* w, float offset, float* out) {
+  parallel_for_ranges(strided_threads(rows * width), rows, 1, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const float inv = 1.0f / std::sqrt(sums[r] / static_cast<float>(full_width) + eps);
+      const float* p = x + r * width;
+      float* o = out + r * width;
+      for (int64_t k = 0; k < width; ++k) o[k] = p[k] * inv * (w ? w[k] + offset : 1.0f);
+    }
+  });
+}
+
 }  // namespace fuselm::kernels

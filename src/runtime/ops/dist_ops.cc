@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "dist/communicator.h"
+#include "kernels/cpu/copy.h"
+#include "kernels/cpu/reduce.h"
 #include "runtime/op_registry.h"
 #include "runtime/ops/common.h"
 
@@ -43,11 +45,7 @@ void register_dist_ops(OpRegistry& r) {
     Tensor sums = ss.alloc(DType::f32, std::span<const int64_t>(&rows, 1));
     const float* xp = xc.ptr<float>();
     float* sp = sums.ptr<float>();
-    for (int64_t i = 0; i < rows; ++i) {
-      double acc = 0.0;
-      for (int64_t j = 0; j < w; ++j) acc += static_cast<double>(xp[i * w + j]) * xp[i * w + j];
-      sp[i] = static_cast<float>(acc);
-    }
+    kernels::row_sum_squares(xp, rows, w, sp);
     const auto t0 = std::chrono::steady_clock::now();
     dist::world().all_reduce_sum(sp, static_cast<size_t>(rows));
     auto& st = dist::stats();
@@ -55,11 +53,7 @@ void register_dist_ops(OpRegistry& r) {
     ++st.all_reduces;
     const float eps = static_cast<float>(c.real("eps")), off = static_cast<float>(c.real("weight_offset"));
     Tensor y = c.alloc(DType::f32, x.sizes());
-    float* yp = y.ptr<float>();
-    for (int64_t i = 0; i < rows; ++i) {
-      const float inv = 1.0f / std::sqrt(sp[i] / static_cast<float>(width) + eps);
-      for (int64_t j = 0; j < w; ++j) yp[i * w + j] = xp[i * w + j] * inv * (wt ? wt[j] + off : 1.0f);
-    }
+    kernels::rms_scale_rows(xp, rows, w, sp, width, eps, wt, off, y.ptr<float>());
     if (c.out_dtype() == DType::f32) {
       set_out(c, y);
       return;
@@ -89,9 +83,14 @@ void register_dist_ops(OpRegistry& r) {
     auto& st = dist::stats();
     st.all_gather_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++st.all_gathers;
-    for (int64_t k = 0; k < n; ++k)  // [rank][row][w] -> [row][rank][w]
-      for (int64_t i = 0; i < rows; ++i)
-        std::copy_n(recv.ptr<float>() + (k * rows + i) * w, w, out.ptr<float>() + (i * n + k) * w);
+    // [rank][row][w] -> [row][rank][w]: recv read as [row, rank, w] through permuted strides
+    kernels::Strided src, dst;
+    src.data = recv.ptr<float>(), dst.data = out.ptr<float>();
+    src.ndim = dst.ndim = 3;
+    src.shape = dst.shape = {rows, n, w};
+    src.strides = {w, rows * w, 1};
+    dst.strides = {n * w, w, 1};
+    kernels::copy_strided(src, dst);
     set_out(c, out);
   });
 }
