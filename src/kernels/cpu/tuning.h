@@ -1,0 +1,50 @@
+#pragma once
+// Per-microarchitecture kernel choices that the ISA path alone does not decide: CPUs that run the
+// same instructions (an Intel Sapphire Rapids and an AMD Zen 4 both take the avx512bf16 path) can
+// want different loop orders, because their prefetchers and memory systems differ. Each choice
+// here was measured on the CPUs it names; a kernel reads cpu_tuning() at run time and keeps both
+// variants compiled, and tests force each with ScopedCpuTuning so that every variant is checked.
+//
+// The table is picked once per process from cpuid's vendor (GenuineIntel → intel, AuthenticAMD →
+// amd, anything else → intel's, the choices earlier sessions measured), or by the environment
+// variable FUSELM_CPU_TUNING=intel|amd (an unknown name throws std::invalid_argument).
+#include <optional>
+#include <string_view>
+
+namespace fuselm::kernels {
+
+enum class CpuVendor : unsigned char { intel, amd };
+
+struct CpuTuning {
+  /// The table's name (and cpuid vendor it was measured on).
+  CpuVendor vendor = CpuVendor::intel;
+  /// Decode GEMV over an [n, k] W at one activation row: read W in memory order, one row at a time
+  /// with several accumulators (true), or interleave several rows per step, one vector of each in
+  /// turn (false). Zen 4: memory order streams SmolLM2's k = 576 bf16 rows at ~90 % of the
+  /// bandwidth, interleaving 8 rows at ~38 % (bench_kernels, session 7). Sapphire Rapids:
+  /// interleaving measured faster (more lines in flight across 4 KiB pages, session 5/6).
+  bool gemv_memory_order = false;
+};
+
+/// The table for `vendor`.
+CpuTuning tuning_for(CpuVendor vendor);
+const char* vendor_name(CpuVendor vendor);
+std::optional<CpuVendor> parse_vendor(std::string_view name);
+
+/// The tuning the kernels use: decided on first call (cpuid + FUSELM_CPU_TUNING), then fixed unless
+/// a ScopedCpuTuning is alive. Not for concurrent change with running kernels.
+const CpuTuning& cpu_tuning();
+
+/// Forces `tuning` for the kernels while alive (tests, benchmarks).
+class ScopedCpuTuning {
+ public:
+  explicit ScopedCpuTuning(const CpuTuning& tuning);
+  ~ScopedCpuTuning();
+  ScopedCpuTuning(const ScopedCpuTuning&) = delete;
+  ScopedCpuTuning& operator=(const ScopedCpuTuning&) = delete;
+
+ private:
+  CpuTuning previous_;
+};
+
+}  // namespace fuselm::kernels
