@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/tuning.h"
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
@@ -63,6 +64,40 @@ TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
   EXPECT_EXIT(throws_invalid(), ::testing::ExitedWithCode(3),
               "FUSELM_CPU_ISA='sse9': expected generic, avx2, avx512, avx512bf16 or amx");
   unsetenv("FUSELM_CPU_ISA");
+}
+
+
+// The tuning table: named by FUSELM_CPU_TUNING (decided once per process, so each case runs in a
+// child), an unknown name is an error naming the variable, and ScopedCpuTuning restores.
+TEST(KernelsTuning, EnvironmentPicksTheTableAndScopesRestore) {
+  EXPECT_TRUE(tuning_for(CpuVendor::amd).gemv_memory_order);
+  EXPECT_FALSE(tuning_for(CpuVendor::intel).gemv_memory_order);
+  EXPECT_EQ(parse_vendor("amd"), CpuVendor::amd);
+  EXPECT_FALSE(parse_vendor("arm").has_value());
+  for (CpuVendor v : {CpuVendor::intel, CpuVendor::amd}) {
+    setenv("FUSELM_CPU_TUNING", vendor_name(v), 1);
+    EXPECT_EXIT(std::exit(cpu_tuning().vendor == v ? 0 : 1), ::testing::ExitedWithCode(0), "") << vendor_name(v);
+  }
+  setenv("FUSELM_CPU_TUNING", "arm", 1);
+  auto throws_invalid = [] {
+    try {
+      cpu_tuning();
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::exit(3);
+    }
+    std::exit(0);
+  };
+  EXPECT_EXIT(throws_invalid(), ::testing::ExitedWithCode(3), "FUSELM_CPU_TUNING='arm': expected intel or amd");
+  unsetenv("FUSELM_CPU_TUNING");
+  const CpuTuning before = cpu_tuning();
+  {
+    CpuTuning flipped = before;
+    flipped.gemv_memory_order = !before.gemv_memory_order;
+    ScopedCpuTuning scoped(flipped);
+    EXPECT_EQ(cpu_tuning().gemv_memory_order, !before.gemv_memory_order);
+  }
+  EXPECT_EQ(cpu_tuning().gemv_memory_order, before.gemv_memory_order);
 }
 
 }  // namespace

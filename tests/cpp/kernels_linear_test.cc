@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/matmul_batched.h"
+#include "kernels/cpu/tuning.h"
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
@@ -134,21 +135,34 @@ std::vector<LinearCase> linear_cases() {
 
 class KernelsLinear : public ::testing::TestWithParam<Isa> {};
 
+// Every CPU tuning table (tuning.h): each GEMV loop order on every path.
+constexpr CpuVendor kTunings[] = {CpuVendor::intel, CpuVendor::amd};
+
 TEST_P(KernelsLinear, MatchesDoubleReference) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa isa(GetParam());
-  uint32_t seed = 1;
-  for (const LinearCase& c : linear_cases()) check_linear(c, seed += 3);
+  for (CpuVendor v : kTunings) {
+    SCOPED_TRACE(vendor_name(v));
+    ScopedCpuTuning tuning(tuning_for(v));
+    uint32_t seed = 1;
+    for (const LinearCase& c : linear_cases()) check_linear(c, seed += 3);
+  }
 }
 
 TEST_P(KernelsLinear, DecodeSizedShapesOfTheDefaultModel) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa isa(GetParam());
-  // SmolLM2-135M: qkv 576 -> 960, gate|up 576 -> 3072, down 1536 -> 576
-  check_linear({1, 960, 576, DType::bf16}, 11);
-  check_linear({4, 576, 1536, DType::bf16, WeightLayout::nk, true}, 12);
-  check_linear({1, 3072, 576, DType::f32, WeightLayout::kn}, 13);
-  check_linear({40, 960, 576, DType::bf16}, 14);
+  for (CpuVendor v : kTunings) {
+    SCOPED_TRACE(vendor_name(v));
+    ScopedCpuTuning tuning(tuning_for(v));
+    // SmolLM2-135M: qkv 576 -> 960, gate|up 576 -> 3072, down 1536 -> 576
+    check_linear({1, 960, 576, DType::bf16}, 11);
+    check_linear({4, 576, 1536, DType::bf16, WeightLayout::nk, true}, 12);
+    check_linear({1, 3072, 576, DType::f32, WeightLayout::kn}, 13);
+    check_linear({1, 3072, 576, DType::f32}, 15);
+    check_linear({2, 576, 1536, DType::f32, WeightLayout::nk, true}, 16);
+    check_linear({40, 960, 576, DType::bf16}, 14);
+  }
 }
 
 TEST_P(KernelsLinear, RejectsInconsistentArguments) {
@@ -186,7 +200,10 @@ class KernelsLinearBf16 : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(KernelsLinearBf16, MatchesThePlainPathOnRoundedActivations) {
   FUSELM_REQUIRE_ISA(GetParam());
+  for (CpuVendor v : kTunings)
   for (WeightLayout l : {WeightLayout::nk, WeightLayout::kn}) {
+    SCOPED_TRACE(vendor_name(v));
+    ScopedCpuTuning tuning(tuning_for(v));
     for (int64_t m : {1, 2, 7, 8, 13, 64, 200}) {
       const int64_t n = 333, k = 577;
       const auto x = random_floats(static_cast<size_t>(m * k), 40 + m);

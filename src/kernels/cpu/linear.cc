@@ -10,6 +10,7 @@
 #include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
+#include "kernels/cpu/tuning.h"
 
 #include "kernels/cpu/linear_impl.h"
 
@@ -34,7 +35,7 @@ LinearProblem resolve(const LinearArgs& a) {
     throw std::invalid_argument(fmt::format("linear: negative size m={} n={} k={}", a.m, a.n, a.k));
   const bool nk = a.w_layout == WeightLayout::nk;
   LinearProblem p{a.x,    a.lda, a.w,   a.w_dtype, a.w_layout, a.ldw,
-                  a.bias, a.y,   a.ldy, a.m,       a.n,        a.k, a.packed};
+                  a.bias, a.y,   a.ldy, a.m,       a.n,        a.k, a.packed, cpu_tuning().gemv_memory_order};
   if (p.lda == 0) p.lda = a.k;
   if (p.ldy == 0) p.ldy = a.n;
   if (p.ldw == 0) p.ldw = nk ? a.k : a.n;

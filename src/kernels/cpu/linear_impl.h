@@ -166,10 +166,61 @@ FUSELM_INLINE void gemv_nk_block_bf16(const LinearProblem& p, int64_t m0, int64_
   }
 }
 
+// Memory-order variant (LinearProblem::gemv_memory_order): one W row at a time, so that a thread
+// reads its share of W front to back as one stream; U partial sums per row of x cover the FMA
+// latency that the NB rows of gemv_nk_block cover otherwise. bf16 weights are widened per vector.
+template <int M>
+constexpr int gemv_row_sums() {
+  return M == 1 ? 4 : M == 2 ? 2 : 1;
+}
+
+template <Isa I, DType D, int M>
+FUSELM_INLINE void gemv_nk_row(const LinearProblem& p, int64_t m0, int64_t j) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W, U = gemv_row_sums<M>();
+  const float* x = p.x + m0 * p.lda;
+  const void* w = w_at<D>(p.w, j * p.ldw);
+  R acc[U][M];
+  FUSELM_UNROLL(8)
+  for (int u = 0; u < U; ++u) {
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) acc[u][i] = V::zero();
+  }
+  const int64_t k = p.k, kfull = k - k % (U * W);
+  int64_t kk = 0;
+  for (; kk < kfull; kk += U * W) {
+    FUSELM_UNROLL(8)
+    for (int u = 0; u < U; ++u) {
+      const R wv = load_w<V, D>(w_at<D>(w, kk + u * W));
+      FUSELM_UNROLL(8)
+      for (int i = 0; i < M; ++i) acc[u][i] = V::fma(wv, V::load(x + i * p.lda + kk + u * W), acc[u][i]);
+    }
+  }
+  for (; kk < k; kk += W) {
+    const int rem = clamp_lanes(k - kk, W);
+    const R wv = loadn_w<V, D>(w_at<D>(w, kk), rem);
+    FUSELM_UNROLL(8)
+    for (int i = 0; i < M; ++i) acc[0][i] = V::fma(wv, V::loadn(x + i * p.lda + kk, rem), acc[0][i]);
+  }
+  const float b = p.bias ? p.bias[j] : 0.f;
+  FUSELM_UNROLL(8)
+  for (int i = 0; i < M; ++i) {
+    R t = acc[0][i];
+    FUSELM_UNROLL(8)
+    for (int u = 1; u < U; ++u) t = V::add(t, acc[u][i]);
+    p.y[(m0 + i) * p.ldy + j] = V::hsum(t) + b;
+  }
+}
+
 template <Isa I, DType D, int M>
 void gemv_nk(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
   constexpr int NB = LinearTuning<I>::gemv_nb(M);
   int64_t j = n0;
+  if (p.gemv_memory_order) {
+    for (; j < n1; ++j) gemv_nk_row<I, D, M>(p, m0, j);
+    return;
+  }
   if constexpr (D == DType::bf16) {
     constexpr int W2 = 2 * Vec<I>::W;
     const int64_t kpairs = p.k - p.k % W2;

@@ -21,6 +21,8 @@ struct LinearProblem {
   int64_t ldy;
   int64_t m, n, k;
   const PackedLinearWeights* packed;  // or nullptr
+  /// GEMV over an [n, k] W reads it in memory order, one row at a time (CpuTuning::gemv_memory_order).
+  bool gemv_memory_order;
 };
 
 struct LinearKernels {
