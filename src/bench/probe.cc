@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "bench/probe_kernels.h"
@@ -33,7 +34,11 @@ int probe_threads() { return kernels::kernel_threads(int64_t{1} << 40, 1); }
 
 }  // namespace
 
-float stream_sum_f32(const float* x, size_t n) { return probe_kernels().stream_sum(x, n); }
+float stream_sum_f32(const float* x, size_t n, int streams) {
+  if (streams != 1 && streams != 4)
+    throw std::invalid_argument("stream_sum_f32: streams must be 1 or 4");
+  return streams == 1 ? probe_kernels().stream_sum_sequential(x, n) : probe_kernels().stream_sum(x, n);
+}
 
 double measure_memory_bandwidth_gbs(size_t bytes, int repeats) {
   const size_t n = bytes / sizeof(float) / 64 * 64;
@@ -41,7 +46,7 @@ double measure_memory_bandwidth_gbs(size_t bytes, int repeats) {
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
   if (!buf) throw std::bad_alloc();
   const int nt = probe_threads();
-  const auto stream = probe_kernels().stream_sum;
+  const ProbeKernels& kern = probe_kernels();
   kernels::parallel_run(nt, [&](int part, int parts) {
     const Range r = split_range(static_cast<int64_t>(n), parts, part, 64);
     for (int64_t i = r.begin; i < r.end; ++i) buf[i] = 1.f;  // first touch by the reading thread
@@ -49,7 +54,8 @@ double measure_memory_bandwidth_gbs(size_t bytes, int repeats) {
   double best = 0.0;
   volatile float sink = 0.f;
   std::vector<float> sums(static_cast<size_t>(nt));
-  for (int rep = 0; rep < std::max(1, repeats); ++rep) {
+  for (int rep = 0; rep < 2 * std::max(1, repeats); ++rep) {  // each read order `repeats` times
+    const auto stream = rep % 2 ? kern.stream_sum_sequential : kern.stream_sum;
     const auto t0 = std::chrono::steady_clock::now();
     kernels::parallel_run(nt, [&](int part, int parts) {  // the same split: each part reads what it touched
       const Range r = split_range(static_cast<int64_t>(n), parts, part, 64);

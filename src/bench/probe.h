@@ -11,15 +11,17 @@
 namespace fuselm::bench {
 
 /// Streams a `bytes`-sized buffer (default 1 GiB) with all threads, each reading the part it first
-/// touched; returns the best of `repeats` passes in GB/s (1e9 bytes per second). Allocates and
-/// frees the buffer; takes about a second per GiB.
+/// touched, `repeats` passes as 4 interleaved streams per thread and `repeats` as one stream (the
+/// faster order differs between CPUs); returns the best pass in GB/s (1e9 bytes per second).
+/// Allocates and frees the buffer; takes about two seconds per GiB.
 double measure_memory_bandwidth_gbs(size_t bytes = size_t{1} << 30, int repeats = 5);
 
 /// Peak fp32 multiply-add rate with all threads (independent FMA chains in registers), in
 /// GFLOP/s (an FMA counts 2). Runs about `seconds`.
 double measure_fma_peak_gflops(double seconds = 0.3);
 
-/// Sum of x[0..n) read as 4 interleaved streams with wide loads (the bandwidth probe's read loop).
-float stream_sum_f32(const float* x, size_t n);
+/// Sum of x[0..n) read as 4 interleaved streams with wide loads (`streams` = 4), or as one stream
+/// (`streams` = 1): the bandwidth probe's two read loops. Other values throw std::invalid_argument.
+float stream_sum_f32(const float* x, size_t n, int streams = 4);
 
 }  // namespace fuselm::bench

@@ -69,7 +69,8 @@ struct Bandwidth {
   std::string method;
 };
 
-/// All threads streaming a buffer far larger than the last-level cache (bench/probe.h), best of 3.
+/// All threads streaming a buffer far larger than the last-level cache (bench/probe.h), best of 3
+/// passes in each of two read orders.
 Bandwidth measure_bandwidth(const BenchArgs& a, int threads) {
   if (a.no_bandwidth) return {0, "not measured (--no-bandwidth)"};
   const int64_t llc = llc_bytes();
@@ -77,7 +78,7 @@ Bandwidth measure_bandwidth(const BenchArgs& a, int threads) {
   omp_set_num_threads(threads);
   Bandwidth b;
   b.gbs = bench::measure_memory_bandwidth_gbs(static_cast<size_t>(bytes), 3);
-  b.method = fmt::format("{}-thread streaming read of a {} MiB buffer, LLC {} MiB, best of 3", threads, bytes >> 20,
+  b.method = fmt::format("{}-thread streaming read of a {} MiB buffer, LLC {} MiB, best of 3 x 2 read orders", threads, bytes >> 20,
                          llc >> 20);
   return b;
 }

@@ -19,7 +19,8 @@ TEST_P(BenchProbe, StreamSumAddsEveryElement) {
   for (size_t n : {0, 1, 15, 64, 255, 256, 1000, 4096 + 77}) {
     std::vector<float> x(n);
     std::iota(x.begin(), x.end(), 1.f);  // small integers: the sum is exact in fp32
-    EXPECT_EQ(stream_sum_f32(x.data(), n), static_cast<float>(n * (n + 1) / 2)) << n;
+    for (int streams : {1, 4})
+      EXPECT_EQ(stream_sum_f32(x.data(), n, streams), static_cast<float>(n * (n + 1) / 2)) << n << " " << streams;
   }
 }
 
