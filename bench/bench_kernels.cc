@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   };
   for (DType d : {DType::f32, DType::bf16}) {
     for (const Shape& s : shapes) gemv_row(s, d, 1, WeightLayout::nk);
+    gemv_row(kDown, d, 2, WeightLayout::nk);
     gemv_row(kDown, d, 4, WeightLayout::nk);  // batched decode
     gemv_row(kDown, d, 8, WeightLayout::nk);
     gemv_row(kDown, d, 1, WeightLayout::kn);  // GPT-2 Conv1D layout

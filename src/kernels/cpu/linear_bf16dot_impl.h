@@ -139,9 +139,11 @@ void dot_gemv_rows(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1, c
                    int64_t ldb) {
   constexpr int NB = LinearTuning<Isa::avx512>::gemv_nb(M);
   int64_t j = n0;
-  if (p.gemv_memory_order) {
-    for (; j < n1; ++j) dot_gemv_row<M>(p, m0, j, xb, ldb);
-    return;
+  if constexpr (M == 1) {  // batched decode keeps interleaving (CpuTuning::gemv_memory_order)
+    if (p.gemv_memory_order) {
+      for (; j < n1; ++j) dot_gemv_row<M>(p, m0, j, xb, ldb);
+      return;
+    }
   }
   for (; j + NB <= n1; j += NB) dot_gemv_block<M, NB>(p, m0, j, xb, ldb);
   for (; j < n1; ++j) dot_gemv_block<M, 1>(p, m0, j, xb, ldb);

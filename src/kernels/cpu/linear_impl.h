@@ -217,9 +217,11 @@ template <Isa I, DType D, int M>
 void gemv_nk(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
   constexpr int NB = LinearTuning<I>::gemv_nb(M);
   int64_t j = n0;
-  if (p.gemv_memory_order) {
-    for (; j < n1; ++j) gemv_nk_row<I, D, M>(p, m0, j);
-    return;
+  if constexpr (M == 1) {  // batched decode keeps interleaving (CpuTuning::gemv_memory_order)
+    if (p.gemv_memory_order) {
+      for (; j < n1; ++j) gemv_nk_row<I, D, M>(p, m0, j);
+      return;
+    }
   }
   if constexpr (D == DType::bf16) {
     constexpr int W2 = 2 * Vec<I>::W;

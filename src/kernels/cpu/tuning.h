@@ -20,9 +20,11 @@ struct CpuTuning {
   CpuVendor vendor = CpuVendor::intel;
   /// Decode GEMV over an [n, k] W at one activation row: read W in memory order, one row at a time
   /// with several accumulators (true), or interleave several rows per step, one vector of each in
-  /// turn (false). Zen 4: memory order streams SmolLM2's k = 576 bf16 rows at ~90 % of the
-  /// bandwidth, interleaving 8 rows at ~38 % (bench_kernels, session 7). Sapphire Rapids:
-  /// interleaving measured faster (more lines in flight across 4 KiB pages, session 5/6).
+  /// turn (false). Zen 4, 2 threads: memory order streams SmolLM2's k = 576 bf16 rows at ~90 % of
+  /// the bandwidth, interleaving 8 rows at ~38 % (bench_kernels "decode token" 146 vs 67 tok/s,
+  /// session 7). With 2 to 8 activation rows (batched decode) interleaving measured as fast or
+  /// faster there too, so those keep it. Sapphire Rapids: interleaving measured faster (more lines
+  /// in flight across 4 KiB pages, sessions 5 and 6).
   bool gemv_memory_order = false;
 };
 
