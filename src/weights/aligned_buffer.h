@@ -1,8 +1,10 @@
 #pragma once
-// An owned, 64-byte aligned byte buffer (converted or realigned weights).
+// An owned, 64-byte aligned byte buffer (converted or realigned weights), on huge pages from 2 MiB
+// up (base/large_alloc.h).
 #include <cstddef>
-#include <new>
 #include <utility>
+
+#include "base/large_alloc.h"
 
 namespace fuselm::weights {
 
@@ -15,7 +17,7 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   /// Uninitialized storage for `bytes` bytes (at least one cache line is allocated).
   explicit AlignedBuffer(size_t bytes)
-      : data_(::operator new(round_up(bytes), std::align_val_t{kAlignment})), size_(bytes) {}
+      : data_(allocate_large(bytes)), size_(bytes) {}
   AlignedBuffer(AlignedBuffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
@@ -35,9 +37,8 @@ class AlignedBuffer {
   size_t size() const { return size_; }
 
  private:
-  static size_t round_up(size_t n) { return n == 0 ? kAlignment : (n + kAlignment - 1) / kAlignment * kAlignment; }
   void release() noexcept {
-    if (data_ != nullptr) ::operator delete(data_, std::align_val_t{kAlignment});
+    free_large(data_, size_);
     data_ = nullptr;
   }
 

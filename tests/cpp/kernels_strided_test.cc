@@ -90,7 +90,8 @@ TEST_P(KernelsStrided, WhereAndMaskedFillBroadcast) {
   }
 }
 
-// Unary on a transposed view goes through doubles; contiguous f32 with no vector kernel in float.
+// Unary on a transposed f32 view (strided rows, computed in double as the generic path does);
+// contiguous f32 with no vector kernel in float.
 TEST_P(KernelsStrided, UnaryStridedAndContiguous) {
   testing::ScopedThreads threads(GetParam());
   const int64_t R = 200, C = 300;

@@ -111,7 +111,14 @@ void unary_impl(F f, FastFn fast, const Strided& x, const Strided& out) {
   }
   const int nd = x.ndim;
   const int64_t inner = x.inner(), ix = nd ? x.strides[nd - 1] : 0;
+  const bool f32 = out.dtype == DType::f32 && x.dtype == DType::f32;  // a view (rotate_half's slice)
   parallel_rows<1>(x.shape, nd, {&x.strides}, [&](int64_t row, const std::array<int64_t, 1>& off) {
+    if (f32) {
+      const float* in = x.ptr<float>() + off[0];
+      float* o = out.ptr<float>() + row * inner;
+      for (int64_t k = 0; k < inner; ++k) o[k] = static_cast<float>(f(in[k * ix]));
+      return;
+    }
     for (int64_t k = 0; k < inner; ++k) store_double(out, row * inner + k, f(load_double(x, off[0] + k * ix)));
   });
 }

@@ -1,5 +1,7 @@
 #include "kernels/cpu/linear.h"
 
+#include "base/large_alloc.h"
+
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -88,7 +90,7 @@ void linear(const LinearArgs& args) {
   }
 }
 
-void PackedLinearWeights::Free::operator()(uint32_t* p) const { std::free(p); }
+void PackedLinearWeights::Free::operator()(uint32_t* p) const { free_large(p, bytes); }
 
 std::unique_ptr<PackedLinearWeights> PackedLinearWeights::pack(const void* w, DType w_dtype,
                                                                WeightLayout layout, int64_t ldw,
@@ -107,8 +109,7 @@ std::unique_ptr<PackedLinearWeights> PackedLinearWeights::pack(const void* w, DT
   out->nr_ = kern.gemm_nr;
   out->panel_words_ = bf16 ? kern.packed_pairs(k) * kern.gemm_nr : k * kern.gemm_nr;
   const size_t bytes = static_cast<size_t>(out->bytes());
-  out->data_.reset(static_cast<uint32_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-  if (!out->data_) throw std::bad_alloc();
+  out->data_ = std::unique_ptr<uint32_t, Free>(static_cast<uint32_t*>(allocate_large(bytes)), Free{bytes});
   if (bf16)
     kern.pack_bf16(p, out->data_.get());
   else

@@ -85,6 +85,7 @@ class PackedLinearWeights {
 
  private:
   struct Free {
+    size_t bytes;  // as allocated (base/large_alloc.h); value-initialized to 0 with the pointer
     void operator()(uint32_t* p) const;
   };
   int64_t n_ = 0, k_ = 0, nr_ = 64, panel_words_ = 0;
