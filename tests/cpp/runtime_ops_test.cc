@@ -759,6 +759,8 @@ void add_product_cases(Cases& m) {
     const std::string op = "aten.addmm.default";
     Host bias = rand_host(DType::f32, {12}, 171), x = rand_host(DType::f32, {5, 16}, 172);
     for (DType wd : {DType::f32, DType::bf16}) {
+      // fp32 activations, as for linear above: avx512bf16 rounds them to bf16 for bf16 weights
+      kernels::ScopedCpuIsa fp32_activations(std::min(kernels::cpu_isa(), kernels::Isa::avx512));
       for (Layout wl : {Layout::contiguous, Layout::transposed}) {
         Host w = rand_host(wd, {16, 12}, 173);  // [K, N], Conv1D layout
         Host wt = transpose_ref(w, 0, 1);         // y = x @ w = linear with W = w^T
