@@ -42,6 +42,18 @@ TEST(KernelsIsa, ScopedOverrideForcesAndRestores) {
   }
 }
 
+// In a death-test child: runs fn, exits 3 printing the message if it threw std::invalid_argument, else 0.
+template <class F>
+[[noreturn]] void exit_3_if_invalid(F fn) {
+  try {
+    fn();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(3);
+  }
+  std::exit(0);
+}
+
 // FUSELM_CPU_ISA is read once per process, so these run in a fresh child process.
 TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -52,24 +64,15 @@ TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
         << isa_name(isa);
   }
   setenv("FUSELM_CPU_ISA", "sse9", 1);
-  auto throws_invalid = [] {
-    try {
-      cpu_isa();
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      std::exit(3);
-    }
-    std::exit(0);
-  };
-  EXPECT_EXIT(throws_invalid(), ::testing::ExitedWithCode(3),
+  EXPECT_EXIT(exit_3_if_invalid([] { cpu_isa(); }), ::testing::ExitedWithCode(3),
               "FUSELM_CPU_ISA='sse9': expected generic, avx2, avx512, avx512bf16 or amx");
   unsetenv("FUSELM_CPU_ISA");
 }
 
-
 // The tuning table: named by FUSELM_CPU_TUNING (decided once per process, so each case runs in a
 // child), an unknown name is an error naming the variable, and ScopedCpuTuning restores.
-TEST(KernelsTuning, EnvironmentPicksTheTableAndScopesRestore) {
+TEST(KernelsTuningDeathTest, EnvironmentPicksTheTableAndScopesRestore) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a re-executed child decides afresh
   EXPECT_TRUE(tuning_for(CpuVendor::amd).gemv_memory_order);
   EXPECT_FALSE(tuning_for(CpuVendor::intel).gemv_memory_order);
   EXPECT_EQ(parse_vendor("amd"), CpuVendor::amd);
@@ -79,16 +82,8 @@ TEST(KernelsTuning, EnvironmentPicksTheTableAndScopesRestore) {
     EXPECT_EXIT(std::exit(cpu_tuning().vendor == v ? 0 : 1), ::testing::ExitedWithCode(0), "") << vendor_name(v);
   }
   setenv("FUSELM_CPU_TUNING", "arm", 1);
-  auto throws_invalid = [] {
-    try {
-      cpu_tuning();
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      std::exit(3);
-    }
-    std::exit(0);
-  };
-  EXPECT_EXIT(throws_invalid(), ::testing::ExitedWithCode(3), "FUSELM_CPU_TUNING='arm': expected intel or amd");
+  EXPECT_EXIT(exit_3_if_invalid([] { cpu_tuning(); }), ::testing::ExitedWithCode(3),
+              "FUSELM_CPU_TUNING='arm': expected intel or amd");
   unsetenv("FUSELM_CPU_TUNING");
   const CpuTuning before = cpu_tuning();
   {
