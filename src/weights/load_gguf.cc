@@ -9,6 +9,7 @@
 
 #include "weights/convert.h"
 #include "weights/error.h"
+#include "weights/huge_page_copy.h"
 #include "weights/gguf_tensor.h"
 #include "weights/load_parameters.h"
 #include "weights/quantized.h"
@@ -94,8 +95,8 @@ WeightView load_one(const GgufFile& f, const GgufTensor& t, const std::string& t
     if (keep) {
       v.shape = shape;
       v.quant = q;
-      v.data = src;
       v.owned = src != t.bytes.data();
+      v.data = v.owned ? src : huge_page_copy(src, t.bytes.size(), buffers, v.owned);
     } else {
       v = dequantize_tensor(src, *q, shape, o.dtype == DTypePolicy::bf16 ? kernels::DType::bf16 : kernels::DType::f32,
                             buffers);
@@ -110,8 +111,8 @@ WeightView load_one(const GgufFile& f, const GgufTensor& t, const std::string& t
       v.dtype = float_target(from, o);
       const bool aligned = reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(kernels::dtype_size(from)) == 0;
       if (v.dtype == from && aligned) {
-        v.data = src;
         v.owned = src != t.bytes.data();
+        v.data = v.owned ? src : huge_page_copy(src, t.bytes.size(), buffers, v.owned);
       } else {
         AlignedBuffer& b = buffers.emplace_back(static_cast<size_t>(v.numel() * kernels::dtype_size(v.dtype)));
         convert_elements(src, from, b.data(), v.dtype, v.numel());

@@ -9,6 +9,7 @@
 
 #include "weights/convert.h"
 #include "weights/error.h"
+#include "weights/huge_page_copy.h"
 #include "weights/quantized.h"
 
 namespace fuselm::weights {
@@ -301,7 +302,7 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
     const int64_t n = v.numel();
     const bool aligned = reinterpret_cast<uintptr_t>(t->data) % static_cast<uintptr_t>(kernels::dtype_size(*from)) == 0;
     if (v.dtype == *from && aligned) {
-      v.data = t->data;
+      v.data = huge_page_copy(t->data, v.nbytes(), out.buffers_, v.owned);
     } else {
       AlignedBuffer& b = out.buffers_.emplace_back(static_cast<size_t>(n) * static_cast<size_t>(kernels::dtype_size(v.dtype)));
       convert_elements(t->data, *from, b.data(), v.dtype, n);
