@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 
+#include "base/large_alloc.h"
 #include "weights/error.h"
 #include "weights/load_parameters.h"
 #include "weights_test_util.h"
@@ -53,6 +54,27 @@ TEST(WeightsLoad, AutoKeepsF32AndBf16ZeroCopy) {
   EXPECT_EQ(p.owned_bytes(), 0u);
   EXPECT_EQ(p.find("nope"), nullptr);
   EXPECT_CONTAINS(error_of([&] { p.at("nope"); }), "no loaded parameter 'nope'");
+}
+
+// From 2 MiB up a tensor the engine would read in place is copied onto huge pages instead
+// (weights/huge_page_copy.h), with the file's values; smaller ones stay views.
+TEST(WeightsLoad, LargeTensorsAreCopiedOntoHugePages) {
+  if (!huge_pages_advised()) GTEST_SKIP() << "FUSELM_HUGE_PAGES=0";
+  const int64_t rows = 1024, cols = 520;  // 2.03 MiB of f32
+  std::vector<float> big(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000) * 0.5f;
+  Fixture fx({f32_tensor("big", {rows, cols}, big), f32_tensor("small", {2}, {1, 2})});
+  Checkpoint c = fx.open();
+  nlohmann::json params = {{"big", ir_param("big", {rows, cols}, "F32")}, {"small", ir_param("small", {2}, "F32")}};
+  LoadedParameters p = load_parameters(params, c);
+  const WeightView& b = p.at("big");
+  EXPECT_TRUE(b.owned);
+  EXPECT_NE(b.data, c.at("big").data);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % (uintptr_t{2} << 20), 0u);
+  for (int64_t i : {int64_t{0}, int64_t{1}, rows * cols / 2 + 7, rows * cols - 1})
+    EXPECT_EQ(value(b, i), big[static_cast<size_t>(i)]) << i;
+  EXPECT_EQ(p.owned_bytes(), b.nbytes());
+  EXPECT_FALSE(p.at("small").owned);
 }
 
 TEST(WeightsLoad, AutoWidensF16UnlessKept) {
