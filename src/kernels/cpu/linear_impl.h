@@ -3,7 +3,9 @@
 //
 // GEMV (decode): each pass takes up to 8 rows of x and streams W once.
 //   nk: NB rows of W at a time, NB×M vector accumulators, horizontal sums at the end; bf16 loads
-//       2·W weights per vector and splits even/odd elements (x deinterleaved once per call).
+//       2·W weights per vector and splits even/odd elements (x deinterleaved once per call). Or,
+//       at one row of x where CpuTuning::gemv_memory_order says so, one W row at a time (W read
+//       front to back as one stream), four partial sums per row.
 //   kn: a block of columns kept in M×NV vector accumulators over a strip of KB rows of W, partial
 //       sums kept in y between strips (so a strip reads KB short contiguous row segments).
 // GEMM (prefill): BLIS-style loops nc → kc → mc → panel → MR rows. For a block of nc columns all
