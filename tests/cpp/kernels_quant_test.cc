@@ -147,10 +147,10 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
                                               // two and a remainder, odd block counts, strides
                                               {t, 16, 16, 32}, {t, 16, 20, 96, true, 0, 2},
                                               {t, 37, 33, 160, true, 3, 2}, {t, 48, 17, 64, false, 0, 2},
-                                              // the vnni path's gemm tile (4 rows x 2 groups): row
-                                              // remainders 1..3, an odd group left, exactly two
+                                              // the vnni path's gemm tile (6 rows x 2 groups): row
+                                              // remainders 1..5, an odd group left, exactly two
                                               // groups, a thread share starting at an odd group
-                                              {t, 6, 64, 64}, {t, 7, 49, 96, true, 0, 2},
+                                              {t, 6, 64, 64}, {t, 7, 49, 96, true, 0, 2}, {t, 11, 32, 64, true, 0, 2},
                                               {t, 3, 48, 32, true}, {t, 13, 80, 288, true, 2, 2},
                                               {t, 2, 1, 32, true}, {t, 21, 113, 64, false, 1, 2}}) {
       c.packed = true;

@@ -343,7 +343,7 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r], bias));
 }
 
-// Prefill on packed weights (m above a few rows): a register tile of R activation rows × G groups
+// Prefill on packed weights (m of 2 or more): a register tile of R activation rows × G groups
 // (16G weight rows) over all of k, one int32 chain per (row, group) — R·G independent vpdpbusd
 // chains, so no chain split is needed — and each 64-byte code vector loaded (and, for the nibble
 // types, unpacked) once for R rows, each activation broadcast once for G groups. The offsets of
@@ -432,7 +432,7 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
 }
 
 // Tile shape of gemm_tile: kGemmRows activation rows × kGemmGroups groups (see gemm_tile).
-inline constexpr int kGemmRows = 4, kGemmGroups = 2;
+inline constexpr int kGemmRows = 6, kGemmGroups = 2;
 // Rows from which quant_linear_packed takes gemm_tile on the vnni path.
 inline constexpr int64_t kGemmMinRows = 2;
 
@@ -440,6 +440,8 @@ template <QuantType Q, int G>
 void gemm_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
   switch (p.m - i0 >= kGemmRows ? kGemmRows : p.m - i0) {
     case kGemmRows: return gemm_tile<Q, kGemmRows, G>(p, a, g, i0);
+    case 5: return gemm_tile<Q, 5, G>(p, a, g, i0);
+    case 4: return gemm_tile<Q, 4, G>(p, a, g, i0);
     case 3: return gemm_tile<Q, 3, G>(p, a, g, i0);
     case 2: return gemm_tile<Q, 2, G>(p, a, g, i0);
     default: return gemm_tile<Q, 1, G>(p, a, g, i0);
