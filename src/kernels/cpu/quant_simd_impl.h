@@ -550,6 +550,43 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
 void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
 
 #if FUSELM_QUANT_VNNI
+// quantize_acts on AVX-512: per 16 values |x| max, x·(127/amax) rounded to nearest even
+// (roundscale: the scalar loop's (v + 1.5·2^23) - 1.5·2^23 for |v| < 2^22), clamped to ±127,
+// narrowed; Σq per 16 one reduction. The same fp32 operations as the scalar loop, so the same
+// bits.
+[[maybe_unused]] void quantize_simd(const float* x, int64_t lda, int64_t i0, int64_t i1, int64_t k, int64_t block,
+                                    int8_t* q, float* d, int16_t* sum16, float* dsum) {
+  const int64_t nb = k / block, nv = block / 16;
+  const __m512 lim = _mm512_set1_ps(127.f), nlim = _mm512_set1_ps(-127.f);
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* xr = x + i * lda;
+    int8_t* qr = q + i * k;
+    float* dr = d + i * nb;
+    int16_t* sr = sum16 + i * (k / 16);
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xr + b * block;
+      __m512 m = _mm512_setzero_ps();
+      for (int64_t v = 0; v < nv; ++v) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * v)));
+      const float amax = _mm512_reduce_max_ps(m);
+      const float db = amax / 127.f;
+      const float id = db != 0.f ? 127.f / amax : 0.f;
+      dr[b] = db;
+      const __m512 idv = _mm512_set1_ps(id);
+      for (int64_t v = 0; v < nv; ++v) {
+        __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * v), idv),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm512_max_ps(_mm512_min_ps(t, lim), nlim);
+        const __m512i iv = _mm512_cvtps_epi32(t);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + b * block + 16 * v), _mm512_cvtepi32_epi8(iv));
+        sr[(b * block) / 16 + v] = static_cast<int16_t>(_mm512_reduce_add_epi32(iv));
+      }
+    }
+    float* dsr = dsum + i * (k / 32);
+    for (int64_t c = 0; c < k / 32; ++c)
+      dsr[c] = dr[c * 32 / block] * static_cast<float>(sr[2 * c] + sr[2 * c + 1]);
+  }
+}
+
 // The vnni path's packed kernel: one row (decode) on packed_tile's two chains, more on gemm_tile.
 [[maybe_unused]] void packed_vnni(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
   if (p.m >= kGemmMinRows) return packed_gemm(p, a, g0, g1);
