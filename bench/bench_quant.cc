@@ -10,7 +10,8 @@
 // Block types as they lie in the GGUF (q8_0, ...) and, for q8_0, q4_0 and q4_1, repacked to the
 // 16-row interleaved layout of quant_packed.h (q8_0x16, q4_0x16, q4_1x16).
 //
-// Usage: bench_quant [--quick] [--isa generic|avx2|avx512]   (OMP_NUM_THREADS: threads)
+// Usage: bench_quant [--quick] [--isa generic|avx2|avx512] [--only gemv|token|gemm] [--fmt NAME]...
+//   (OMP_NUM_THREADS: threads; --only runs one section, --fmt keeps only those formats, e.g. q4_0x16)
 #include <omp.h>
 
 #include <algorithm>
@@ -146,12 +147,17 @@ std::pair<double, double> time_token(const Format& f, double min_s) {
   return {(t - t0) / static_cast<double>(n), bytes};
 }
 
+std::vector<std::string> g_fmts;  // --fmt: the formats kept (all when empty)
+
 std::vector<Format> formats() {
-  std::vector<Format> out{{DType::f32, {}}, {DType::bf16, {}}};
+  std::vector<Format> all{{DType::f32, {}}, {DType::bf16, {}}};
   for (QuantType q : kAllQuantTypes) {
-    out.push_back({{}, q});
-    if (QuantPacked::packable(q)) out.push_back({{}, q, true});
+    all.push_back({{}, q});
+    if (QuantPacked::packable(q)) all.push_back({{}, q, true});
   }
+  std::vector<Format> out;
+  for (const Format& f : all)
+    if (g_fmts.empty() || std::find(g_fmts.begin(), g_fmts.end(), f.name()) != g_fmts.end()) out.push_back(f);
   return out;
 }
 
@@ -160,14 +166,19 @@ std::vector<Format> formats() {
 int main(int argc, char** argv) {
   bool quick = false;
   std::vector<Isa> isas;
+  std::string only;
+  std::vector<std::string> fmts;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
+    if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--fmt" && i + 1 < argc) fmts.emplace_back(argv[++i]);
     if (a == "--isa" && i + 1 < argc) isas.push_back(parse_isa(argv[++i]).value_or(Isa::generic));
   }
   if (isas.empty())
     for (Isa isa : kAllIsas)
       if (cpu_supports(isa)) isas.push_back(isa);
+  g_fmts = fmts;
   const double min_s = quick ? 0.05 : 0.25;
   const size_t cycle = quick ? (size_t{128} << 20) : (size_t{512} << 20);
   fmt::print("fuselm quantized GEMV benchmark: {} threads, weights cycled through {} MiB\n", omp_get_max_threads(),
@@ -175,6 +186,7 @@ int main(int argc, char** argv) {
   const double bw = measure_memory_bandwidth_gbs(cycle);
   fmt::print("memory bandwidth (read, all threads): {:.1f} GB/s\n\n", bw);
 
+  if (only.empty() || only == "gemv") {
   fmt::print("GEMV m = 1: us/call and GB/s of weight bytes per ISA path (quant kernels on avx512 use VNNI; * = "
              "no VNNI, the avx2 kernels)\n");
   fmt::print("{:<11} {:>6} {:>5} {:<7} {:>7}", "shape", "n", "k", "fmt", "MiB");
@@ -197,6 +209,9 @@ int main(int argc, char** argv) {
     }
   }
 
+  }
+
+  if (only.empty() || only == "token") {
   fmt::print("\ndecode token (SmolLM2-135M linears: {} layers + lm_head, m = 1), best ISA path {}\n", kSmolLayers,
              isa_name(isas.back()));
   fmt::print("{:<7} {:>8} {:>9} {:>9} {:>7} {:>5}\n", "fmt", "MiB", "ms/token", "tokens/s", "GB/s", "%bw");
@@ -210,6 +225,9 @@ int main(int argc, char** argv) {
     }
   }
 
+  }
+
+  if (only.empty() || only == "gemm") {
   fmt::print("\nGEMM m = 128 on {} ({} x {}), best ISA path\n", kTiny[1].name, kTiny[1].n, kTiny[1].k);
   {
     ScopedCpuIsa scoped(isas.back());
@@ -217,6 +235,7 @@ int main(int argc, char** argv) {
       const double t = time_call(f, kTiny[1], 128, min_s, 0);
       fmt::print("{:<7} {:>9.2f} ms {:>8.1f} GFLOP/s\n", f.name(), t * 1e3, 2.0 * 128 * kTiny[1].n * kTiny[1].k / t / 1e9);
     }
+  }
   }
   return 0;
 }

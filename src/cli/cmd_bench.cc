@@ -145,7 +145,10 @@ class BenchSequence {
         if (pos_[i] == 0 && m_.bos_token_id()) ids_[i] = *m_.bos_token_id();
       }
       runtime::SequenceSlice slice{0, chunk, start + done + chunk, seq_.slots()};
-      m_.forward(ids_, pos_, {&slice, 1});
+      // The logits of the chunk's last token only, as llama-bench's batch marks only its last
+      // token as an output (common_batch_get_one): the LM head does not run on every prompt row.
+      const int64_t last = chunk - 1;
+      m_.forward(ids_, pos_, {&slice, 1}, std::span<const int64_t>(&last, 1));
       done += chunk;
     }
   }

@@ -146,10 +146,45 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
                                               // the amx path's 16-row tiles of x: exactly one,
                                               // two and a remainder, odd block counts, strides
                                               {t, 16, 16, 32}, {t, 16, 20, 96, true, 0, 2},
-                                              {t, 37, 33, 160, true, 3, 2}, {t, 48, 17, 64, false, 0, 2}}) {
+                                              {t, 37, 33, 160, true, 3, 2}, {t, 48, 17, 64, false, 0, 2},
+                                              // the vnni path's gemm tile (6 rows x 2 groups): row
+                                              // remainders 1..5, an odd group left, exactly two
+                                              // groups, a thread share starting at an odd group
+                                              {t, 6, 64, 64}, {t, 7, 49, 96, true, 0, 2}, {t, 11, 32, 64, true, 0, 2},
+                                              {t, 3, 48, 32, true}, {t, 13, 80, 288, true, 2, 2},
+                                              {t, 2, 1, 32, true}, {t, 21, 113, 64, false, 1, 2}}) {
       c.packed = true;
       check_quant(c, seed += 10);
     }
+  }
+}
+
+// quantize_acts gives the same bits on every path (the vnni and amx paths vectorize it): random
+// rows, an all-zero block, exact ties (x·127/amax = n + 1/2), rows padded (lda > k), both blocks.
+TEST_P(QuantLinearIsa, QuantizeActsSameBitsAsGeneric) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  for (int64_t block : {int64_t{32}, int64_t{256}}) {
+    const int64_t m = 5, k = 3 * block, lda = k + 7;
+    auto x = random_floats(static_cast<size_t>(m * lda), 91 + static_cast<uint32_t>(block));
+    for (int64_t j = 0; j < block; ++j) x[static_cast<size_t>(lda + j)] = 0.f;  // row 1, block 0: zeros
+    for (int64_t j = 0; j < block; ++j)  // row 2, block 1: amax 127, values n + 1/2 (ties)
+      x[static_cast<size_t>(2 * lda + block + j)] = j == 0 ? 127.f : static_cast<float>(j % 100) - 49.5f;
+    const size_t bytes = static_cast<size_t>(q8_acts_bytes(m, k, block));
+    std::vector<unsigned char> ref_buf(bytes + 64), got_buf(bytes + 64);
+    Q8Acts ref{}, got{};
+    {
+      ScopedCpuIsa scoped(Isa::generic);
+      ref = quantize_acts(x.data(), lda, m, k, block, ref_buf.data());
+    }
+    {
+      ScopedCpuIsa scoped(GetParam());
+      got = quantize_acts(x.data(), lda, m, k, block, got_buf.data());
+    }
+    EXPECT_EQ(std::memcmp(ref.q, got.q, static_cast<size_t>(m * k)), 0) << "block " << block;
+    EXPECT_EQ(std::memcmp(ref.d, got.d, static_cast<size_t>(m * (k / block)) * 4), 0) << "block " << block;
+    EXPECT_EQ(std::memcmp(ref.sum16, got.sum16, static_cast<size_t>(m * (k / 16)) * 2), 0) << "block " << block;
+    EXPECT_EQ(std::memcmp(ref.dsum, got.dsum, static_cast<size_t>(m * (k / 32)) * 4), 0) << "block " << block;
+    EXPECT_EQ(got.q[2 * k + block + 1], -48) << "the tie 1 - 49.5 = -48.5 rounds to even";
   }
 }
 

@@ -269,7 +269,9 @@ Q8Acts quantize_acts(const float* x, int64_t lda, int64_t m, int64_t k, int64_t 
   auto* ds = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(s) + align64(m * (k / 16) * 2));
   const int64_t nb = k / block;
   const int nt = kernel_threads(m * k, int64_t{1} << 15);
+  const auto simd = quant_kernels().quantize;
   parallel_for_ranges(nt, m, 1, [&](int64_t i0, int64_t i1) {
+    if (simd) return simd(x, lda, i0, i1, k, block, q, d, s, ds);
     for (int64_t i = i0; i < i1; ++i) quantize_act_row(x + i * lda, k, block, q + i * k, d + i * nb, s + i * (k / 16), ds + i * (k / 32));
   });
   return {q, d, s, ds, k, block};

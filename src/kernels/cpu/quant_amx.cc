@@ -185,6 +185,6 @@ void packed_amx(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1)
 #endif
 
 namespace fuselm::kernels {
-const QuantKernels kQuantKernelsAmx = {rows_simd, packed_amx, "amx"};
+const QuantKernels kQuantKernelsAmx = {rows_simd, packed_amx, "amx", quantize_simd};
 }  // namespace fuselm::kernels
 #endif

@@ -12,6 +12,6 @@
 #include "kernels/cpu/isa_end.inc"
 
 namespace fuselm::kernels {
-const QuantKernels kQuantKernelsAvx2 = {rows_simd, packed_simd, "avx2"};
+const QuantKernels kQuantKernelsAvx2 = {rows_simd, packed_simd, "avx2", nullptr};
 }  // namespace fuselm::kernels
 #endif

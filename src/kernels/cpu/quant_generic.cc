@@ -163,6 +163,6 @@ void packed_generic(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t
 
 }  // namespace
 
-const QuantKernels kQuantKernelsGeneric = {rows_generic, packed_generic, "generic"};
+const QuantKernels kQuantKernelsGeneric = {rows_generic, packed_generic, "generic", nullptr};
 
 }  // namespace fuselm::kernels

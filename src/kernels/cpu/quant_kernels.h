@@ -35,6 +35,10 @@ struct QuantKernels {
   /// y[:, 16·g0 : 16·g1) (clipped to n) for all m rows of packed weights.
   void (*packed)(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1);
   const char* name;
+  /// Activation rows [i0, i1) of x quantized as quantize_acts' scalar loop (bit for bit: the same
+  /// fp32 operations, vectorized); null: the scalar loop. Arrays as in Q8Acts, at row 0.
+  void (*quantize)(const float* x, int64_t lda, int64_t i0, int64_t i1, int64_t k, int64_t block, int8_t* q, float* d,
+                   int16_t* sum16, float* dsum);
 };
 
 /// The table for the current ISA (cpu_isa(); vnni needs avx512 and avx512_vnni; amx needs Isa::amx,

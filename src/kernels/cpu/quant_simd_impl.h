@@ -342,6 +342,132 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
   const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r], bias));
 }
+
+// Prefill on packed weights (m of 2 or more): a register tile of R activation rows × G groups
+// (16G weight rows) over all of k, one int32 chain per (row, group) — R·G independent vpdpbusd
+// chains, so no chain split is needed — and each 64-byte code vector loaded (and, for the nibble
+// types, unpacked) once for R rows, each activation broadcast once for G groups. The offsets of
+// q8_0 (its codes made unsigned, +128) and q4_0 (-8) start the block's int32 sum at -off·Σx
+// (exact: the activations' Σq per block is an integer), so a block costs per (row, group) eight
+// vpdpbusd and three vector ops (convert, d_w·d_x, fma); q4_1 adds m_w·d_x·Σq with one fma.
+template <QuantType Q, int R, int G>
+void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) {
+  const QuantPacked& w = *p.w;
+  const int64_t k = w.k(), nb = k / 32, k16 = k / 16;
+  constexpr int off = Q == QuantType::q8_0 ? 128 : Q == QuantType::q4_0 ? 8 : 0;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  const int8_t* xq = a.q + i0 * k;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i is[R][G];
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < R; ++r) {
+      __m512i init = _mm512_setzero_si512();
+      if constexpr (off != 0) {
+        const int16_t* s = a.sum16 + (i0 + r) * k16 + 2 * b;
+        init = _mm512_set1_epi32(-off * (s[0] + s[1]));
+      }
+      for (int g = 0; g < G; ++g) is[r][g] = init;
+    }
+    const unsigned char* c[G];
+    for (int g = 0; g < G; ++g) c[g] = w.codes(g0 + g, b);
+    const int8_t* xb = xq + 32 * b;
+    if constexpr (Q == QuantType::q8_0) {
+      FUSELM_UNROLL(8)
+      for (int kg = 0; kg < 8; ++kg) {
+        __m512i v[G];
+        for (int g = 0; g < G; ++g) v[g] = _mm512_xor_si512(_mm512_load_si512(c[g] + 64 * kg), flip);
+        FUSELM_UNROLL(8)
+        for (int r = 0; r < R; ++r) {
+          const __m512i x = _mm512_set1_epi32(load_i32(xb + r * k + 4 * kg));
+          for (int g = 0; g < G; ++g) is[r][g] = _mm512_dpbusd_epi32(is[r][g], v[g], x);
+        }
+      }
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        __m512i lo[G], hi[G];
+        for (int g = 0; g < G; ++g) {
+          const __m512i v = _mm512_load_si512(c[g] + 64 * q);
+          lo[g] = _mm512_and_si512(v, m4);
+          hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        FUSELM_UNROLL(8)
+        for (int r = 0; r < R; ++r) {
+          const __m512i xl = _mm512_set1_epi32(load_i32(xb + r * k + 4 * q));
+          const __m512i xh = _mm512_set1_epi32(load_i32(xb + r * k + 16 + 4 * q));
+          for (int g = 0; g < G; ++g) {
+            is[r][g] = _mm512_dpbusd_epi32(is[r][g], lo[g], xl);
+            is[r][g] = _mm512_dpbusd_epi32(is[r][g], hi[g], xh);
+          }
+        }
+      }
+    }
+    __m512 sc[G], mn[G];
+    for (int g = 0; g < G; ++g) {
+      sc[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.scales(g0 + g, b))));
+      if constexpr (Q == QuantType::q4_1)
+        mn[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.mins(g0 + g, b))));
+    }
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < R; ++r) {
+      const __m512 dx = _mm512_set1_ps(a.d[(i0 + r) * nb + b]);
+      for (int g = 0; g < G; ++g)
+        acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][g]), _mm512_mul_ps(sc[g], dx), acc[r][g]);
+      if constexpr (Q == QuantType::q4_1) {
+        const __m512 ds = _mm512_set1_ps(a.dsum[(i0 + r) * nb + b]);
+        for (int g = 0; g < G; ++g) acc[r][g] = _mm512_fmadd_ps(mn[g], ds, acc[r][g]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int64_t j0 = 16 * (g0 + g);
+    const int lanes = static_cast<int>(w.n() - j0 < 16 ? w.n() - j0 : 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+    const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r][g], bias));
+  }
+}
+
+// Tile shape of gemm_tile: kGemmRows activation rows × kGemmGroups groups (see gemm_tile).
+inline constexpr int kGemmRows = 6, kGemmGroups = 2;
+// Rows from which quant_linear_packed takes gemm_tile on the vnni path.
+inline constexpr int64_t kGemmMinRows = 2;
+
+template <QuantType Q, int G>
+void gemm_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  switch (p.m - i0 >= kGemmRows ? kGemmRows : p.m - i0) {
+    case kGemmRows: return gemm_tile<Q, kGemmRows, G>(p, a, g, i0);
+    case 5: return gemm_tile<Q, 5, G>(p, a, g, i0);
+    case 4: return gemm_tile<Q, 4, G>(p, a, g, i0);
+    case 3: return gemm_tile<Q, 3, G>(p, a, g, i0);
+    case 2: return gemm_tile<Q, 2, G>(p, a, g, i0);
+    default: return gemm_tile<Q, 1, G>(p, a, g, i0);
+  }
+}
+
+// Groups [g0, g1) for all m rows: kGemmGroups groups at a time (their codes stay in L1/L2 while
+// every row tile passes them), row tiles inner.
+template <QuantType Q>
+void gemm_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; g += kGemmGroups)
+    for (int64_t i0 = 0; i0 < p.m; i0 += kGemmRows) {
+      if (g1 - g >= kGemmGroups)
+        gemm_rows<Q, kGemmGroups>(p, a, g, i0);
+      else
+        gemm_rows<Q, 1>(p, a, g, i0);
+    }
+}
+
+[[maybe_unused]] void packed_gemm(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+  switch (p.w->type()) {
+    case QuantType::q8_0: return gemm_groups<QuantType::q8_0>(p, a, g0, g1);
+    case QuantType::q4_0: return gemm_groups<QuantType::q4_0>(p, a, g0, g1);
+    default: return gemm_groups<QuantType::q4_1>(p, a, g0, g1);
+  }
+}
 #else
 // AVX2: rows 16g+8h..16g+8h+7 (one half of the group, 32 bytes of each 64) against activation
 // rows i0..i0+R with vpmaddubsw + vpmaddwd; q8_0 through |w| and sign(x, w) (no offset).
@@ -422,6 +548,51 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
 }
 
 void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
+
+#if FUSELM_QUANT_VNNI
+// quantize_acts on AVX-512: per 16 values |x| max, x·(127/amax) rounded to nearest even
+// (roundscale: the scalar loop's (v + 1.5·2^23) - 1.5·2^23 for |v| < 2^22), clamped to ±127,
+// narrowed; Σq per 16 one reduction. The same fp32 operations as the scalar loop, so the same
+// bits.
+[[maybe_unused]] void quantize_simd(const float* x, int64_t lda, int64_t i0, int64_t i1, int64_t k, int64_t block,
+                                    int8_t* q, float* d, int16_t* sum16, float* dsum) {
+  const int64_t nb = k / block, nv = block / 16;
+  const __m512 lim = _mm512_set1_ps(127.f), nlim = _mm512_set1_ps(-127.f);
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* xr = x + i * lda;
+    int8_t* qr = q + i * k;
+    float* dr = d + i * nb;
+    int16_t* sr = sum16 + i * (k / 16);
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xr + b * block;
+      __m512 m = _mm512_setzero_ps();
+      for (int64_t v = 0; v < nv; ++v) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * v)));
+      const float amax = _mm512_reduce_max_ps(m);
+      const float db = amax / 127.f;
+      const float id = db != 0.f ? 127.f / amax : 0.f;
+      dr[b] = db;
+      const __m512 idv = _mm512_set1_ps(id);
+      for (int64_t v = 0; v < nv; ++v) {
+        __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * v), idv),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm512_max_ps(_mm512_min_ps(t, lim), nlim);
+        const __m512i iv = _mm512_cvtps_epi32(t);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + b * block + 16 * v), _mm512_cvtepi32_epi8(iv));
+        sr[(b * block) / 16 + v] = static_cast<int16_t>(_mm512_reduce_add_epi32(iv));
+      }
+    }
+    float* dsr = dsum + i * (k / 32);
+    for (int64_t c = 0; c < k / 32; ++c)
+      dsr[c] = dr[c * 32 / block] * static_cast<float>(sr[2 * c] + sr[2 * c + 1]);
+  }
+}
+
+// The vnni path's packed kernel: one row (decode) on packed_tile's two chains, more on gemm_tile.
+[[maybe_unused]] void packed_vnni(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
+  if (p.m >= kGemmMinRows) return packed_gemm(p, a, g0, g1);
+  packed_simd_from(p, a, g0, g1, 0);
+}
+#endif
 
 }  // namespace
 }  // namespace fuselm::kernels

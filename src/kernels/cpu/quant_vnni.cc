@@ -12,6 +12,6 @@
 #include "kernels/cpu/isa_end.inc"
 
 namespace fuselm::kernels {
-const QuantKernels kQuantKernelsVnni = {rows_simd, packed_simd, "vnni"};
+const QuantKernels kQuantKernelsVnni = {rows_simd, packed_vnni, "vnni", quantize_simd};
 }  // namespace fuselm::kernels
 #endif
