@@ -1,5 +1,7 @@
 #include "kernels/cpu/quant_packed.h"
 
+#include "base/large_alloc.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,7 +15,7 @@
 
 namespace fuselm::kernels {
 
-void QuantPacked::Free::operator()(unsigned char* p) const { std::free(p); }
+void QuantPacked::Free::operator()(unsigned char* p) const { free_large(p, bytes); }
 
 QuantPacked QuantPacked::pack(QuantType type, const void* w, int64_t ldw_bytes, int64_t n, int64_t k) {
   if (!packable(type))
@@ -27,8 +29,7 @@ QuantPacked QuantPacked::pack(QuantType type, const void* w, int64_t ldw_bytes, 
   p.n_ = n;
   p.k_ = k;
   const size_t bytes = (static_cast<size_t>(p.bytes()) + 63) & ~size_t{63};
-  p.data_.reset(static_cast<unsigned char*>(std::aligned_alloc(64, bytes ? bytes : 64)));
-  if (!p.data_) throw std::bad_alloc();
+  p.data_ = std::unique_ptr<unsigned char, Free>(static_cast<unsigned char*>(allocate_large(bytes)), Free{bytes});
   std::memset(p.data_.get(), 0, bytes);  // padding rows: zero codes and zero scales
   const auto* src = static_cast<const unsigned char*>(w);
   const int64_t nb = k / 32;

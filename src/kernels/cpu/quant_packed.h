@@ -50,6 +50,7 @@ class QuantPacked {
 
  private:
   struct Free {
+    size_t bytes;  // as allocated (base/large_alloc.h); value-initialized to 0 with the pointer
     void operator()(unsigned char* p) const;
   };
   QuantType type_ = QuantType::q8_0;
