@@ -95,43 +95,26 @@ FUSELM_INLINE void dot_gemv_block(const LinearProblem& p, int64_t m0, int64_t j0
   }
 }
 
-// Memory-order variant (LinearProblem::gemv_memory_order): one W row at a time, U partial sums
-// per row of x (as gemv_nk_row in linear_impl.h).
-template <int M>
-FUSELM_INLINE void dot_gemv_row(const LinearProblem& p, int64_t m0, int64_t j, const uint16_t* xb, int64_t ldb) {
-  constexpr int U = gemv_row_sums<M>();
+// Memory-order variant (LinearProblem::gemv_memory_order), one row of x: one W row at a time,
+// kRowSums partial sums (as gemv_nk_row in linear_impl.h).
+FUSELM_INLINE void dot_gemv_row(const LinearProblem& p, int64_t m0, int64_t j, const uint16_t* xb) {
+  constexpr int U = kRowSums;
   const uint16_t* w = static_cast<const uint16_t*>(p.w) + j * p.ldw;
-  __m512 acc[U][M];
-  FUSELM_UNROLL(8)
-  for (int u = 0; u < U; ++u) {
-    FUSELM_UNROLL(8)
-    for (int i = 0; i < M; ++i) acc[u][i] = _mm512_setzero_ps();
-  }
+  __m512 acc[U] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   const int64_t k = p.k, kfull = k - k % (32 * U);
   int64_t kk = 0;
   for (; kk < kfull; kk += 32 * U) {
-    FUSELM_UNROLL(8)
-    for (int u = 0; u < U; ++u) {
-      const __m512bh wv = as_bh(_mm512_loadu_si512(w + kk + 32 * u));
-      FUSELM_UNROLL(8)
-      for (int i = 0; i < M; ++i)
-        acc[u][i] = _mm512_dpbf16_ps(acc[u][i], wv, as_bh(_mm512_loadu_si512(xb + i * ldb + kk + 32 * u)));
-    }
+    FUSELM_UNROLL(4)
+    for (int u = 0; u < U; ++u)
+      acc[u] = _mm512_dpbf16_ps(acc[u], as_bh(_mm512_loadu_si512(w + kk + 32 * u)),
+                                as_bh(_mm512_loadu_si512(xb + kk + 32 * u)));
   }
-  for (; kk < k; kk += 32) {  // masked weights; x is zero-padded to 32
-    const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(mask32(k - kk), w + kk));
-    FUSELM_UNROLL(8)
-    for (int i = 0; i < M; ++i)
-      acc[0][i] = _mm512_dpbf16_ps(acc[0][i], wv, as_bh(_mm512_loadu_si512(xb + i * ldb + kk)));
-  }
+  for (; kk < k; kk += 32)  // masked weights; x is zero-padded to 32
+    acc[0] = _mm512_dpbf16_ps(acc[0], as_bh(_mm512_maskz_loadu_epi16(mask32(k - kk), w + kk)),
+                              as_bh(_mm512_loadu_si512(xb + kk)));
   const float b = p.bias ? p.bias[j] : 0.f;
-  FUSELM_UNROLL(8)
-  for (int i = 0; i < M; ++i) {
-    __m512 t = acc[0][i];
-    FUSELM_UNROLL(8)
-    for (int u = 1; u < U; ++u) t = _mm512_add_ps(t, acc[u][i]);
-    p.y[(m0 + i) * p.ldy + j] = _mm512_reduce_add_ps(t) + b;
-  }
+  const __m512 t = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+  p.y[m0 * p.ldy + j] = _mm512_reduce_add_ps(t) + b;
 }
 
 template <int M>
@@ -141,7 +124,7 @@ void dot_gemv_rows(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1, c
   int64_t j = n0;
   if constexpr (M == 1) {  // batched decode keeps interleaving (CpuTuning::gemv_memory_order)
     if (p.gemv_memory_order) {
-      for (; j < n1; ++j) dot_gemv_row<M>(p, m0, j, xb, ldb);
+      for (; j < n1; ++j) dot_gemv_row(p, m0, j, xb);
       return;
     }
   }

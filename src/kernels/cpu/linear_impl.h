@@ -168,51 +168,31 @@ FUSELM_INLINE void gemv_nk_block_bf16(const LinearProblem& p, int64_t m0, int64_
   }
 }
 
-// Memory-order variant (LinearProblem::gemv_memory_order): one W row at a time, so that a thread
-// reads its share of W front to back as one stream; U partial sums per row of x cover the FMA
-// latency that the NB rows of gemv_nk_block cover otherwise. bf16 weights are widened per vector.
-template <int M>
-constexpr int gemv_row_sums() {
-  return M == 1 ? 4 : M == 2 ? 2 : 1;
-}
+// Memory-order variant (LinearProblem::gemv_memory_order), one row of x: one W row at a time, so
+// that a thread reads its share of W front to back as one stream; kRowSums partial sums cover the
+// FMA latency that the NB rows of gemv_nk_block cover otherwise. bf16 weights are widened per vector.
+constexpr int kRowSums = 4;
 
-template <Isa I, DType D, int M>
+template <Isa I, DType D>
 FUSELM_INLINE void gemv_nk_row(const LinearProblem& p, int64_t m0, int64_t j) {
   using V = Vec<I>;
   using R = typename V::R;
-  constexpr int W = V::W, U = gemv_row_sums<M>();
+  constexpr int W = V::W, U = kRowSums;
   const float* x = p.x + m0 * p.lda;
   const void* w = w_at<D>(p.w, j * p.ldw);
-  R acc[U][M];
-  FUSELM_UNROLL(8)
-  for (int u = 0; u < U; ++u) {
-    FUSELM_UNROLL(8)
-    for (int i = 0; i < M; ++i) acc[u][i] = V::zero();
-  }
+  R acc[U] = {V::zero(), V::zero(), V::zero(), V::zero()};
   const int64_t k = p.k, kfull = k - k % (U * W);
   int64_t kk = 0;
   for (; kk < kfull; kk += U * W) {
-    FUSELM_UNROLL(8)
-    for (int u = 0; u < U; ++u) {
-      const R wv = load_w<V, D>(w_at<D>(w, kk + u * W));
-      FUSELM_UNROLL(8)
-      for (int i = 0; i < M; ++i) acc[u][i] = V::fma(wv, V::load(x + i * p.lda + kk + u * W), acc[u][i]);
-    }
+    FUSELM_UNROLL(4)
+    for (int u = 0; u < U; ++u) acc[u] = V::fma(load_w<V, D>(w_at<D>(w, kk + u * W)), V::load(x + kk + u * W), acc[u]);
   }
   for (; kk < k; kk += W) {
     const int rem = clamp_lanes(k - kk, W);
-    const R wv = loadn_w<V, D>(w_at<D>(w, kk), rem);
-    FUSELM_UNROLL(8)
-    for (int i = 0; i < M; ++i) acc[0][i] = V::fma(wv, V::loadn(x + i * p.lda + kk, rem), acc[0][i]);
+    acc[0] = V::fma(loadn_w<V, D>(w_at<D>(w, kk), rem), V::loadn(x + kk, rem), acc[0]);
   }
   const float b = p.bias ? p.bias[j] : 0.f;
-  FUSELM_UNROLL(8)
-  for (int i = 0; i < M; ++i) {
-    R t = acc[0][i];
-    FUSELM_UNROLL(8)
-    for (int u = 1; u < U; ++u) t = V::add(t, acc[u][i]);
-    p.y[(m0 + i) * p.ldy + j] = V::hsum(t) + b;
-  }
+  p.y[m0 * p.ldy + j] = V::hsum(V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3]))) + b;
 }
 
 template <Isa I, DType D, int M>
@@ -221,7 +201,7 @@ void gemv_nk(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
   int64_t j = n0;
   if constexpr (M == 1) {  // batched decode keeps interleaving (CpuTuning::gemv_memory_order)
     if (p.gemv_memory_order) {
-      for (; j < n1; ++j) gemv_nk_row<I, D, M>(p, m0, j);
+      for (; j < n1; ++j) gemv_nk_row<I, D>(p, m0, j);
       return;
     }
   }
