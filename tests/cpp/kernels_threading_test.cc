@@ -2,6 +2,8 @@
 // threads, ranges cover [0, n) exactly, nested calls run inline on the calling thread, exceptions
 // reach the caller after every part finished, and a thread's scratch survives between tasks.
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -50,6 +52,44 @@ TEST(KernelsThreading, RangesCoverEveryIndexOnce) {
       parallel_for_dynamic(nt, n, [&](int64_t i) { dyn[static_cast<size_t>(i)].fetch_add(1); });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dyn[static_cast<size_t>(i)].load(), 1) << nt << " " << n << " " << i;
     }
+}
+
+TEST(KernelsThreading, ChunksCoverEveryIndexOnceOnAlignedBoundaries) {
+  for (int nt = 1; nt <= 4; ++nt)
+    for (int64_t n : {0, 1, 15, 16, 17, 100, 1027})
+      for (int chunks : {1, 3, 8, 64}) {
+        std::vector<std::atomic<int>> hit(static_cast<size_t>(n));
+        parallel_for_chunks(nt, n, 16, chunks, [&](int64_t b, int64_t e) {
+          EXPECT_LT(b, e);
+          EXPECT_EQ(b % 16, 0);
+          for (int64_t i = b; i < e; ++i) hit[static_cast<size_t>(i)].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hit[static_cast<size_t>(i)].load(), 1) << nt << " " << n << " " << chunks << " " << i;
+      }
+}
+
+// The point of chunks: a thread held up in one part leaves the rest to the others.
+TEST(KernelsThreading, ChunksGoToTheThreadThatIsFree) {
+  std::mutex mu;
+  std::map<std::thread::id, int> taken;
+  std::atomic<bool> first{true};
+  std::thread::id slow;
+  parallel_for_chunks(2, 16 * 16, 16, 16, [&](int64_t, int64_t) {
+    if (first.exchange(false)) {
+      {
+        std::lock_guard g(mu);
+        slow = std::this_thread::get_id();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    std::lock_guard g(mu);
+    ++taken[std::this_thread::get_id()];
+  });
+  int total = 0;
+  for (const auto& [id, n] : taken) total += n;
+  EXPECT_EQ(total, 16);
+  EXPECT_LT(taken[slow], 8) << "the thread that slept in its first part still took half the parts";
 }
 
 TEST(KernelsThreading, NestedCallsRunInlineOnTheCallingThread) {
