@@ -224,6 +224,12 @@ std::optional<Failure> Walk::step(ir::Node& node) {
     sh_[node.index] = Sh{x.dim, {x.secs[0]}, x.origin};
     return std::nullopt;
   }
+  if (op == "fuselm.rope.default") {  // pointwise, but pairs elements across the last (rotated) dim
+    const Sh& x = in(node.args[0]);
+    if (x.split() && x.dim == static_cast<int>(node.out.shape.size()) - 1)
+      return fail(node, origin, "rotates a dim split across ranks");
+    return pointwise(node);
+  }
   if (op == "fuselm.rms_norm.default") {
     const Sh& x = in(node.args[0]);
     if (in(node.args[1]).split()) return fail(node, origin, "has a split weight");

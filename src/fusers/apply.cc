@@ -33,7 +33,7 @@ std::vector<const Fuser*> enabled_fusers(const Options& options, Report& rep) {
 }
 
 // Matching: every module, every enabled fuser in registry order (at most one rewriting fusion
-// per module, additive ones alongside), through the cache, then this instance's validate.
+// per module, additive and composing ones alongside), through the cache, then this instance's validate.
 class Matcher {
  public:
   Matcher(const ir::Graph& g, Report& rep) : g_(g), rep_(rep), users_(driver::build_users(g)) {
@@ -46,9 +46,11 @@ class Matcher {
       std::string sig;
       bool rewritten = false;
       for (const Fuser* fu : fusers) {
-        if (!fu->additive() && rewritten) continue;
+        const bool exclusive = !fu->additive() && !fu->composes();
+        if (exclusive && rewritten) continue;
         if (sig.empty()) sig = driver::signature(sg);
-        rewritten = one(*fu, sg, sig) || rewritten;
+        const bool hit = one(*fu, sg, sig);
+        rewritten = (exclusive && hit) || rewritten;
       }
     }
     return std::move(accepted_);

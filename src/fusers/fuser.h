@@ -191,6 +191,9 @@ class Fuser {
   virtual std::string_view name() const = 0;
   /// Additive fusions attach to a module and never rewrite; several may apply to one module.
   virtual bool additive() const { return false; }
+  /// A rewriting fuser of one op-level pattern (rope) whose nodes no module-level fuser replaces:
+  /// it may rewrite a module that another fusion already rewrote (the overlap check still applies).
+  virtual bool composes() const { return false; }
   /// Structure only (cached per module class and structure signature).
   virtual std::optional<Fusion> match(const Subgraph& sg, Why& why) const = 0;
   /// What the cache key does not hold (module attributes such as layer_idx); may fill instance

@@ -1,5 +1,5 @@
 // The fuser registry: one ordered list. The first rewriting fuser that matches a module wins;
-// additive fusers (attention) attach alongside. Adding a fuser = one file + one line here.
+// additive fusers (attention) and composing ones (rope) apply alongside. Adding a fuser = one file + one line here.
 #include "fusers/fuser.h"
 
 namespace fuselm::fusers {
@@ -11,6 +11,7 @@ const Fuser& qkv_fuser();
 const Fuser& glu_fuser();
 const Fuser& packed_glu_fuser();
 const Fuser& rms_norm_fuser();
+const Fuser& rope_fuser();
 const Fuser& attention_fuser();
 
 std::span<const Fuser* const> registry() {
@@ -22,6 +23,7 @@ std::span<const Fuser* const> registry() {
       &glu_fuser(),         // an MLP block: gate/up projections under one module
       &packed_glu_fuser(),  // an MLP block whose gate and up are one projection's halves
       &rms_norm_fuser(),    // a norm module (leaf): never overlaps a GLU's nodes
+      &rope_fuser(),        // composes: x·cos + rotate_half(x)·sin beside the module's qkv fusion
       &attention_fuser(),   // additive: attaches the engine's attention site
   };
   return kFusers;

@@ -29,6 +29,7 @@ std::span<const OpDef> op_defs() {
         "shared_scale", "shared_activation"}},
       {"fuselm.rms_norm.default", {"input", "weight", "eps", "weight_offset"}},  // fused_ops.cc; rms_norm fuser
       {"fuselm.act_and_mul.default", {"input", "activation"}},                   // fused_ops.cc; glu fusers
+      {"fuselm.rope.default", {"input", "cos", "sin", "pairing"}},               // fused_ops.cc; rope fuser
       {"fuselm.mla_attention.default",  // mla_op.cc; the mla fuser
        {"q", "latent", "k_rot", "w_up", "scaling", "layer_idx", "nope_dim", "v_dim"},
        OpSource::fusers, KvRows::latent, "layer_idx"},

@@ -1,4 +1,4 @@
-// The rms_norm, glu, qkv, packed_qkv and attention fusers on captured toy modules
+// The rms_norm, glu, qkv, packed_qkv, rope and attention fusers on captured toy modules
 // (tests/cpp/data/fusers/*.json, written by tests/python/make_fuser_fixtures.py through the normal
 // capture path from the toys of tests/python/test_fusers.py). The oracle is the toys' source: the
 // eps, weight form, activation, widths, head counts, scales and layer indices are literals there
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fusers/plan.h"
@@ -391,6 +392,43 @@ TEST(PackedQkvFuser, PerHeadSplitIsNeitherPackedNorThree) {
             "layer=0 (module attribute) scale=0.353553 (op argument) heads=4/4x8 mask=causal");
   EXPECT_TRUE(p.weights.empty());
   EXPECT_TRUE(p.shards.empty());
+  EXPECT_EQ(p.graph.nodes.size(), g.nodes.size());
+}
+
+// ---------------------------------------------------------------- rope
+
+// The Rope toy: q and k of 4 heads of 8, each x·cos + rotate_half(x)·sin with an in-module table
+// (its own cat([f, f]) is no candidate); partial rotates the first 4 of each head.
+TEST(RopeFuser, EachRotatedTensorBecomesOneRopeOp) {
+  for (const auto& [name, detail, rotated_by] :
+       {std::tuple{"rope_half", "pairing=half sites=2 width=8", "aten.transpose.int"},
+        std::tuple{"rope_partial", "pairing=half sites=2 width=4", "aten.slice.Tensor"}}) {
+    SCOPED_TRACE(name);
+    const ir::Graph g = fixture(name);
+    const Plan p = apply(g);
+    EXPECT_TRUE(p.report.errors.empty());
+    EXPECT_EQ(expect_entry(p, "block", "rope", Status::fused).detail, detail);
+    const auto ropes = all(p.graph, "fuselm.rope.default");
+    ASSERT_EQ(ropes.size(), 2u);
+    for (const ir::Node* n : ropes) {
+      ASSERT_EQ(n->args.size(), 4u);
+      EXPECT_EQ(p.graph.nodes.at(n->args[0].ref).op, rotated_by);  // x: the head-split q/k or its slice
+      EXPECT_EQ(p.graph.nodes.at(n->args[1].ref).op, "aten.unsqueeze.default");  // cos[None, None]
+      EXPECT_EQ(p.graph.nodes.at(n->args[2].ref).op, "aten.unsqueeze.default");
+      EXPECT_EQ(n->args[3].s, "half");
+    }
+    EXPECT_NE(ropes[0]->args[0].ref, ropes[1]->args[0].ref) << "q and k are rotated each";
+    EXPECT_EQ(count_op(p.graph, "aten.neg.default"), 0) << "rotate_half's neg is dead";
+    EXPECT_EQ(count_op(p.graph, "aten.cat.default"), count_op(g, "aten.cat.default") - 2);
+  }
+}
+
+TEST(RopeFuser, AnotherHalfNegatedIsNotRotateHalf) {
+  const ir::Graph g = fixture("rope_wrong_half");
+  const Plan p = apply(g);
+  EXPECT_EQ(expect_entry(p, "block", "rope", Status::rejected).detail,
+            "cat(-x[..., :4], x[..., 4:]) over dim 3 is not rotate_half of width 8");
+  EXPECT_EQ(count_op(p.graph, "fuselm.rope.default"), 0);
   EXPECT_EQ(p.graph.nodes.size(), g.nodes.size());
 }
 

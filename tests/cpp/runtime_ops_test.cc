@@ -1529,6 +1529,43 @@ void add_fused_cases(Cases& m) {
     }
     EXPECT_CONTAINS(run_error(op, {{gu}}, [](auto n) { return std::vector<Arg>{R(n[0]), S("relu6")}; }, DType::f32, {2, 3, 10}), "relu6");
   };
+  // y = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) (transformers),
+  // with cos/sin [1, 1, T, d] broadcast over the heads of x [1, H, T, d].
+  m["fuselm.rope.default"] = [] {
+    const std::string op = "fuselm.rope.default";
+    auto ref = [](const Host& x, const Host& c, const Host& s) {
+      const int64_t d = x.shape.back(), h = d / 2, t = x.shape[2];
+      Host y{DType::f32, x.shape, std::vector<double>(x.numel())};
+      for (int64_t r = 0; r < x.numel() / d; ++r) {
+        const int64_t cr = r % t;  // the row of cos/sin: same position, any head
+        for (int64_t i = 0; i < d; ++i) {
+          const double rot = i < h ? -x.v[r * d + i + h] : x.v[r * d + i - h];
+          y.v[r * d + i] = as_dtype(DType::f32, as_dtype(DType::f32, x.v[r * d + i] * c.v[cr * d + i]) +
+                                                      as_dtype(DType::f32, rot * s.v[cr * d + i]));
+        }
+      }
+      return y;
+    };
+    auto args = [](const std::vector<int>& n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("half")}; };
+    for (int64_t d : {2, 8, 18, 64}) {
+      Host x = rand_host(DType::f32, {1, 3, 5, d}, 515, -3, 3);
+      Host c = rand_host(DType::f32, {1, 1, 5, d}, 516, -1, 1), s = rand_host(DType::f32, {1, 1, 5, d}, 517, -1, 1);
+      const std::string w = " d=" + std::to_string(d);
+      check_op(op, {{x}, {c}, {s}}, args, ref(x, c, s), "contiguous" + w, 1e-6, 1e-7);
+      check_op(op, {{x, Layout::transposed}, {c}, {s, Layout::strided}}, args, ref(x, c, s), "transposed x" + w, 1e-6, 1e-7);
+      check_op(op, {{x, Layout::strided}, {c, Layout::transposed}, {s}}, args, ref(x, c, s), "strided x" + w, 1e-6, 1e-7);
+    }
+    Host x = rand_host(DType::f32, {1, 2, 3, 8}, 518), c = rand_host(DType::f32, {1, 1, 3, 8}, 519);
+    Host odd = rand_host(DType::f32, {1, 2, 3, 7}, 520), c7 = rand_host(DType::f32, {1, 1, 3, 7}, 521);
+    Host wide = rand_host(DType::f32, {1, 4, 3, 8}, 522), bf = rand_host(DType::bf16, {1, 2, 3, 8}, 523);
+    EXPECT_CONTAINS(run_error(op, {{odd}, {c7}, {c7}}, args, DType::f32, {1, 2, 3, 7}), "not even");
+    EXPECT_CONTAINS(run_error(op, {{x}, {wide}, {c}}, args, DType::f32, {1, 2, 3, 8}), "broadcast");
+    Host one_head = rand_host(DType::f32, {1, 1, 3, 8}, 524);  // cos [1, 2, 3, 8] would grow x
+    EXPECT_CONTAINS(run_error(op, {{one_head}, {x}, {c}}, args, DType::f32, {1, 1, 3, 8}), "does not broadcast to");
+    EXPECT_CONTAINS(run_error(op, {{bf}, {c}, {c}}, args, DType::f32, {1, 2, 3, 8}), "f32 only");
+    EXPECT_CONTAINS(run_error(op, {{x}, {c}, {c}}, [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("interleaved")}; },
+                              DType::f32, {1, 2, 3, 8}), "pairing");
+  };
   // One process (dist::world() without MPI): the sum over one rank is the input; the MPI sum is
   // tested under mpirun (tests/python/test_tensor_parallel.py).
   m["fuselm.all_reduce.default"] = [] {

@@ -266,6 +266,68 @@ def test_disable_fuser(fuselm_bin, tmp_path):
     assert proc.returncode != 0 and "unknown fuser 'nope'" in proc.stderr
 
 
+# ---------------------------------------------------------------- rotary embedding
+
+def rotate_half(x):  # transformers' rotate_half (models/llama/modeling_llama.py)
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
+
+
+class Rope(nn.Module):
+    """q and k of 4 heads of 8 rotated by an in-module cos/sin table (whose own cat([f, f]) is no
+    candidate). variant: half (Llama), reversed (cos · x + sin · rotate_half(x)), partial (the first
+    4 of 8 rotated, the rest passed through: Phi, GPT-NeoX), wrong_half (the lower half negated:
+    not rotate_half), bf16 (the rope computed in bf16, which torch rounds per product)."""
+
+    def __init__(self, variant="half"):
+        super().__init__()
+        self.variant = variant
+        self.q_proj, self.k_proj = nn.Linear(H, H, bias=False), nn.Linear(H, H, bias=False)
+
+    def rotate(self, x, cos, sin):
+        v = self.variant
+        if v == "reversed":
+            return cos * x + sin * rotate_half(x)
+        if v == "wrong_half":
+            h = x.shape[-1] // 2
+            return x * cos + torch.cat((-x[..., :h], x[..., h:]), dim=-1) * sin
+        if v == "bf16":
+            xb = x.to(torch.bfloat16)
+            return (xb * cos.to(torch.bfloat16) + rotate_half(xb) * sin.to(torch.bfloat16)).float()
+        return x * cos + rotate_half(x) * sin
+
+    def forward(self, x):
+        t = x.shape[1]
+        rot = 4 if self.variant == "partial" else 8
+        inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+        f = torch.arange(t, dtype=torch.float32)[:, None] * inv[None]
+        emb = torch.cat((f, f), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        q = self.q_proj(x).view(1, t, 4, 8).transpose(1, 2)
+        k = self.k_proj(x).view(1, t, 4, 8).transpose(1, 2)
+        if self.variant == "partial":
+            q = torch.cat((self.rotate(q[..., :rot], cos, sin), q[..., rot:]), dim=-1)
+            k = torch.cat((self.rotate(k[..., :rot], cos, sin), k[..., rot:]), dim=-1)
+        else:
+            q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        return (q * k).transpose(1, 2).reshape(1, t, H)
+
+
+@pytest.mark.parametrize("variant,detail", [("half", "pairing=half sites=2 width=8"),
+                                            ("reversed", "pairing=half sites=2 width=8"),
+                                            ("partial", "pairing=half sites=2 width=4")])
+def test_rope_variants_fuse(variant, detail, fuselm_bin, tmp_path):
+    r = inspect(fuselm_bin, capture_toy(Wrap(Rope(variant)), tmp_path / variant))
+    e = entry(r, "block", "rope")
+    assert e and e["status"] == "fused" and e["detail"] == detail, e
+    assert r["totals"]["rope"] == {"applied": 1, "candidates": 1}
+
+
+@pytest.mark.parametrize("variant,reason", [("wrong_half", "is not rotate_half"), ("bf16", "f32 only")])
+def test_rope_rejects(variant, reason, fuselm_bin, tmp_path):
+    e = entry(inspect(fuselm_bin, capture_toy(Wrap(Rope(variant)), tmp_path / variant)), "block", "rope")
+    assert e and e["status"] == "rejected" and reason in e["detail"], e
+
+
 # ---------------------------------------------------------------- real families: plan and logits
 
 def expected_plan(family: str) -> tuple[dict, dict]:
@@ -273,23 +335,24 @@ def expected_plan(family: str) -> tuple[dict, dict]:
     what structurally applies to the family; a fuser in neither has no fusion in the model."""
     n = tiny_models.make_config(family).num_hidden_layers
     separate = {"attention": n, "qkv": n}
+    rope = {"rope": n}  # rotate_half on q and k in every attention module
     glu_rms = {"glu": n, "rms_norm": 2 * n + 1}  # a norm before attention and MLP, one final
     plain_mlp = {"glu": "plain MLP"}
     per_head = {"packed_qkv": "viewed per head", "qkv": "a packed projection", **plain_mlp}
     return {
-        "llama": ({**separate, **glu_rms}, {}),
-        "qwen2": ({**separate, **glu_rms}, {}),
-        "mistral": ({**separate, **glu_rms}, {}),
-        "gemma": ({**separate, **glu_rms}, {}),  # (1 + w) norms
-        "qwen3": ({**separate, **glu_rms, "rms_norm": 4 * n + 1}, {}),  # + per-head q/k norms
-        "gemma2": ({**separate, **glu_rms, "rms_norm": 4 * n + 1}, {}),  # + post-attention/-MLP norms
-        "gemma3_text": ({**separate, **glu_rms, "rms_norm": 6 * n + 1}, {}),  # both, + q/k norms
-        "phi3": ({"attention": n, "packed_qkv": n, "packed_glu": n, "rms_norm": 2 * n + 1}, {}),
+        "llama": ({**separate, **glu_rms, **rope}, {}),
+        "qwen2": ({**separate, **glu_rms, **rope}, {}),
+        "mistral": ({**separate, **glu_rms, **rope}, {}),
+        "gemma": ({**separate, **glu_rms, **rope}, {}),  # (1 + w) norms
+        "qwen3": ({**separate, **glu_rms, **rope, "rms_norm": 4 * n + 1}, {}),  # + per-head q/k norms
+        "gemma2": ({**separate, **glu_rms, **rope, "rms_norm": 4 * n + 1}, {}),  # + post-attention/-MLP norms
+        "gemma3_text": ({**separate, **glu_rms, **rope, "rms_norm": 6 * n + 1}, {}),  # both, + q/k norms
+        "phi3": ({"attention": n, "packed_qkv": n, "packed_glu": n, "rms_norm": 2 * n + 1, **rope}, {}),
         "opt": (separate, plain_mlp),  # LayerNorm, q pre-scaled
         "gpt2": ({"attention": n, "packed_qkv": n}, plain_mlp),  # Conv1D c_attn split in 3
         "gpt_bigcode_mqa": ({"attention": n, "packed_qkv": n}, plain_mlp),
         "gpt_bigcode_mha": ({"attention": n}, per_head),
-        "gpt_neox": ({"attention": n}, per_head),
+        "gpt_neox": ({"attention": n, **rope}, per_head),  # partial rotary: the first half of each head
     }[family]
 
 

@@ -2,10 +2,15 @@
 //   fuselm.rms_norm(x, w | None, eps, weight_offset) -> x · rsqrt(mean(x², -1) + eps) · (w + offset)
 //       fp32 arithmetic for any x and weight dtype; output in the node's dtype
 //   fuselm.act_and_mul(gu [..., 2N], act) -> act(gu[..., :N]) · gu[..., N:]   act: silu|gelu|gelu_tanh
+//   fuselm.rope(x [..., d], cos, sin, pairing) -> x · cos + rotate(x) · sin   pairing: half
+//       f32 only (the rope fuser fuses nothing else); cos and sin broadcast to x
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
@@ -69,11 +74,32 @@ void act_and_mul(OpCall& c) {
   set_out(c, y);
 }
 
+void rope(OpCall& c) {
+  const Tensor& x = c.tensor(0);
+  const Tensor &cos = c.tensor(1), &sin = c.tensor(2);
+  const Value& pv = c.arg(3);
+  if (pv.kind != Value::Kind::string || !pv.s || std::string_view(pv.s) != "half")
+    c.fail("rope pairing is not 'half'");
+  for (const Tensor* t : {&x, &cos, &sin})
+    if (t->dtype != DType::f32) c.fail("rope of " + t->describe() + ": the fused rope runs f32 only");
+  if (x.ndim < 1 || x.shape[x.ndim - 1] % 2 != 0) c.fail("rope of " + x.describe() + ": the last dim is not even");
+  for (const Tensor* t : {&cos, &sin}) {
+    std::array<int64_t, kMaxDims> shape{};
+    const int nd = broadcast_shape(x, *t, shape);
+    if (nd != x.ndim || !std::equal(x.shape.begin(), x.shape.begin() + nd, shape.begin()))
+      c.fail(t->describe() + " does not broadcast to the rotated " + x.describe());
+  }
+  Tensor y = c.alloc(DType::f32, x.sizes());
+  kernels::rope(kernels::RopePairing::half, view(x), view(cos), view(sin), view(y));
+  set_out(c, y);
+}
+
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
   r.add("fuselm.rms_norm.default", rms_norm);
   r.add("fuselm.act_and_mul.default", act_and_mul);
+  r.add("fuselm.rope.default", rope);
 }
 
 }  // namespace fuselm::runtime::ops
