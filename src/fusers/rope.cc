@@ -1,14 +1,16 @@
-// Rotary embedding   y = x·cos + rotate_half(x)·sin   →  fuselm.rope(x, cos, sin, "half")
-//   anchor:   each own cat([-x[..., h:], x[..., :h]], -1) of the module: transformers' rotate_half
-//             (the neg may be of either slice's role only as rotate_half has it: the upper half negated
-//             and first); one site per rotated tensor (q and k)
-//   then:     that cat times sin (either operand order), read nowhere else; x times cos (either
+// Rotary embedding   y = x·cos + rotate(x)·sin   →  fuselm.rope(x, cos, sin, pairing)
+//   anchor:   each own cat or stack of the module whose first piece is a negated slice; one site per
+//             rotated tensor (q and k). The pairing is what the pieces compute:
+//               half         cat([-x[..., h:], x[..., :h]], -1)  (transformers' rotate_half)
+//               interleaved  stack([-x[..., 1::2], x[..., ::2]], -1) flattened back to x's shape
+//                            (rotate_every_two: GPT-J, CodeGen, Cohere, GLM)
+//   then:     rotate(x) times sin (either operand order), read nowhere else; x times cos (either
 //             order); their sum with alpha 1. x is the same value in all three places.
 //   x:        an f32 value whose last dim d = 2h is static: a head-split q or k, or the rotated slice of
 //             a partial-rotary model (Phi, GPT-NeoX, StableLM: the pass-through part stays as the graph
 //             has it)
 //   cos, sin: f32 values whose last dim is d and which broadcast to x without growing it
-//   rejected: a cat that is not rotate_half's (halves swapped, the other half negated, a step), other
+//   rejected: pieces that are neither pairing (halves swapped, the other half negated), other
 //             dtypes (bf16 or f16 round every product; unfused keeps torch's rounding), a sum that grows x
 //   composes: the nodes it replaces belong to no other fuser's pattern, so it applies alongside the
 //             module's rewriting fusion (qkv, packed_qkv, mla); the driver's overlap check still holds.
@@ -90,53 +92,88 @@ int only_user(const Subgraph& sg, int v, std::string_view op) {
 struct Site {
   int x = -1, cos = -1, sin = -1, add = -1;
   int64_t width = 0;
+  std::string pairing;
 };
 
-// The cat as a candidate anchor: two pieces, the first a negated slice (what rotate_half looks like).
-bool looks_rotate_half(const Subgraph& sg, int cat) {
-  const ir::Node& c = sg.node(cat);
+// A candidate anchor: a cat (rotate_half) or stack (interleaved pairs) of two pieces, the first a
+// negated slice.
+bool looks_rotation(const Subgraph& sg, int n) {
+  const ir::Node& c = sg.node(n);
   if (c.args.empty() || c.args[0].kind != ir::Arg::Kind::list || c.args[0].list.size() != 2) return false;
   const auto& first = c.args[0].list[0];
   if (first.kind != ir::Arg::Kind::ref || !sg.owns(first.ref) || sg.node(first.ref).op != "aten.neg.default") return false;
   return as_slice(sg, ref_arg(sg.node(first.ref), 0)).has_value();
 }
 
-std::optional<Site> rope_site(const Subgraph& sg, int cat, Why& why) {
+// The rotation an anchor computes: x, the pairing, and the value that holds rotate(x) in x's shape
+// (the cat itself; the flatten or view of the stack).
+struct Rotation {
+  int x = -1, rotated = -1;
+  std::string pairing;
+  int64_t width = 0;
+};
+
+std::optional<Rotation> rotation(const Subgraph& sg, int anchor, Why& why) {
   const ir::Graph& g = *sg.graph;
-  const ir::Node& c = sg.node(cat);
+  const ir::Node& c = sg.node(anchor);
+  const bool stack = c.op == "aten.stack.default";
   const auto& pieces = c.args[0].list;
-  const auto hi = as_slice(sg, ref_arg(sg.node(pieces[0].ref), 0));
-  const auto lo = pieces[1].kind == ir::Arg::Kind::ref ? as_slice(sg, pieces[1].ref) : std::nullopt;
-  if (!lo || lo->x != hi->x) return why.reject("cat(-slice, ...) whose second piece is not a slice of the same value");
-  Site s;
-  s.x = hi->x;
-  const ir::TensorMeta& xm = g.nodes[s.x].out;
+  const auto neg = as_slice(sg, ref_arg(sg.node(pieces[0].ref), 0));
+  const auto pos = pieces[1].kind == ir::Arg::Kind::ref ? as_slice(sg, pieces[1].ref) : std::nullopt;
+  if (!pos || pos->x != neg->x) return why.reject("{}(-slice, ...) whose second piece is not a slice of the same value", stack ? "stack" : "cat");
+  Rotation r{neg->x, anchor, stack ? "interleaved" : "half", 0};
+  const ir::TensorMeta& xm = g.nodes[r.x].out;
   const int64_t nd = static_cast<int64_t>(xm.shape.size());
   const auto d = static_dim(xm, -1);
   if (!d || *d % 2 != 0) return why.reject("the rotated width is not static and even");
+  r.width = *d;
   const int64_t h = *d / 2;
-  const auto cat_dim = int_arg(c, 1, 0);
-  if (!cat_dim || (*cat_dim != -1 && *cat_dim != nd - 1)) return why.reject("the cat is not over the last dim");
-  const bool hi_ok = hi->dim == nd - 1 && hi->start == h && hi->end >= *d && hi->step == 1;
-  const bool lo_ok = lo->dim == nd - 1 && lo->start == 0 && lo->end == h && lo->step == 1;
-  if (!hi_ok || !lo_ok)
-    return why.reject("cat(-x[..., {}], x[..., {}]) over dim {} is not rotate_half of width {}", hi->str(), lo->str(),
-                      hi->dim == lo->dim ? std::to_string(hi->dim) : fmt::format("{}/{}", hi->dim, lo->dim), *d);
-  // rotate_half(x) · sin, the sum, x · cos.
-  const int mul_sin = only_user(sg, cat, "aten.mul.Tensor");
-  if (mul_sin < 0) return why.reject("rotate_half(x) is read by something else than one product");
-  s.sin = other_operand(g.nodes[mul_sin], cat);
+  const auto dim = int_arg(c, 1, 0);
+  const int64_t want_dim = stack ? nd : nd - 1;  // a stack adds the pair dim last
+  if (!dim || (*dim != -1 && *dim != want_dim)) return why.reject("the {} is not over the last dim", stack ? "stack" : "cat");
+  const bool on_last = neg->dim == nd - 1 && pos->dim == nd - 1;
+  const bool ok = stack ? on_last && neg->start == 1 && pos->start == 0 && neg->step == 2 && pos->step == 2 &&
+                              neg->end >= *d && pos->end >= *d
+                        : on_last && neg->start == h && neg->end >= *d && neg->step == 1 && pos->start == 0 &&
+                              pos->end == h && pos->step == 1;
+  if (!ok)
+    return why.reject("{}(-x[..., {}], x[..., {}]) over dim {} is not {} of width {}", stack ? "stack" : "cat", neg->str(),
+                      pos->str(), neg->dim == pos->dim ? std::to_string(neg->dim) : fmt::format("{}/{}", neg->dim, pos->dim),
+                      stack ? "rotate_every_two" : "rotate_half", *d);
+  if (stack) {  // [..., d/2, 2] back to [..., d]: flatten(-2, -1) or a view of x's shape
+    const auto& us = sg.users_of(anchor);
+    const ir::Node* f = us.size() == 1 && sg.owns(us[0]) ? &g.nodes[us[0]] : nullptr;
+    const bool flat = f && (f->op == "aten.flatten.using_ints" || f->op == "aten.view.default" ||
+                            f->op == "aten.reshape.default");
+    if (!flat || !same_shape(f->out, xm)) return why.reject("the stacked pairs are not flattened back to the rotated shape");
+    r.rotated = us[0];
+  }
+  return r;
+}
+
+std::optional<Site> rope_site(const Subgraph& sg, int anchor, Why& why) {
+  const ir::Graph& g = *sg.graph;
+  const auto r = rotation(sg, anchor, why);
+  if (!r) return std::nullopt;
+  Site s;
+  s.x = r->x;
+  s.width = r->width;
+  s.pairing = r->pairing;
+  const ir::TensorMeta& xm = g.nodes[s.x].out;
+  // rotate(x) · sin, the sum, x · cos.
+  const int mul_sin = only_user(sg, r->rotated, "aten.mul.Tensor");
+  if (mul_sin < 0) return why.reject("rotate(x) is read by something else than one product");
+  s.sin = other_operand(g.nodes[mul_sin], r->rotated);
   const int add = only_user(sg, mul_sin, "aten.add.Tensor");
-  if (s.sin < 0 || add < 0) return why.reject("rotate_half(x) · sin is not added once");
+  if (s.sin < 0 || add < 0) return why.reject("rotate(x) · sin is not added once");
   if (number_arg(g.nodes[add], 2).value_or(1.0) != 1.0) return why.reject("the sum has alpha != 1");
   const int mul_cos = other_operand(g.nodes[add], mul_sin);
   if (mul_cos < 0 || !sg.owns(mul_cos) || g.nodes[mul_cos].op != "aten.mul.Tensor")
-    return why.reject("rotate_half(x) · sin is not added to a product");
+    return why.reject("rotate(x) · sin is not added to a product");
   s.cos = other_operand(g.nodes[mul_cos], s.x);
-  if (s.cos < 0) return why.reject("rotate_half(x) · sin is added to a product that does not read x");
+  if (s.cos < 0) return why.reject("rotate(x) · sin is added to a product that does not read x");
   s.add = add;
-  s.width = *d;
-  for (int v : {s.x, s.cos, s.sin, cat, mul_sin, mul_cos, add})
+  for (int v : {s.x, s.cos, s.sin, anchor, r->rotated, mul_sin, mul_cos, add})
     if (g.nodes[v].out.dtype != DType::f32)
       return why.reject("{} is {}: the fused rope runs f32 only", g.nodes[v].op, dtype_name(g.nodes[v].out.dtype));
   if (!broadcasts_to(g.nodes[s.cos].out, xm) || !broadcasts_to(g.nodes[s.sin].out, xm))
@@ -152,8 +189,9 @@ class RopeFuser final : public Fuser {
 
   std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
     std::vector<int> cats;
-    for (int c : sg.own_of("aten.cat.default"))
-      if (looks_rotate_half(sg, c)) cats.push_back(c);
+    for (const char* op : {"aten.cat.default", "aten.stack.default"})
+      for (int c : sg.own_of(op))
+        if (looks_rotation(sg, c)) cats.push_back(c);
     if (cats.empty()) return why.not_applicable();
     std::vector<Site> sites;
     for (int c : cats) {
@@ -166,13 +204,16 @@ class RopeFuser final : public Fuser {
     Fusion f;
     for (const Site& s : sites) {
       NewNode nn = op_node("fuselm.rope.default",
-                           {{"input", ref(s.x)}, {"cos", ref(s.cos)}, {"sin", ref(s.sin)}, {"pairing", string("half")}});
+                           {{"input", ref(s.x)}, {"cos", ref(s.cos)}, {"sin", ref(s.sin)}, {"pairing", string(s.pairing)}});
       nn.out = sg.node(s.add).out;
       nn.place_before = s.add;
       f.replaces.push_back({s.add, new_ref(static_cast<int>(f.nodes.size()))});
       f.nodes.push_back(std::move(nn));
     }
-    f.detail = fmt::format("pairing=half sites={} width={}", sites.size(), sites.front().width);
+    for (const Site& s : sites)
+      if (s.pairing != sites.front().pairing || s.width != sites.front().width)
+        return why.reject("rotations of different pairings or widths in one module");
+    f.detail = fmt::format("pairing={} sites={} width={}", sites.front().pairing, sites.size(), sites.front().width);
     return f;
   }
 };

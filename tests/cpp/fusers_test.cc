@@ -398,11 +398,13 @@ TEST(PackedQkvFuser, PerHeadSplitIsNeitherPackedNorThree) {
 // ---------------------------------------------------------------- rope
 
 // The Rope toy: q and k of 4 heads of 8, each x·cos + rotate_half(x)·sin with an in-module table
-// (its own cat([f, f]) is no candidate); partial rotates the first 4 of each head.
+// (its own cat([f, f]) is no candidate); partial rotates the first 4 of each head; interleaved is
+// GPT-J's rotate_every_two (a stack of pairs flattened back).
 TEST(RopeFuser, EachRotatedTensorBecomesOneRopeOp) {
   for (const auto& [name, detail, rotated_by] :
        {std::tuple{"rope_half", "pairing=half sites=2 width=8", "aten.transpose.int"},
-        std::tuple{"rope_partial", "pairing=half sites=2 width=4", "aten.slice.Tensor"}}) {
+        std::tuple{"rope_partial", "pairing=half sites=2 width=4", "aten.slice.Tensor"},
+        std::tuple{"rope_interleaved", "pairing=interleaved sites=2 width=8", "aten.transpose.int"}}) {
     SCOPED_TRACE(name);
     const ir::Graph g = fixture(name);
     const Plan p = apply(g);
@@ -415,11 +417,12 @@ TEST(RopeFuser, EachRotatedTensorBecomesOneRopeOp) {
       EXPECT_EQ(p.graph.nodes.at(n->args[0].ref).op, rotated_by);  // x: the head-split q/k or its slice
       EXPECT_EQ(p.graph.nodes.at(n->args[1].ref).op, "aten.unsqueeze.default");  // cos[None, None]
       EXPECT_EQ(p.graph.nodes.at(n->args[2].ref).op, "aten.unsqueeze.default");
-      EXPECT_EQ(n->args[3].s, "half");
+      EXPECT_EQ(n->args[3].s, std::string(name) == "rope_interleaved" ? "interleaved" : "half");
     }
     EXPECT_NE(ropes[0]->args[0].ref, ropes[1]->args[0].ref) << "q and k are rotated each";
     EXPECT_EQ(count_op(p.graph, "aten.neg.default"), 0) << "rotate_half's neg is dead";
-    EXPECT_EQ(count_op(p.graph, "aten.cat.default"), count_op(g, "aten.cat.default") - 2);
+    const char* rot = std::string(name) == "rope_interleaved" ? "aten.stack.default" : "aten.cat.default";
+    EXPECT_EQ(count_op(p.graph, rot), count_op(g, rot) - 2) << "q's and k's rotation are dead";
   }
 }
 

@@ -1529,17 +1529,19 @@ void add_fused_cases(Cases& m) {
     }
     EXPECT_CONTAINS(run_error(op, {{gu}}, [](auto n) { return std::vector<Arg>{R(n[0]), S("relu6")}; }, DType::f32, {2, 3, 10}), "relu6");
   };
-  // y = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) (transformers),
+  // y = x*cos + rotate(x)*sin, rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]) (transformers), or the
+  // interleaved rotate_every_two (GPT-J): rotate(x)[2j] = -x[2j+1], rotate(x)[2j+1] = x[2j];
   // with cos/sin [1, 1, T, d] broadcast over the heads of x [1, H, T, d].
   m["fuselm.rope.default"] = [] {
     const std::string op = "fuselm.rope.default";
-    auto ref = [](const Host& x, const Host& c, const Host& s) {
+    auto ref = [](const Host& x, const Host& c, const Host& s, bool interleaved = false) {
       const int64_t d = x.shape.back(), h = d / 2, t = x.shape[2];
       Host y{DType::f32, x.shape, std::vector<double>(x.numel())};
       for (int64_t r = 0; r < x.numel() / d; ++r) {
         const int64_t cr = r % t;  // the row of cos/sin: same position, any head
         for (int64_t i = 0; i < d; ++i) {
-          const double rot = i < h ? -x.v[r * d + i + h] : x.v[r * d + i - h];
+          const double rot = interleaved ? (i % 2 ? x.v[r * d + i - 1] : -x.v[r * d + i + 1])
+                                         : (i < h ? -x.v[r * d + i + h] : x.v[r * d + i - h]);
           y.v[r * d + i] = as_dtype(DType::f32, as_dtype(DType::f32, x.v[r * d + i] * c.v[cr * d + i]) +
                                                       as_dtype(DType::f32, rot * s.v[cr * d + i]));
         }
@@ -1554,6 +1556,9 @@ void add_fused_cases(Cases& m) {
       check_op(op, {{x}, {c}, {s}}, args, ref(x, c, s), "contiguous" + w, 1e-6, 1e-7);
       check_op(op, {{x, Layout::transposed}, {c}, {s, Layout::strided}}, args, ref(x, c, s), "transposed x" + w, 1e-6, 1e-7);
       check_op(op, {{x, Layout::strided}, {c, Layout::transposed}, {s}}, args, ref(x, c, s), "strided x" + w, 1e-6, 1e-7);
+      auto iargs = [](const std::vector<int>& n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("interleaved")}; };
+      check_op(op, {{x}, {c}, {s}}, iargs, ref(x, c, s, true), "interleaved" + w, 1e-6, 1e-7);
+      check_op(op, {{x, Layout::transposed}, {c, Layout::strided}, {s}}, iargs, ref(x, c, s, true), "interleaved transposed x" + w, 1e-6, 1e-7);
     }
     Host x = rand_host(DType::f32, {1, 2, 3, 8}, 518), c = rand_host(DType::f32, {1, 1, 3, 8}, 519);
     Host odd = rand_host(DType::f32, {1, 2, 3, 7}, 520), c7 = rand_host(DType::f32, {1, 1, 3, 7}, 521);
@@ -1563,8 +1568,8 @@ void add_fused_cases(Cases& m) {
     Host one_head = rand_host(DType::f32, {1, 1, 3, 8}, 524);  // cos [1, 2, 3, 8] would grow x
     EXPECT_CONTAINS(run_error(op, {{one_head}, {x}, {c}}, args, DType::f32, {1, 1, 3, 8}), "does not broadcast to");
     EXPECT_CONTAINS(run_error(op, {{bf}, {c}, {c}}, args, DType::f32, {1, 2, 3, 8}), "f32 only");
-    EXPECT_CONTAINS(run_error(op, {{x}, {c}, {c}}, [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("interleaved")}; },
-                              DType::f32, {1, 2, 3, 8}), "pairing");
+    EXPECT_CONTAINS(run_error(op, {{x}, {c}, {c}}, [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("every_two")}; },
+                              DType::f32, {1, 2, 3, 8}), "pairing 'every_two'");
   };
   // One process (dist::world() without MPI): the sum over one rank is the input; the MPI sum is
   // tested under mpirun (tests/python/test_tensor_parallel.py).

@@ -5,7 +5,7 @@ capture path (test_fusers.capture_toy: x [1, T, 32] with T dynamic, the block un
 toy's own children): the RMSNorm variants and non-RMSNorms, the GLU variants and rejections, QKV
 (v/k/q order with an extra projection, q/k norms per head and over the whole width, packed MQA,
 per-head split), rotary embeddings (rotate_half on the whole head and on a partial slice, the
-wrong half negated), the attention scale cases and layer-index cases. The unresolvable scale is the
+wrong half negated, GPT-J's interleaved pairs), the attention scale cases and layer-index cases. The unresolvable scale is the
 one fixture edited after capture: torch.export specializes Python-float scales, so the scale
 argument a capture could not resolve is written as None, as test_fusers.py does.
 Regenerate after an IR or capture change: python tests/python/make_fuser_fixtures.py
@@ -62,6 +62,7 @@ CASES = {
     "rope_half": (lambda: t.Wrap(t.Rope("half")), (), None),
     "rope_partial": (lambda: t.Wrap(t.Rope("partial")), (), None),
     "rope_wrong_half": (lambda: t.Wrap(t.Rope("wrong_half")), (), None),
+    "rope_interleaved": (lambda: t.Wrap(t.Rope("interleaved")), (), None),
     "attn_scale_opt": (lambda: t.Wrap(t.ScaledAttn("opt")), (), None),
     "attn_scale_gemma2": (lambda: t.Wrap(t.ScaledAttn("gemma2")), (), None),
     "attn_scale_yarn": (lambda: t.Wrap(t.ScaledAttn("yarn")), (), None),

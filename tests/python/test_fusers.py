@@ -272,11 +272,16 @@ def rotate_half(x):  # transformers' rotate_half (models/llama/modeling_llama.py
     return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
 
 
+def rotate_every_two(x):  # transformers' GPT-J rotate_every_two (models/gptj/modeling_gptj.py)
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
 class Rope(nn.Module):
     """q and k of 4 heads of 8 rotated by an in-module cos/sin table (whose own cat([f, f]) is no
     candidate). variant: half (Llama), reversed (cos · x + sin · rotate_half(x)), partial (the first
     4 of 8 rotated, the rest passed through: Phi, GPT-NeoX), wrong_half (the lower half negated:
-    not rotate_half), bf16 (the rope computed in bf16, which torch rounds per product)."""
+    not rotate_half), bf16 (the rope computed in bf16, which torch rounds per product), interleaved
+    (GPT-J's rotate_every_two with cos/sin repeated per pair)."""
 
     def __init__(self, variant="half"):
         super().__init__()
@@ -290,6 +295,8 @@ class Rope(nn.Module):
         if v == "wrong_half":
             h = x.shape[-1] // 2
             return x * cos + torch.cat((-x[..., :h], x[..., h:]), dim=-1) * sin
+        if v == "interleaved":
+            return x * cos + rotate_every_two(x) * sin
         if v == "bf16":
             xb = x.to(torch.bfloat16)
             return (xb * cos.to(torch.bfloat16) + rotate_half(xb) * sin.to(torch.bfloat16)).float()
@@ -300,7 +307,7 @@ class Rope(nn.Module):
         rot = 4 if self.variant == "partial" else 8
         inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
         f = torch.arange(t, dtype=torch.float32)[:, None] * inv[None]
-        emb = torch.cat((f, f), dim=-1)
+        emb = f.repeat_interleave(2, dim=-1) if self.variant == "interleaved" else torch.cat((f, f), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         q = self.q_proj(x).view(1, t, 4, 8).transpose(1, 2)
         k = self.k_proj(x).view(1, t, 4, 8).transpose(1, 2)
@@ -314,7 +321,8 @@ class Rope(nn.Module):
 
 @pytest.mark.parametrize("variant,detail", [("half", "pairing=half sites=2 width=8"),
                                             ("reversed", "pairing=half sites=2 width=8"),
-                                            ("partial", "pairing=half sites=2 width=4")])
+                                            ("partial", "pairing=half sites=2 width=4"),
+                                            ("interleaved", "pairing=interleaved sites=2 width=8")])
 def test_rope_variants_fuse(variant, detail, fuselm_bin, tmp_path):
     r = inspect(fuselm_bin, capture_toy(Wrap(Rope(variant)), tmp_path / variant))
     e = entry(r, "block", "rope")

@@ -4,6 +4,8 @@
 //
 //   half         rotate(x) = cat(-x[..., d/2:], x[..., :d/2])   (transformers' rotate_half: Llama,
 //                Mistral, Qwen, Gemma, Phi, GPT-NeoX and the partial-rotary ones on their slice)
+//   interleaved  rotate(x)[2j] = -x[2j+1], rotate(x)[2j+1] = x[2j]   (rotate_every_two: GPT-J,
+//                CodeGen, Cohere, GLM)
 //
 // The fusers put it in (src/fusers/rope.cc) only where the graph computes exactly that, so the
 // pairing is read from the dataflow, never from a model name.
@@ -13,7 +15,7 @@
 
 namespace fuselm::kernels {
 
-enum class RopePairing : uint8_t { half };
+enum class RopePairing : uint8_t { half, interleaved };
 
 /// y = x·cos + rotate(x)·sin over the last dim d (even), in fp32. x, cos, sin: f32 views, any
 /// strides; cos and sin broadcast to y's shape (their strides already broadcast: 0 on the dims they

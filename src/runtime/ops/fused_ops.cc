@@ -2,7 +2,7 @@
 //   fuselm.rms_norm(x, w | None, eps, weight_offset) -> x · rsqrt(mean(x², -1) + eps) · (w + offset)
 //       fp32 arithmetic for any x and weight dtype; output in the node's dtype
 //   fuselm.act_and_mul(gu [..., 2N], act) -> act(gu[..., :N]) · gu[..., N:]   act: silu|gelu|gelu_tanh
-//   fuselm.rope(x [..., d], cos, sin, pairing) -> x · cos + rotate(x) · sin   pairing: half
+//   fuselm.rope(x [..., d], cos, sin, pairing) -> x · cos + rotate(x) · sin   pairing: half|interleaved
 //       f32 only (the rope fuser fuses nothing else); cos and sin broadcast to x
 #include <algorithm>
 #include <cstring>
@@ -78,8 +78,8 @@ void rope(OpCall& c) {
   const Tensor& x = c.tensor(0);
   const Tensor &cos = c.tensor(1), &sin = c.tensor(2);
   const Value& pv = c.arg(3);
-  if (pv.kind != Value::Kind::string || !pv.s || std::string_view(pv.s) != "half")
-    c.fail("rope pairing is not 'half'");
+  const std::string_view pairing = pv.kind == Value::Kind::string && pv.s ? pv.s : "";
+  if (pairing != "half" && pairing != "interleaved") c.fail("rope pairing '" + std::string(pairing) + "' is not half or interleaved");
   for (const Tensor* t : {&x, &cos, &sin})
     if (t->dtype != DType::f32) c.fail("rope of " + t->describe() + ": the fused rope runs f32 only");
   if (x.ndim < 1 || x.shape[x.ndim - 1] % 2 != 0) c.fail("rope of " + x.describe() + ": the last dim is not even");
@@ -90,7 +90,7 @@ void rope(OpCall& c) {
       c.fail(t->describe() + " does not broadcast to the rotated " + x.describe());
   }
   Tensor y = c.alloc(DType::f32, x.sizes());
-  kernels::rope(kernels::RopePairing::half, view(x), view(cos), view(sin), view(y));
+  kernels::rope(pairing == "half" ? kernels::RopePairing::half : kernels::RopePairing::interleaved, view(x), view(cos), view(sin), view(y));
   set_out(c, y);
 }
 
