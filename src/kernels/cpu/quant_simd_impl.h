@@ -103,7 +103,7 @@ FUSELM_INLINE void step_q4(const B& w, int64_t b, const ActRows& a, __m256* acc,
 // Blocks alternate between two sets of accumulators, so that even one row has two independent
 // FMA chains (the chain's latency, not the loads, bounds a single dot product otherwise).
 template <int R, class B>
-void dot_32blocks(const B* w, int64_t nb, const ActRows& a, float* out) {
+FUSELM_INLINE void dot_32blocks(const B* w, int64_t nb, const ActRows& a, float* out) {
   __m256 acc[2][R];
   float corr[2][R];
   for (int s = 0; s < 2; ++s)
@@ -184,61 +184,78 @@ FUSELM_INLINE __m256i k_sum(const KChunks& c, const int8_t* x) {
   return acc;
 }
 
+// One K-quant super-block decoded: its chunks, and what the activations' sums are weighted by
+// (Q4_K/Q5_K: d, dmin and the 8 minimums; Q6_K: d and the 16 signed scales, offset 32).
+struct KBlock {
+  KChunks c;
+  float wd, wmin;
+  int8_t offs[16];  // Q6_K's scales, or Q4_K/Q5_K's minimums in offs[0..8)
+};
+
+template <class B>
+FUSELM_INLINE void decode_block(const B& w, KBlock& k) {
+  if constexpr (sizeof(B) == sizeof(BlockQ6_K)) {
+    decode_q6_k(w, k.c);
+    k.wd = half(w.d), k.wmin = 0.f;
+    for (int g = 0; g < 16; ++g) k.offs[g] = w.scales[g];
+  } else {
+    uint8_t mins[8];
+    decode_k45(w, k.c, mins);
+    k.wd = half(w.d), k.wmin = half(w.dmin);
+    for (int j = 0; j < 8; ++j) k.offs[j] = static_cast<int8_t>(mins[j]);  // 6-bit: fits
+  }
+}
+
+// Super-block b of one row of a K-quant (kb, decoded) against activation rows r < R.
+template <int R, bool Q6>
+FUSELM_INLINE void k_step(const KBlock& kb, int64_t b, const ActRows& a, __m256* acc, float* corr) {
+  for (int r = 0; r < R; ++r) {
+    const __m256i si = k_sum(kb.c, a.q + r * a.q_stride + b * kQKK);
+    const float dx = a.d[r * a.d_stride + b];
+    const int16_t* s = a.s + r * a.s_stride + 16 * b;
+    int offs = 0;
+    if constexpr (Q6) {
+      for (int g = 0; g < 16; ++g) offs += kb.offs[g] * s[g];
+    } else {
+      for (int j = 0; j < 8; ++j) offs += static_cast<uint8_t>(kb.offs[j]) * (s[2 * j] + s[2 * j + 1]);
+    }
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(kb.wd * dx), acc[r]);
+    if constexpr (Q6) corr[r] -= 32.f * kb.wd * dx * static_cast<float>(offs);
+    else corr[r] -= kb.wmin * dx * static_cast<float>(offs);
+  }
+}
+
+// A K-quant row against R activation rows, each super-block decoded as it comes (decode: the row
+// meets at most 4 activation rows), or read decoded from `pre` (prefill: rows_simd decodes the row
+// once for all of them). Same integer and fp32 operations either way.
 template <int R, class B>
-void dot_k45(const B* w, int64_t nb, const ActRows& a, float* out) {
+FUSELM_INLINE void dot_kquant(const B* w, const KBlock* pre, int64_t nb, const ActRows& a, float* out) {
+  constexpr bool q6 = sizeof(B) == sizeof(BlockQ6_K);
   __m256 acc[R];
   float corr[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.f;
-  KChunks c;
-  uint8_t mins[8];
+  KBlock kb;
   for (int64_t b = 0; b < nb; ++b) {
-    decode_k45(w[b], c, mins);
-    const float wd = half(w[b].d), wmin = half(w[b].dmin);
-    for (int r = 0; r < R; ++r) {
-      const __m256i si = k_sum(c, a.q + r * a.q_stride + b * kQKK);
-      const float dx = a.d[r * a.d_stride + b];
-      const int16_t* s = a.s + r * a.s_stride + 16 * b;
-      int summ = 0;
-      for (int j = 0; j < 8; ++j) summ += mins[j] * (s[2 * j] + s[2 * j + 1]);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(wd * dx), acc[r]);
-      corr[r] -= wmin * dx * static_cast<float>(summ);
+    if (pre) {
+      k_step<R, q6>(pre[b], b, a, acc, corr);
+    } else {
+      decode_block(w[b], kb);
+      k_step<R, q6>(kb, b, a, acc, corr);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + corr[r];
 }
 
 template <int R>
-void dot_q6_k(const BlockQ6_K* w, int64_t nb, const ActRows& a, float* out) {
-  __m256 acc[R];
-  float corr[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), corr[r] = 0.f;
-  KChunks c;
-  for (int64_t b = 0; b < nb; ++b) {
-    decode_q6_k(w[b], c);
-    const float wd = half(w[b].d);
-    for (int r = 0; r < R; ++r) {
-      const __m256i si = k_sum(c, a.q + r * a.q_stride + b * kQKK);
-      const float dx = a.d[r * a.d_stride + b];
-      const int16_t* s = a.s + r * a.s_stride + 16 * b;
-      int offs = 0;
-      for (int g = 0; g < 16; ++g) offs += w[b].scales[g] * s[g];
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(wd * dx), acc[r]);
-      corr[r] -= 32.f * wd * dx * static_cast<float>(offs);
-    }
-  }
-  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) + corr[r];
-}
-
-template <int R>
-void dot_rows(const QuantProblem& p, const unsigned char* w, const ActRows& a, float* out) {
+FUSELM_INLINE void dot_rows(const QuantProblem& p, const unsigned char* w, const ActRows& a, float* out) {
   const int64_t nb = p.k / quant_info(p.type).block_elems;
   switch (p.type) {
     case QuantType::q8_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ8_0*>(w), nb, a, out);
     case QuantType::q4_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ4_0*>(w), nb, a, out);
     case QuantType::q4_1: return dot_32blocks<R>(reinterpret_cast<const BlockQ4_1*>(w), nb, a, out);
-    case QuantType::q4_k: return dot_k45<R>(reinterpret_cast<const BlockQ4_K*>(w), nb, a, out);
-    case QuantType::q5_k: return dot_k45<R>(reinterpret_cast<const BlockQ5_K*>(w), nb, a, out);
-    case QuantType::q6_k: return dot_q6_k<R>(reinterpret_cast<const BlockQ6_K*>(w), nb, a, out);
+    case QuantType::q4_k: return dot_kquant<R>(reinterpret_cast<const BlockQ4_K*>(w), nullptr, nb, a, out);
+    case QuantType::q5_k: return dot_kquant<R>(reinterpret_cast<const BlockQ5_K*>(w), nullptr, nb, a, out);
+    case QuantType::q6_k: return dot_kquant<R>(reinterpret_cast<const BlockQ6_K*>(w), nullptr, nb, a, out);
     case QuantType::q5_0: return dot_32blocks<R>(reinterpret_cast<const BlockQ5_0*>(w), nb, a, out);
     case QuantType::q5_1: return dot_32blocks<R>(reinterpret_cast<const BlockQ5_1*>(w), nb, a, out);
   }
@@ -246,23 +263,57 @@ void dot_rows(const QuantProblem& p, const unsigned char* w, const ActRows& a, f
 
 // Weight rows outer, activation rows in groups of 4 inner: a weight row (at most a few KiB) stays
 // in L1 while every activation row passes it.
-void rows_simd(const QuantProblem& p, const Q8Acts& q8, int64_t n0, int64_t n1) {
+template <class RowFn>
+FUSELM_INLINE void each_row_group(const QuantProblem& p, const Q8Acts& q8, int64_t j, RowFn&& dot) {
   const int64_t nb = p.k / q8.block;
+  const float bias = p.bias ? p.bias[j] : 0.f;
+  for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
+    const ActRows a{q8.q + i0 * p.k, q8.d + i0 * nb, q8.sum16 + i0 * (p.k / 16), q8.dsum + i0 * (p.k / 32),
+                    p.k, nb, p.k / 16, p.k / 32};
+    float out[4];
+    dot(p.m - i0 >= 4 ? 4 : static_cast<int>(p.m - i0), a, out);
+    for (int64_t r = 0; r < 4 && i0 + r < p.m; ++r) p.y[(i0 + r) * p.ldy + j] = out[r] + bias;
+  }
+}
+
+// A K-quant row meeting more than 4 activation rows (prefill) is decoded once into this thread's
+// scratch (slot 2; 544 bytes per 256 weights, ~12 KiB at k = 5632) instead of once per group of 4:
+// at m = 512 its unpacking had been redone 128 times. Kept out of rows_simd, whose inlined
+// 32-block dots it would otherwise change.
+template <class B>
+[[gnu::noinline]] void rows_kquant_decoded(const QuantProblem& p, const Q8Acts& q8, int64_t n0, int64_t n1) {
+  const int64_t nb = p.k / q8.block;
+  KBlock* pre = reinterpret_cast<KBlock*>(thread_scratch(2, static_cast<size_t>(nb) * sizeof(KBlock) / sizeof(float) + 16));
+  for (int64_t j = n0; j < n1; ++j) {
+    const B* w = reinterpret_cast<const B*>(p.w + j * p.ldw);
+    for (int64_t b = 0; b < nb; ++b) decode_block(w[b], pre[b]);
+    each_row_group(p, q8, j, [&](int rows, const ActRows& a, float* out) {
+      switch (rows) {
+        case 4: return dot_kquant<4>(w, pre, nb, a, out);
+        case 3: return dot_kquant<3>(w, pre, nb, a, out);
+        case 2: return dot_kquant<2>(w, pre, nb, a, out);
+        default: return dot_kquant<1>(w, pre, nb, a, out);
+      }
+    });
+  }
+}
+
+void rows_simd(const QuantProblem& p, const Q8Acts& q8, int64_t n0, int64_t n1) {
+  if (p.m > 4) {
+    if (p.type == QuantType::q4_k) return rows_kquant_decoded<BlockQ4_K>(p, q8, n0, n1);
+    if (p.type == QuantType::q5_k) return rows_kquant_decoded<BlockQ5_K>(p, q8, n0, n1);
+    if (p.type == QuantType::q6_k) return rows_kquant_decoded<BlockQ6_K>(p, q8, n0, n1);
+  }
   for (int64_t j = n0; j < n1; ++j) {
     const unsigned char* w = p.w + j * p.ldw;
-    const float bias = p.bias ? p.bias[j] : 0.f;
-    for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
-      const ActRows a{q8.q + i0 * p.k, q8.d + i0 * nb, q8.sum16 + i0 * (p.k / 16), q8.dsum + i0 * (p.k / 32),
-                      p.k, nb, p.k / 16, p.k / 32};
-      float out[4];
-      switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
-        case 4: dot_rows<4>(p, w, a, out); break;
-        case 3: dot_rows<3>(p, w, a, out); break;
-        case 2: dot_rows<2>(p, w, a, out); break;
-        default: dot_rows<1>(p, w, a, out); break;
+    each_row_group(p, q8, j, [&](int rows, const ActRows& a, float* out) {
+      switch (rows) {
+        case 4: return dot_rows<4>(p, w, a, out);
+        case 3: return dot_rows<3>(p, w, a, out);
+        case 2: return dot_rows<2>(p, w, a, out);
+        default: return dot_rows<1>(p, w, a, out);
       }
-      for (int64_t r = 0; r < 4 && i0 + r < p.m; ++r) p.y[(i0 + r) * p.ldy + j] = out[r] + bias;
-    }
+    });
   }
 }
 

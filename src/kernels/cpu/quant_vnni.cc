@@ -3,6 +3,7 @@
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/quant_packed.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/threading.h"
 
 #if FUSELM_X86_ISAS
 #include "kernels/cpu/isa_begin_avx512vnni.inc"
