@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_packed.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels_testing.h"
@@ -185,6 +186,24 @@ TEST_P(QuantLinearIsa, QuantizeActsSameBitsAsGeneric) {
     EXPECT_EQ(std::memcmp(ref.sum16, got.sum16, static_cast<size_t>(m * (k / 16)) * 2), 0) << "block " << block;
     EXPECT_EQ(std::memcmp(ref.dsum, got.dsum, static_cast<size_t>(m * (k / 32)) * 4), 0) << "block " << block;
     EXPECT_EQ(got.q[2 * k + block + 1], -48) << "the tie 1 - 49.5 = -48.5 rounds to even";
+  }
+}
+
+// The word-at-a-time unpacking of a Q4_K/Q5_K block's 8 (scale, min) pairs equals ggml's
+// get_scale_min_k4 (scale_min_k4) for every pair, on random bytes.
+TEST(QuantBlocks, ScalesMinsAtOnceEqualOneByOne) {
+  std::mt19937 rng(11);
+  for (int t = 0; t < 20000; ++t) {
+    uint8_t q[12];
+    for (auto& b : q) b = static_cast<uint8_t>(rng());
+    uint8_t sc[8], mn[8];
+    scales_mins_k4(q, sc, mn);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t d, m;
+      scale_min_k4(j, q, d, m);
+      ASSERT_EQ(sc[j], d) << "pair " << j;
+      ASSERT_EQ(mn[j], m) << "pair " << j;
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // ggml's block layouts (ggml-common.h), as structs (internal to the quant kernels and tests).
 // Blocks are 2-byte aligned: a row of them must start at an even address.
 #include <cstdint>
+#include <cstring>
 
 namespace fuselm::kernels {
 
@@ -61,6 +62,19 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
     d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
     m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
+}
+
+/// All 8 scales and mins of a Q4_K / Q5_K block at once, as scale_min_k4 gives them one by one:
+/// the 12 bytes read as three little-endian words, the 6-bit fields masked out of them in place.
+inline void scales_mins_k4(const uint8_t* q, uint8_t (&sc)[8], uint8_t (&mn)[8]) {
+  uint32_t w[3];
+  std::memcpy(w, q, 12);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t s0 = w[0] & low6, m0 = w[1] & low6;
+  const uint32_t s1 = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);
+  const uint32_t m1 = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);
+  std::memcpy(sc, &s0, 4), std::memcpy(sc + 4, &s1, 4);
+  std::memcpy(mn, &m0, 4), std::memcpy(mn + 4, &m1, 4);
 }
 
 }  // namespace fuselm::kernels

@@ -150,11 +150,9 @@ FUSELM_INLINE void decode_k45(const B& blk, KChunks& c, uint8_t (&mins)[8]) {
       c.q[2 * i + 1] = _mm256_or_si256(c.q[2 * i + 1], _mm256_slli_epi16(b1, 4));
     }
   }
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc;
-    scale_min_k4(j, blk.scales, sc, mins[j]);
-    c.scale[j] = scale_pair(sc, sc);
-  }
+  uint8_t sc[8];
+  scales_mins_k4(blk.scales, sc, mins);
+  for (int j = 0; j < 8; ++j) c.scale[j] = _mm256_set1_epi16(sc[j]);
 }
 
 FUSELM_INLINE void decode_q6_k(const BlockQ6_K& blk, KChunks& c) {
