@@ -3,7 +3,7 @@
 //             rotated tensor (q and k). The pairing is what the pieces compute:
 //               half         cat([-x[..., h:], x[..., :h]], -1)  (transformers' rotate_half)
 //               interleaved  stack([-x[..., 1::2], x[..., ::2]], -1) flattened back to x's shape
-//                            (rotate_every_two: GPT-J, CodeGen, Cohere, GLM)
+//                            (rotate_every_two: GPT-J, CodeGen, Cohere, GLM, Helium)
 //   then:     rotate(x) times sin (either operand order), read nowhere else; x times cos (either
 //             order); their sum with alpha 1. x is the same value in all three places.
 //   x:        an f32 value whose last dim d = 2h is static: a head-split q or k, or the rotated slice of
@@ -210,10 +210,15 @@ class RopeFuser final : public Fuser {
       f.replaces.push_back({s.add, new_ref(static_cast<int>(f.nodes.size()))});
       f.nodes.push_back(std::move(nn));
     }
-    for (const Site& s : sites)
-      if (s.pairing != sites.front().pairing || s.width != sites.front().width)
-        return why.reject("rotations of different pairings or widths in one module");
-    f.detail = fmt::format("pairing={} sites={} width={}", sites.front().pairing, sites.size(), sites.front().width);
+    // One line for inspect: "pairing=half sites=2 width=64", or each site's when they differ.
+    const bool uniform = std::all_of(sites.begin(), sites.end(), [&](const Site& s) {
+      return s.pairing == sites.front().pairing && s.width == sites.front().width;
+    });
+    if (uniform) {
+      f.detail = fmt::format("pairing={} sites={} width={}", sites.front().pairing, sites.size(), sites.front().width);
+    } else {
+      for (const Site& s : sites) f.detail += fmt::format("{}{}x{}", f.detail.empty() ? "sites=" : ",", s.pairing, s.width);
+    }
     return f;
   }
 };
