@@ -186,8 +186,9 @@ FUSELM_INLINE __m256i k_sum(const KChunks& c, const int8_t* x) {
 // (Q4_K/Q5_K: d, dmin and the 8 minimums; Q6_K: d and the 16 signed scales, offset 32).
 struct KBlock {
   KChunks c;
+  __m256i offs;  // int16 weights of the 16 activation sums per 16: Q6_K's scales, Q4_K/Q5_K's
+                 // minimums each twice (one per half of its 32)
   float wd, wmin;
-  int8_t offs[16];  // Q6_K's scales, or Q4_K/Q5_K's minimums in offs[0..8)
 };
 
 template <class B>
@@ -195,28 +196,33 @@ FUSELM_INLINE void decode_block(const B& w, KBlock& k) {
   if constexpr (sizeof(B) == sizeof(BlockQ6_K)) {
     decode_q6_k(w, k.c);
     k.wd = half(w.d), k.wmin = 0.f;
-    for (int g = 0; g < 16; ++g) k.offs[g] = w.scales[g];
+    k.offs = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales)));
   } else {
     uint8_t mins[8];
     decode_k45(w, k.c, mins);
     k.wd = half(w.d), k.wmin = half(w.dmin);
-    for (int j = 0; j < 8; ++j) k.offs[j] = static_cast<int8_t>(mins[j]);  // 6-bit: fits
+    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins));
+    k.offs = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m0 m0 m1 m1 ... m7 m7
   }
 }
 
-// Super-block b of one row of a K-quant (kb, decoded) against activation rows r < R.
+FUSELM_INLINE int hsum_i32x8(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+  return _mm_cvtsi128_si32(x);
+}
+
+// Super-block b of one row of a K-quant (kb, decoded) against activation rows r < R. The offset
+// term Σ offs·(activation sums per 16) is exact in int32 (|sum| <= 16·127, |offs| <= 63), so one
+// vpmaddwd and a horizontal add give what a scalar loop would.
 template <int R, bool Q6>
 FUSELM_INLINE void k_step(const KBlock& kb, int64_t b, const ActRows& a, __m256* acc, float* corr) {
   for (int r = 0; r < R; ++r) {
     const __m256i si = k_sum(kb.c, a.q + r * a.q_stride + b * kQKK);
     const float dx = a.d[r * a.d_stride + b];
-    const int16_t* s = a.s + r * a.s_stride + 16 * b;
-    int offs = 0;
-    if constexpr (Q6) {
-      for (int g = 0; g < 16; ++g) offs += kb.offs[g] * s[g];
-    } else {
-      for (int j = 0; j < 8; ++j) offs += static_cast<uint8_t>(kb.offs[j]) * (s[2 * j] + s[2 * j + 1]);
-    }
+    const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s + r * a.s_stride + 16 * b));
+    const int offs = hsum_i32x8(_mm256_madd_epi16(kb.offs, s16));
     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(kb.wd * dx), acc[r]);
     if constexpr (Q6) corr[r] -= 32.f * kb.wd * dx * static_cast<float>(offs);
     else corr[r] -= kb.wmin * dx * static_cast<float>(offs);
@@ -275,7 +281,7 @@ FUSELM_INLINE void each_row_group(const QuantProblem& p, const Q8Acts& q8, int64
 }
 
 // A K-quant row meeting more than 4 activation rows (prefill) is decoded once into this thread's
-// scratch (slot 2; 544 bytes per 256 weights, ~12 KiB at k = 5632) instead of once per group of 4:
+// scratch (slot 2; 576 bytes per 256 weights, ~13 KiB at k = 5632) instead of once per group of 4:
 // at m = 512 its unpacking had been redone 128 times. Kept out of rows_simd, whose inlined
 // 32-block dots it would otherwise change.
 template <class B>
