@@ -78,7 +78,7 @@ void linear(const LinearArgs& args) {
     // Four parts per thread, taken as threads come free: on a shared host one core often runs
     // slower or starts late, and with one fixed half each the other thread idled at the join
     // (perf, SmolLM2 BF16 decode, 2 threads: 6-8 % of samples waiting, 2.5-3 % with parts).
-    parallel_for_chunks(nt, p.n, /*align=*/16, 4 * nt, [&](int64_t n0, int64_t n1) { kern.gemv(p, n0, n1); });
+    parallel_for_chunks(nt, p.n, /*align=*/16, linear_parts(nt, p.m), [&](int64_t n0, int64_t n1) { kern.gemv(p, n0, n1); });
     return;
   }
   const int nt = kernel_threads(work, int64_t{1} << 16);

@@ -306,9 +306,8 @@ void quant_linear(const QuantLinearArgs& a) {
   const QuantKernels& kern = quant_kernels();
   // As linear: a thread's share should outweigh waking it; split output columns (rows of W).
   const int nt = kernel_threads(p.n * p.k * (p.m < 8 ? 1 : p.m / 8 + 1), int64_t{1} << 14);
-  // Decode takes parts as threads come free (linear.cc says why); a GEMM keeps one range each.
-  const int parts = p.m <= 8 ? 4 * nt : nt;
-  parallel_for_chunks(nt, p.n, /*align=*/16, parts, [&](int64_t n0, int64_t n1) { kern.rows(p, acts, n0, n1); });
+  // Decode takes parts as threads come free (linear_parts; linear.cc says why).
+  parallel_for_chunks(nt, p.n, /*align=*/16, linear_parts(nt, p.m), [&](int64_t n0, int64_t n1) { kern.rows(p, acts, n0, n1); });
 }
 
 }  // namespace fuselm::kernels

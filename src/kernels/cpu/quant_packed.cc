@@ -76,8 +76,7 @@ void quant_linear_packed(const QuantPacked& w, const float* x, int64_t lda, cons
   const PackedProblem p{&w, bias, y, ldy, m};
   const QuantKernels& kern = quant_kernels();
   const int nt = kernel_threads(n * k * (m < 8 ? 1 : m / 8 + 1), int64_t{1} << 14);
-  const int parts = m <= 8 ? 4 * nt : nt;  // decode: parts taken as threads come free (linear.cc)
-  parallel_for_chunks(nt, w.groups(), 1, parts, [&](int64_t g0, int64_t g1) { kern.packed(p, acts, g0, g1); });
+  parallel_for_chunks(nt, w.groups(), 1, linear_parts(nt, m), [&](int64_t g0, int64_t g1) { kern.packed(p, acts, g0, g1); });
 }
 
 }  // namespace fuselm::kernels

@@ -65,25 +65,6 @@ void parallel_for_ranges(int nt, int64_t n, int64_t align, F&& fn) {
   });
 }
 
-/// Calls fn(begin, end) on `nt` threads for `chunks` near-equal parts of [0, n) (inner boundaries
-/// multiples of `align`), each thread taking the next part when it is free: a thread that starts
-/// late or runs slower (a shared core) takes fewer parts instead of holding the others at the join.
-template <class F>
-void parallel_for_chunks(int nt, int64_t n, int64_t align, int chunks, F&& fn) {
-  chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, (n + align - 1) / std::max<int64_t>(1, align))));
-  if (nt <= 1 || chunks <= nt) {
-    parallel_for_ranges(nt, n, align, fn);
-    return;
-  }
-  std::atomic<int> next{0};
-  parallel_run(nt, [&](int, int) {
-    for (int c = next.fetch_add(1, std::memory_order_relaxed); c < chunks; c = next.fetch_add(1, std::memory_order_relaxed)) {
-      const Range r = split_range(n, chunks, c, align);
-      if (r.begin < r.end) fn(r.begin, r.end);
-    }
-  });
-}
-
 /// Calls fn(i) for every i in [0, n) on `nt` threads, each taking the next index when it is free
 /// (OpenMP's schedule(dynamic, 1)): for items of very different cost.
 template <class F>
@@ -99,6 +80,28 @@ void parallel_for_dynamic(int nt, int64_t n, F&& fn) {
       fn(i);
   });
 }
+
+/// Calls fn(begin, end) on `nt` threads for `chunks` near-equal parts of [0, n) (inner boundaries
+/// multiples of `align`), each thread taking the next part when it is free: a thread that starts
+/// late or runs slower (a shared core) takes fewer parts instead of holding the others at the join.
+/// With no more parts than threads it is parallel_for_ranges (one range per thread).
+template <class F>
+void parallel_for_chunks(int nt, int64_t n, int64_t align, int chunks, F&& fn) {
+  chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, (n + align - 1) / std::max<int64_t>(1, align))));
+  if (nt <= 1 || chunks <= nt) {
+    parallel_for_ranges(nt, n, align, fn);
+    return;
+  }
+  parallel_for_dynamic(nt, chunks, [&](int64_t c) {
+    const Range r = split_range(n, chunks, static_cast<int>(c), align);
+    if (r.begin < r.end) fn(r.begin, r.end);
+  });
+}
+
+/// Parts for a GEMV or GEMM of `m` activation rows on `nt` threads: decode (m <= 8, where one W
+/// row serves every x row and the split is over W's rows) takes 4 per thread as threads come
+/// free (parallel_for_chunks); a GEMM keeps one range each.
+inline int linear_parts(int nt, int64_t m) { return m <= 8 ? 4 * nt : nt; }
 
 /// A per-thread scratch buffer of at least `count` floats, 64-byte aligned. `slot` (0..7) names
 /// independent buffers. Reallocated only when a thread asks for more than it ever did (contents
