@@ -66,7 +66,8 @@ struct QuantCase {
 //  exact: x replaced by its Q8 quantization (what the kernel multiplies): |y - ref| <= 1e-5·Σ|w·x|
 //  f32:   the f32 x itself: the activation rounding error is at most Σ_p |w_p|·d_x(p)/2.
 void check_quant(const QuantCase& c, uint32_t seed) {
-  const int64_t lda = c.k + c.pad, ldy = c.n + c.pad, block = quant_info(c.type).block_elems;
+  // The packed kernels quantize activations per 32 whatever the weight block (quant_packed.h).
+  const int64_t lda = c.k + c.pad, ldy = c.n + c.pad, block = c.packed ? 32 : quant_info(c.type).block_elems;
   const int64_t ldw = quant_row_bytes(c.type, c.k) + c.pad * 2;
   const auto x = random_floats(static_cast<size_t>(c.m * lda), seed);
   const auto w = random_blocks(c.type, c.n, c.k, c.pad * 2, seed + 1);
@@ -137,7 +138,10 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa scoped(GetParam());
   uint32_t seed = 7;
-  for (QuantType t : {QuantType::q8_0, QuantType::q4_0, QuantType::q4_1}) {
+  for (QuantType t : kAllQuantTypes) {
+    if (!QuantPacked::packable(t)) continue;
+    // The K-quants' k: one to three whole super-blocks (256 each), by the case's 32-block count.
+    const bool k_quant = quant_info(t).block_elems == 256;
     for (QuantCase c : std::vector<QuantCase>{{t, 1, 1, 32}, {t, 1, 16, 64, true}, {t, 2, 17, 96, false, 3},
                                               {t, 5, 40, 32, true, 0, 2}, {t, 9, 33, 128, true, 1, 2},
                                               {t, 1, 100, 256, false, 0, 2},
@@ -154,6 +158,7 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
                                               {t, 6, 64, 64}, {t, 7, 49, 96, true, 0, 2}, {t, 11, 32, 64, true, 0, 2},
                                               {t, 3, 48, 32, true}, {t, 13, 80, 288, true, 2, 2},
                                               {t, 2, 1, 32, true}, {t, 21, 113, 64, false, 1, 2}}) {
+      if (k_quant) c.k = 256 * ((c.k / 32 - 1) % 3 + 1);
       c.packed = true;
       check_quant(c, seed += 10);
     }
@@ -207,10 +212,10 @@ TEST(QuantBlocks, ScalesMinsAtOnceEqualOneByOne) {
   }
 }
 
-TEST(QuantPacked, RejectsOtherTypes) {
-  std::vector<unsigned char> w(144);
-  EXPECT_THROW(QuantPacked::pack(QuantType::q4_k, w.data(), 0, 1, 256), std::invalid_argument);
+TEST(QuantPacked, RejectsPartialBlocks) {
+  std::vector<unsigned char> w(210);
   EXPECT_THROW(QuantPacked::pack(QuantType::q8_0, w.data(), 0, 1, 40), std::invalid_argument);
+  EXPECT_THROW(QuantPacked::pack(QuantType::q6_k, w.data(), 0, 1, 96), std::invalid_argument);
 }
 
 TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {

@@ -6,9 +6,10 @@
 // Per 32-block b of a weight group g (16 rows) and 16 activation rows i0.., one tile product
 // C[16 x 16] int32 = A · B: A the rows' int8 codes of block b (16 rows × 32 bytes, row stride k),
 // B the group's codes of block b in the VNNI layout, which is the packed layout itself: 8 rows
-// (k-groups of 4) × 16 lanes × 4 bytes (q8_0: tdpbssd on the signed codes as they are; q4_0: the
-// nibbles spread once per group into a scratch B, minus 8, tdpbssd; q4_1: spread, tdpbsud). C
-// goes to a 1 KiB buffer and is scaled per row (d_w ⊙ d_x·C, + m_w·d_x·Σq for q4_1) into 16 fp32
+// (k-groups of 4) × 16 lanes × 4 bytes (q8_0: tdpbssd on the signed codes as they are; q4_0 and
+// q5_0: the codes spread once per group into a scratch B, minus their offset, tdpbssd; the types
+// with a minimum: spread, tdpbsud). C goes to a 1 KiB buffer and is scaled per row (d_w ⊙ d_x·C,
+// + m_w·d_x·Σq with a minimum) into 16 fp32
 // accumulators that stay in registers over all of k. Two C, A and B tiles alternate between even
 // and odd blocks, so one block's tile product overlaps the previous one's scaling. Integer sums
 // are exact, so the result equals the VNNI path's up to the order of fp32 additions.
@@ -55,19 +56,21 @@ void load_amx_config() {
   _tile_loadconfig(&c);
 }
 
-// q4_0 / q4_1: the 4 packed code vectors of each block spread into the 8 k-group rows of B
-// (rows 0..3: the low nibbles, k = 4q..4q+3; rows 4..7: the high ones, k = 16+4q..); q4_0's
-// codes minus their offset 8, so that its tile product is signed (tdpbssd) and needs no Σx term.
+// Nibble types: the 4 packed code vectors of each block spread into the 8 k-group rows of B
+// (rows 0..3: the low nibbles, k = 4q..4q+3; rows 4..7: the high ones, k = 16+4q..), q5_*'s 5th
+// bits added; q4_0's and q5_0's codes minus their offset, so that their tile product is signed
+// (tdpbssd) and needs no Σx term. The types with a minimum keep unsigned codes (tdpbsud).
 template <QuantType Q>
 void spread_nibbles(const QuantPacked& w, int64_t g, unsigned char* out) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(Q == QuantType::q4_0 ? 8 : 0);
+  const __m512i off = _mm512_set1_epi8(static_cast<char>(packed_layout(Q).offset));
   for (int64_t b = 0; b < w.k() / 32; ++b) {
     const unsigned char* c = w.codes(g, b);
+    const uint64_t* bits = packed_layout(Q).fifth_bit ? w.bits(g, b) : nullptr;
     for (int q = 0; q < 4; ++q) {
-      const __m512i v = _mm512_load_si512(c + 64 * q);
-      _mm512_store_si512(out + 512 * b + 64 * q, _mm512_sub_epi8(_mm512_and_si512(v, m4), off));
-      _mm512_store_si512(out + 512 * b + 256 + 64 * q,
-                         _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), off));
+      __m512i lo, hi;
+      unpack_codes<Q>(c, bits, q, lo, hi);
+      _mm512_store_si512(out + 512 * b + 64 * q, _mm512_sub_epi8(lo, off));
+      _mm512_store_si512(out + 512 * b + 256 + 64 * q, _mm512_sub_epi8(hi, off));
     }
   }
 }
@@ -91,7 +94,7 @@ FUSELM_INLINE void amx_product(const AmxTile& t, int64_t b) {
   _tile_loadd(A, t.xq + 32 * b, t.k);                  \
   _tile_loadd(B, t.bc + 512 * b, 64);                  \
   _tile_zero(C);                                       \
-  if constexpr (Q == QuantType::q4_1)                  \
+  if constexpr (packed_layout(Q).has_min)             \
     _tile_dpbsud(C, A, B);                             \
   else                                                 \
     _tile_dpbssd(C, A, B);                             \
@@ -104,19 +107,18 @@ FUSELM_INLINE void amx_product(const AmxTile& t, int64_t b) {
 #undef FUSELM_AMX_PRODUCT
 }
 
-// C of block b (cbuf[T]) into the accumulators: acc_r += d_w ⊙ (d_x·C_r) (+ m_w·d_x·Σq for q4_1).
+// C of block b (cbuf[T]) into the accumulators: acc_r += d_w ⊙ (d_x·C_r) (+ m_w·d_x·Σq for a type with a minimum).
 template <QuantType Q, int T>
 FUSELM_INLINE void amx_scale(const AmxTile& t, int64_t b, __m512* acc) {
   const int32_t* c = t.cbuf + 256 * T;
-  const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w->scales(t.g, b))));
+  const __m512 sc = block_scales16<Q>(*t.w, t.g, b);
   __m512 mn = _mm512_setzero_ps();
-  if constexpr (Q == QuantType::q4_1)
-    mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w->mins(t.g, b))));
+  if constexpr (packed_layout(Q).has_min) mn = block_mins16<Q>(*t.w, t.g, b);
   FUSELM_UNROLL(16)
   for (int r = 0; r < 16; ++r) {
     const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * r)), _mm512_set1_ps(t.dx[r * t.nb + b]));
     acc[r] = _mm512_fmadd_ps(sc, v, acc[r]);
-    if constexpr (Q == QuantType::q4_1) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(t.ds[r * t.nb + b]), acc[r]);
+    if constexpr (packed_layout(Q).has_min) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(t.ds[r * t.nb + b]), acc[r]);
   }
 }
 
@@ -163,13 +165,13 @@ void amx_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1,
 // Groups [g0, g1): whole 16-row tiles of x on AMX, the rest of the rows on the VNNI tile.
 void packed_amx(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
   const int64_t m16 = p.m / 16 * 16;
+  // q6_k's scale per 16 would halve the tile product's depth: it takes the vnni tile.
+  if (p.w->layout().scales16) return packed_vnni(p, a, g0, g1);
   if (m16 == 0) return packed_simd(p, a, g0, g1);
   load_amx_config();
-  switch (p.w->type()) {
-    case QuantType::q8_0: amx_groups<QuantType::q8_0>(p, a, g0, g1, m16); break;
-    case QuantType::q4_0: amx_groups<QuantType::q4_0>(p, a, g0, g1, m16); break;
-    default: amx_groups<QuantType::q4_1>(p, a, g0, g1, m16); break;
-  }
+  with_packed_type(p.w->type(), [&]<QuantType Q>() {
+    if constexpr (!packed_layout(Q).scales16) amx_groups<Q>(p, a, g0, g1, m16);
+  });
   _tile_release();
   if (m16 < p.m) packed_simd_from(p, a, g0, g1, m16);
 }

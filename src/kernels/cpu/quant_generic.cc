@@ -135,15 +135,6 @@ void rows_generic(const QuantProblem& p, const Q8Acts& a, int64_t n0, int64_t n1
     for (int64_t i = 0; i < p.m; ++i) p.y[i * p.ldy + j] = dot(p, a, j, i) + (p.bias ? p.bias[j] : 0.f);
 }
 
-// Packed layout (quant_packed.h): row 16g+l, block b, element t of the block.
-int packed_code(const QuantPacked& w, int64_t g, int64_t b, int l, int t) {
-  const unsigned char* c = w.codes(g, b);
-  if (w.type() == QuantType::q8_0) return static_cast<int8_t>(c[64 * (t / 4) + 4 * l + t % 4]);
-  const int lo = t % 16;
-  const uint8_t byte = c[64 * (lo / 4) + 4 * l + lo % 4];
-  return (t < 16 ? byte & 0xF : byte >> 4) - (w.type() == QuantType::q4_0 ? 8 : 0);
-}
-
 void packed_generic(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
   const QuantPacked& w = *p.w;
   const int64_t nb = w.k() / 32;
@@ -152,10 +143,12 @@ void packed_generic(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t
       for (int64_t i = 0; i < p.m; ++i) {
         float acc = 0.f;
         for (int64_t b = 0; b < nb; ++b) {
-          int s = 0;
-          for (int t = 0; t < 32; ++t) s += packed_code(w, g, b, l, t) * a.q[i * w.k() + 32 * b + t];
-          acc += h(w.scales(g, b)[l]) * a.d[i * nb + b] * static_cast<float>(s);
-          if (w.type() == QuantType::q4_1) acc += h(w.mins(g, b)[l]) * a.dsum[i * nb + b];
+          for (int h = 0; h < 2; ++h) {  // q6_k scales elements 0..15 and 16..31 apart
+            int s = 0;
+            for (int t = 16 * h; t < 16 * h + 16; ++t) s += w.code(g, b, l, t) * a.q[i * w.k() + 32 * b + t];
+            acc += w.scale(g, b, l, h) * a.d[i * nb + b] * static_cast<float>(s);
+          }
+          acc += w.min(g, b, l) * a.dsum[i * nb + b];
         }
         p.y[i * p.ldy + 16 * g + l] = acc + (p.bias ? p.bias[16 * g + l] : 0.f);
       }

@@ -334,24 +334,102 @@ FUSELM_INLINE int32_t load_i32(const int8_t* p) {
   return v;
 }
 
+// The packed kernels take the type as a template argument: its layout (quant_packed.h) decides
+// at compile time how codes unpack and how a block is scaled. kCodeOffset<Q>: what the codes
+// the dot product sees exceed the signed value by (q8_0: +128, its codes made unsigned).
+template <QuantType Q>
+inline constexpr int kCodeOffset = Q == QuantType::q8_0 ? 128 : packed_layout(Q).offset;
+
+// Calls f.template operator()<Q>() for the packed type t (a switch over the packable types).
+template <class F>
+FUSELM_INLINE void with_packed_type(QuantType t, F&& f) {
+  switch (t) {
+    case QuantType::q8_0: return f.template operator()<QuantType::q8_0>();
+    case QuantType::q4_0: return f.template operator()<QuantType::q4_0>();
+    case QuantType::q4_1: return f.template operator()<QuantType::q4_1>();
+    case QuantType::q5_0: return f.template operator()<QuantType::q5_0>();
+    case QuantType::q5_1: return f.template operator()<QuantType::q5_1>();
+    case QuantType::q4_k: return f.template operator()<QuantType::q4_k>();
+    case QuantType::q5_k: return f.template operator()<QuantType::q5_k>();
+    default: return f.template operator()<QuantType::q6_k>();
+  }
+}
+
 #if FUSELM_QUANT_VNNI
+// The 16 rows' fp32 scales of block b: the f16 scales, or d·sc (k_scales; exact in fp32).
+template <QuantType Q>
+FUSELM_INLINE __m512 block_scales16(const QuantPacked& w, int64_t g, int64_t b) {
+  if constexpr (packed_layout(Q).k_scales) {
+    const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(w.kscales(g, b)));
+    return _mm512_mul_ps(_mm512_load_ps(w.ksuper(g, b / 8)), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+  } else {
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.scales(g, b))));
+  }
+}
+
+// The 16 rows' fp32 minimums of block b (has_min): the f16 minimums, or -dmin·m.
+template <QuantType Q>
+FUSELM_INLINE __m512 block_mins16(const QuantPacked& w, int64_t g, int64_t b) {
+  if constexpr (packed_layout(Q).k_scales) {
+    const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(w.kscales(g, b) + 16));
+    return _mm512_mul_ps(_mm512_load_ps(w.ksuper(g, b / 8) + 16), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
+  } else {
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.mins(g, b))));
+  }
+}
+
+// q6_k: the 16 rows' fp32 scales of block b's elements 16h..16h+15, d·sc (exact in fp32).
+FUSELM_INLINE __m512 block_scales16_half(const QuantPacked& w, int64_t g, int64_t b, int h) {
+  const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(w.scales16(g, b) + 16 * h));
+  return _mm512_mul_ps(_mm512_load_ps(w.ksuper(g, b / 8)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+}
+
+// Code vector q (0..3) of a nibble block: its low nibbles (k = 4q..4q+3 per lane) and high ones
+// (k = 16+4q..), q5_*'s 5th bits (and q6_k's 6th) added with one masked add each.
+template <QuantType Q>
+FUSELM_INLINE void unpack_codes(const unsigned char* c, const uint64_t* bits, int q, __m512i& lo, __m512i& hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v = _mm512_load_si512(c + 64 * q);
+  lo = _mm512_and_si512(v, m4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if constexpr (packed_layout(Q).fifth_bit) {
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(bits[q]), lo, b4);
+    hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(bits[4 + q]), hi, b4);
+  }
+  if constexpr (packed_layout(Q).sixth_bit) {
+    const __m512i b5 = _mm512_set1_epi8(0x20);
+    lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(bits[8 + q]), lo, b5);
+    hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(bits[12 + q]), hi, b5);
+  }
+}
+
 // Rows 16g..16g+15 against activation rows i0..i0+R: one vpdpbusd per 64 code bytes and row of
 // x, two int32 chains per row (even / odd k-groups) to hide the instruction's latency. q8_0's
 // signed codes are made unsigned (+128, an xor) and the 128·Σx this adds is taken back with the
-// activations' d·Σx; q4_0's codes are unsigned already and -8·Σx is their offset.
-template <int R>
+// activations' d·Σx; q4_0's and q5_0's codes are unsigned already and -offset·Σx is their offset.
+// q6_k (a scale per 16): the chains are the low nibbles (elements 0..15) and the high ones, each
+// started at -32·Σx of its 16 (exact in int32) and scaled on its own.
+template <QuantType Q, int R>
 void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, __m512* acc) {
-  const bool q8 = w.type() == QuantType::q8_0;
+  constexpr PackedLayout lay = packed_layout(Q);
+  constexpr float off = kCodeOffset<Q>;
   const int64_t k = w.k(), nb = k / 32;
-  const bool q41 = w.type() == QuantType::q4_1;
-  const float off = q8 ? 128.f : q41 ? 0.f : 8.f;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const unsigned char* c = w.codes(g, b);
     __m512i s0[R], s1[R];
-    for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
-    if (q8) {
+    for (int r = 0; r < R; ++r) {
+      if constexpr (lay.scales16) {
+        const int16_t* s16 = a.sum16 + (i0 + r) * (k / 16) + 2 * b;
+        s0[r] = _mm512_set1_epi32(-lay.offset * s16[0]);
+        s1[r] = _mm512_set1_epi32(-lay.offset * s16[1]);
+      } else {
+        s0[r] = s1[r] = _mm512_setzero_si512();
+      }
+    }
+    if constexpr (Q == QuantType::q8_0) {
       FUSELM_UNROLL(4)
       for (int kg = 0; kg < 8; kg += 2) {
         const __m512i v0 = _mm512_xor_si512(_mm512_load_si512(c + 64 * kg), flip);
@@ -363,10 +441,11 @@ void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, _
         }
       }
     } else {
+      const uint64_t* bits = lay.fifth_bit ? w.bits(g, b) : nullptr;
       FUSELM_UNROLL(4)
       for (int q = 0; q < 4; ++q) {
-        const __m512i v = _mm512_load_si512(c + 64 * q);
-        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        __m512i lo, hi;
+        unpack_codes<Q>(c, bits, q, lo, hi);
         for (int r = 0; r < R; ++r) {
           const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
           s0[r] = _mm512_dpbusd_epi32(s0[r], lo, _mm512_set1_epi32(load_i32(x)));
@@ -374,23 +453,32 @@ void packed_tile(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i0, _
         }
       }
     }
-    const __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales(g, b))));
-    const __m512 mn =
-        q41 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.mins(g, b)))) : _mm512_setzero_ps();
+    if constexpr (lay.scales16) {
+      const __m512 sc0 = block_scales16_half(w, g, b, 0), sc1 = block_scales16_half(w, g, b, 1);
+      for (int r = 0; r < R; ++r) {
+        const __m512 dx = _mm512_set1_ps(a.d[(i0 + r) * nb + b]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[r]), _mm512_mul_ps(sc0, dx), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_mul_ps(sc1, dx), acc[r]);
+      }
+      continue;
+    }
+    const __m512 sc = block_scales16<Q>(w, g, b);
+    __m512 mn = _mm512_setzero_ps();
+    if constexpr (lay.has_min) mn = block_mins16<Q>(w, g, b);
     for (int r = 0; r < R; ++r) {
       const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
       const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[r], s1[r])), _mm512_set1_ps(dx),
                                        _mm512_set1_ps(off * ds));
       acc[r] = _mm512_fmadd_ps(sc, t, acc[r]);
-      if (q41) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
+      if constexpr (lay.has_min) acc[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
     }
   }
 }
 
-template <int R>
+template <QuantType Q, int R>
 void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
   __m512 acc[R];
-  packed_tile<R>(*p.w, g, a, i0, acc);
+  packed_tile<Q, R>(*p.w, g, a, i0, acc);
   const int64_t j0 = 16 * g;
   const int lanes = static_cast<int>(p.w->n() - j0 < 16 ? p.w->n() - j0 : 16);
   const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
@@ -402,15 +490,17 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
 // (16G weight rows) over all of k, one int32 chain per (row, group) — R·G independent vpdpbusd
 // chains, so no chain split is needed — and each 64-byte code vector loaded (and, for the nibble
 // types, unpacked) once for R rows, each activation broadcast once for G groups. The offsets of
-// q8_0 (its codes made unsigned, +128) and q4_0 (-8) start the block's int32 sum at -off·Σx
-// (exact: the activations' Σq per block is an integer), so a block costs per (row, group) eight
-// vpdpbusd and three vector ops (convert, d_w·d_x, fma); q4_1 adds m_w·d_x·Σq with one fma.
+// q8_0 (its codes made unsigned, +128), q4_0 (-8) and q5_0 (-16) start the block's int32 sum at
+// -off·Σx (exact: the activations' Σq per block is an integer), so a block costs per (row, group)
+// eight vpdpbusd and three vector ops (convert, d_w·d_x, fma); a minimum adds m_w·d_x·Σq with
+// one fma.
 template <QuantType Q, int R, int G>
 void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) {
+  constexpr PackedLayout lay = packed_layout(Q);
   const QuantPacked& w = *p.w;
   const int64_t k = w.k(), nb = k / 32, k16 = k / 16;
-  constexpr int off = Q == QuantType::q8_0 ? 128 : Q == QuantType::q4_0 ? 8 : 0;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  constexpr int off = kCodeOffset<Q>;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
@@ -427,7 +517,11 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
       for (int g = 0; g < G; ++g) is[r][g] = init;
     }
     const unsigned char* c[G];
-    for (int g = 0; g < G; ++g) c[g] = w.codes(g0 + g, b);
+    const uint64_t* bits[G];
+    for (int g = 0; g < G; ++g) {
+      c[g] = w.codes(g0 + g, b);
+      bits[g] = lay.fifth_bit ? w.bits(g0 + g, b) : nullptr;
+    }
     const int8_t* xb = xq + 32 * b;
     if constexpr (Q == QuantType::q8_0) {
       FUSELM_UNROLL(8)
@@ -444,11 +538,7 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
       FUSELM_UNROLL(4)
       for (int q = 0; q < 4; ++q) {
         __m512i lo[G], hi[G];
-        for (int g = 0; g < G; ++g) {
-          const __m512i v = _mm512_load_si512(c[g] + 64 * q);
-          lo[g] = _mm512_and_si512(v, m4);
-          hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        }
+        for (int g = 0; g < G; ++g) unpack_codes<Q>(c[g], bits[g], q, lo[g], hi[g]);
         FUSELM_UNROLL(8)
         for (int r = 0; r < R; ++r) {
           const __m512i xl = _mm512_set1_epi32(load_i32(xb + r * k + 4 * q));
@@ -462,16 +552,15 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
     }
     __m512 sc[G], mn[G];
     for (int g = 0; g < G; ++g) {
-      sc[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.scales(g0 + g, b))));
-      if constexpr (Q == QuantType::q4_1)
-        mn[g] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.mins(g0 + g, b))));
+      sc[g] = block_scales16<Q>(w, g0 + g, b);
+      if constexpr (lay.has_min) mn[g] = block_mins16<Q>(w, g0 + g, b);
     }
     FUSELM_UNROLL(8)
     for (int r = 0; r < R; ++r) {
       const __m512 dx = _mm512_set1_ps(a.d[(i0 + r) * nb + b]);
       for (int g = 0; g < G; ++g)
         acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][g]), _mm512_mul_ps(sc[g], dx), acc[r][g]);
-      if constexpr (Q == QuantType::q4_1) {
+      if constexpr (lay.has_min) {
         const __m512 ds = _mm512_set1_ps(a.dsum[(i0 + r) * nb + b]);
         for (int g = 0; g < G; ++g) acc[r][g] = _mm512_fmadd_ps(mn[g], ds, acc[r][g]);
       }
@@ -486,20 +575,96 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
   }
 }
 
-// Tile shape of gemm_tile: kGemmRows activation rows × kGemmGroups groups (see gemm_tile).
+// gemm_tile for q6_k (a scale per 16 elements): two int32 chains per (row, group), the low
+// nibbles' (elements 0..15 of the block) and the high ones', each started at -32·Σx of its 16
+// and scaled on its own; so at most 4 rows (16 chains and 8 accumulators in registers).
+template <int R, int G>
+void gemm_tile_q6_k(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) {
+  constexpr QuantType Q = QuantType::q6_k;
+  constexpr int off = packed_layout(Q).offset;
+  const QuantPacked& w = *p.w;
+  const int64_t k = w.k(), nb = k / 32, k16 = k / 16;
+  __m512 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  const int8_t* xq = a.q + i0 * k;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i lo_sum[R][G], hi_sum[R][G];
+    FUSELM_UNROLL(4)
+    for (int r = 0; r < R; ++r) {
+      const int16_t* s = a.sum16 + (i0 + r) * k16 + 2 * b;
+      const __m512i init0 = _mm512_set1_epi32(-off * s[0]), init1 = _mm512_set1_epi32(-off * s[1]);
+      for (int g = 0; g < G; ++g) lo_sum[r][g] = init0, hi_sum[r][g] = init1;
+    }
+    const unsigned char* c[G];
+    const uint64_t* bits[G];
+    for (int g = 0; g < G; ++g) c[g] = w.codes(g0 + g, b), bits[g] = w.bits(g0 + g, b);
+    const int8_t* xb = xq + 32 * b;
+    FUSELM_UNROLL(4)
+    for (int q = 0; q < 4; ++q) {
+      __m512i lo[G], hi[G];
+      for (int g = 0; g < G; ++g) unpack_codes<Q>(c[g], bits[g], q, lo[g], hi[g]);
+      FUSELM_UNROLL(4)
+      for (int r = 0; r < R; ++r) {
+        const __m512i xl = _mm512_set1_epi32(load_i32(xb + r * k + 4 * q));
+        const __m512i xh = _mm512_set1_epi32(load_i32(xb + r * k + 16 + 4 * q));
+        for (int g = 0; g < G; ++g) {
+          lo_sum[r][g] = _mm512_dpbusd_epi32(lo_sum[r][g], lo[g], xl);
+          hi_sum[r][g] = _mm512_dpbusd_epi32(hi_sum[r][g], hi[g], xh);
+        }
+      }
+    }
+    __m512 sc0[G], sc1[G];
+    for (int g = 0; g < G; ++g)
+      sc0[g] = block_scales16_half(w, g0 + g, b, 0), sc1[g] = block_scales16_half(w, g0 + g, b, 1);
+    FUSELM_UNROLL(4)
+    for (int r = 0; r < R; ++r) {
+      const __m512 dx = _mm512_set1_ps(a.d[(i0 + r) * nb + b]);
+      for (int g = 0; g < G; ++g) {
+        acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo_sum[r][g]), _mm512_mul_ps(sc0[g], dx), acc[r][g]);
+        acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi_sum[r][g]), _mm512_mul_ps(sc1[g], dx), acc[r][g]);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int64_t j0 = 16 * (g0 + g);
+    const int lanes = static_cast<int>(w.n() - j0 < 16 ? w.n() - j0 : 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+    const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r][g], bias));
+  }
+}
+
+// Tile shape of gemm_tile: kGemmRows activation rows × kGemmGroups groups (see gemm_tile); q6_k's
+// tile has 4 rows (gemm_tile_q6_k).
 inline constexpr int kGemmRows = 6, kGemmGroups = 2;
+template <QuantType Q>
+inline constexpr int kGemmRowsOf = packed_layout(Q).scales16 ? 4 : kGemmRows;
 // Rows from which quant_linear_packed takes gemm_tile on the vnni path.
 inline constexpr int64_t kGemmMinRows = 2;
 
+template <QuantType Q, int R, int G>
+FUSELM_INLINE void gemm_tile_of(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  if constexpr (packed_layout(Q).scales16)
+    gemm_tile_q6_k<R, G>(p, a, g, i0);
+  else
+    gemm_tile<Q, R, G>(p, a, g, i0);
+}
+
 template <QuantType Q, int G>
 void gemm_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
-  switch (p.m - i0 >= kGemmRows ? kGemmRows : p.m - i0) {
-    case kGemmRows: return gemm_tile<Q, kGemmRows, G>(p, a, g, i0);
-    case 5: return gemm_tile<Q, 5, G>(p, a, g, i0);
-    case 4: return gemm_tile<Q, 4, G>(p, a, g, i0);
-    case 3: return gemm_tile<Q, 3, G>(p, a, g, i0);
-    case 2: return gemm_tile<Q, 2, G>(p, a, g, i0);
-    default: return gemm_tile<Q, 1, G>(p, a, g, i0);
+  constexpr int rows = kGemmRowsOf<Q>;
+  switch (p.m - i0 >= rows ? rows : p.m - i0) {
+    case 6:
+      if constexpr (rows >= 6) return gemm_tile_of<Q, 6, G>(p, a, g, i0);
+      [[fallthrough]];
+    case 5:
+      if constexpr (rows >= 5) return gemm_tile_of<Q, 5, G>(p, a, g, i0);
+      [[fallthrough]];
+    case 4: return gemm_tile_of<Q, 4, G>(p, a, g, i0);
+    case 3: return gemm_tile_of<Q, 3, G>(p, a, g, i0);
+    case 2: return gemm_tile_of<Q, 2, G>(p, a, g, i0);
+    default: return gemm_tile_of<Q, 1, G>(p, a, g, i0);
   }
 }
 
@@ -508,7 +673,7 @@ void gemm_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
 template <QuantType Q>
 void gemm_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
   for (int64_t g = g0; g < g1; g += kGemmGroups)
-    for (int64_t i0 = 0; i0 < p.m; i0 += kGemmRows) {
+    for (int64_t i0 = 0; i0 < p.m; i0 += kGemmRowsOf<Q>) {
       if (g1 - g >= kGemmGroups)
         gemm_rows<Q, kGemmGroups>(p, a, g, i0);
       else
@@ -517,26 +682,39 @@ void gemm_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1
 }
 
 [[maybe_unused]] void packed_gemm(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
-  switch (p.w->type()) {
-    case QuantType::q8_0: return gemm_groups<QuantType::q8_0>(p, a, g0, g1);
-    case QuantType::q4_0: return gemm_groups<QuantType::q4_0>(p, a, g0, g1);
-    default: return gemm_groups<QuantType::q4_1>(p, a, g0, g1);
-  }
+  with_packed_type(p.w->type(), [&]<QuantType Q>() { gemm_groups<Q>(p, a, g0, g1); });
 }
 #else
+// The 8 rows' fp32 scales (minimums) of half h of block b, as block_scales16 on the vnni path.
+template <QuantType Q>
+FUSELM_INLINE __m256 block_scales8(const QuantPacked& w, int64_t g, int64_t b, int h, bool mins) {
+  if constexpr (packed_layout(Q).scales16) {  // mins: the scales of elements 16..31 instead
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales16(g, b) + (mins ? 16 : 0) + 8 * h));
+    return _mm256_mul_ps(_mm256_loadu_ps(w.ksuper(g, b / 8) + 8 * h), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)));
+  } else if constexpr (packed_layout(Q).k_scales) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.kscales(g, b) + (mins ? 16 : 0) + 8 * h));
+    return _mm256_mul_ps(_mm256_loadu_ps(w.ksuper(g, b / 8) + (mins ? 16 : 0) + 8 * h),
+                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)));
+  } else {
+    const uint16_t* s = mins ? w.mins(g, b) : w.scales(g, b);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 8 * h)));
+  }
+}
+
 // AVX2: rows 16g+8h..16g+8h+7 (one half of the group, 32 bytes of each 64) against activation
-// rows i0..i0+R with vpmaddubsw + vpmaddwd; q8_0 through |w| and sign(x, w) (no offset).
-template <int R>
+// rows i0..i0+R with vpmaddubsw + vpmaddwd; q8_0 through |w| and sign(x, w) (no offset); q5_*'s
+// 5th bits from the half's 32 mask bits (fifth_bits).
+template <QuantType Q, int R>
 void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_t i0, __m256* acc) {
-  const bool q8 = w.type() == QuantType::q8_0;
+  constexpr PackedLayout lay = packed_layout(Q);
   const int64_t k = w.k(), nb = k / 32;
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const unsigned char* c = w.codes(g, b) + 32 * h;
-    __m256i s[R];
-    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
-    if (q8) {
+    __m256i s[R], s_hi[R];  // q6_k: s the low nibbles' sums (elements 0..15), s_hi the high ones'
+    for (int r = 0; r < R; ++r) s[r] = s_hi[r] = _mm256_setzero_si256();
+    if constexpr (Q == QuantType::q8_0) {
       FUSELM_UNROLL(8)
       for (int kg = 0; kg < 8; ++kg) {
         const __m256i v = load32(c + 64 * kg), av = _mm256_abs_epi8(v);
@@ -549,36 +727,62 @@ void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_
       FUSELM_UNROLL(4)
       for (int q = 0; q < 4; ++q) {
         const __m256i v = load32(c + 64 * q);
-        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (lay.fifth_bit) {
+          const auto* mb = reinterpret_cast<const uint8_t*>(w.bits(g, b));
+          lo = _mm256_or_si256(lo, fifth_bits(mb + 8 * q + 4 * h));
+          hi = _mm256_or_si256(hi, fifth_bits(mb + 8 * (4 + q) + 4 * h));
+          if constexpr (lay.sixth_bit) {  // fifth_bits' 0x10 doubled: the 6th bit
+            lo = _mm256_or_si256(lo, _mm256_add_epi8(fifth_bits(mb + 64 + 8 * q + 4 * h), fifth_bits(mb + 64 + 8 * q + 4 * h)));
+            hi = _mm256_or_si256(hi, _mm256_add_epi8(fifth_bits(mb + 64 + 8 * (4 + q) + 4 * h),
+                                                     fifth_bits(mb + 64 + 8 * (4 + q) + 4 * h)));
+          }
+        }
         for (int r = 0; r < R; ++r) {
           const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
           const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x)));
           const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16)));
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+          if constexpr (lay.scales16) {
+            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p0, ones));
+            s_hi[r] = _mm256_add_epi32(s_hi[r], _mm256_madd_epi16(p1, ones));
+          } else {
+            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+          }
         }
       }
     }
-    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales(g, b) + 8 * h)));
-    const bool q41 = w.type() == QuantType::q4_1;
-    const __m256 mn =
-        q41 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mins(g, b) + 8 * h))) : _mm256_setzero_ps();
-    const float off = q8 || q41 ? 0.f : 8.f;
+    if constexpr (lay.scales16) {
+      const __m256 sc0 = block_scales8<Q>(w, g, b, h, false), sc1 = block_scales8<Q>(w, g, b, h, true);
+      for (int r = 0; r < R; ++r) {
+        const int16_t* s16 = a.sum16 + (i0 + r) * (k / 16) + 2 * b;
+        const __m256i lo_sum = _mm256_sub_epi32(s[r], _mm256_set1_epi32(lay.offset * s16[0]));
+        const __m256i hi_sum = _mm256_sub_epi32(s_hi[r], _mm256_set1_epi32(lay.offset * s16[1]));
+        const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nb + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo_sum), _mm256_mul_ps(sc0, dx), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi_sum), _mm256_mul_ps(sc1, dx), acc[r]);
+      }
+      continue;
+    }
+    const __m256 sc = block_scales8<Q>(w, g, b, h, false);
+    __m256 mn = _mm256_setzero_ps();
+    if constexpr (lay.has_min) mn = block_scales8<Q>(w, g, b, h, true);
+    constexpr float off = static_cast<float>(lay.offset);
     for (int r = 0; r < R; ++r) {
       const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
       const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(dx), _mm256_set1_ps(off * ds));
       acc[r] = _mm256_fmadd_ps(sc, t, acc[r]);
-      if (q41) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
+      if constexpr (lay.has_min) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
     }
   }
 }
 
-template <int R>
+template <QuantType Q, int R>
 void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
   for (int h = 0; h < 2; ++h) {
     const int64_t j0 = 16 * g + 8 * h;
     if (j0 >= p.w->n()) break;
     __m256 acc[R];
-    packed_tile<R>(*p.w, g, h, a, i0, acc);
+    packed_tile<Q, R>(*p.w, g, h, a, i0, acc);
     const int lanes = static_cast<int>(p.w->n() - j0 < 8 ? p.w->n() - j0 : 8);
     for (int r = 0; r < R; ++r) {
       alignas(32) float out[8];
@@ -590,16 +794,21 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
 #endif
 
 // Activation rows [i_begin, m) of row groups [g0, g1) (the AMX path runs the rows before i_begin).
-void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1, int64_t i_begin) {
+template <QuantType Q>
+void packed_simd_rows(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1, int64_t i_begin) {
   for (int64_t g = g0; g < g1; ++g)
     for (int64_t i0 = i_begin; i0 < p.m; i0 += 4) {
       switch (p.m - i0 >= 4 ? 4 : p.m - i0) {
-        case 4: packed_rows<4>(p, a, g, i0); break;
-        case 3: packed_rows<3>(p, a, g, i0); break;
-        case 2: packed_rows<2>(p, a, g, i0); break;
-        default: packed_rows<1>(p, a, g, i0); break;
+        case 4: packed_rows<Q, 4>(p, a, g, i0); break;
+        case 3: packed_rows<Q, 3>(p, a, g, i0); break;
+        case 2: packed_rows<Q, 2>(p, a, g, i0); break;
+        default: packed_rows<Q, 1>(p, a, g, i0); break;
       }
     }
+}
+
+void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1, int64_t i_begin) {
+  with_packed_type(p.w->type(), [&]<QuantType Q>() { packed_simd_rows<Q>(p, a, g0, g1, i_begin); });
 }
 
 void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
