@@ -1,7 +1,7 @@
 // quant_linear_packed on AMX int8 tiles (the "amx" quant path: cpu_isa() amx and the CPU has
 // AMX-INT8 and avx512_vnni; see quant.cc), for prefill: 16 activation rows × 16 weight rows per
-// tile product. Everything else (the raw-block kernels, decode's few rows, the m % 16 rows left
-// over) runs the VNNI bodies of quant_simd_impl.h, compiled again here.
+// tile product. Everything else (the raw-block kernels, fewer than 16 rows, the m % 16 rows left
+// over, q6_k) runs the VNNI bodies of quant_simd_impl.h, compiled again here.
 //
 // Per 32-block b of a weight group g (16 rows) and 16 activation rows i0.., one tile product
 // C[16 x 16] int32 = A · B: A the rows' int8 codes of block b (16 rows × 32 bytes, row stride k),
@@ -9,8 +9,7 @@
 // (k-groups of 4) × 16 lanes × 4 bytes (q8_0: tdpbssd on the signed codes as they are; q4_0 and
 // q5_0: the codes spread once per group into a scratch B, minus their offset, tdpbssd; the types
 // with a minimum: spread, tdpbsud). C goes to a 1 KiB buffer and is scaled per row (d_w ⊙ d_x·C,
-// + m_w·d_x·Σq with a minimum) into 16 fp32
-// accumulators that stay in registers over all of k. Two C, A and B tiles alternate between even
+// + m_w·d_x·Σq with a minimum) into 16 fp32 accumulators that stay in registers over all of k. Two C, A and B tiles alternate between even
 // and odd blocks, so one block's tile product overlaps the previous one's scaling. Integer sums
 // are exact, so the result equals the VNNI path's up to the order of fp32 additions.
 #include <cstdint>
@@ -165,9 +164,9 @@ void amx_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1,
 // Groups [g0, g1): whole 16-row tiles of x on AMX, the rest of the rows on the VNNI tile.
 void packed_amx(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
   const int64_t m16 = p.m / 16 * 16;
-  // q6_k's scale per 16 would halve the tile product's depth: it takes the vnni tile.
-  if (p.w->layout().scales16) return packed_vnni(p, a, g0, g1);
-  if (m16 == 0) return packed_simd(p, a, g0, g1);
+  // Fewer than 16 rows take the vnni path as on a machine without AMX (its gemm tile from 2 rows);
+  // so does q6_k, whose scale per 16 would halve the tile product's depth.
+  if (m16 == 0 || p.w->layout().scales16) return packed_vnni(p, a, g0, g1);
   load_amx_config();
   with_packed_type(p.w->type(), [&]<QuantType Q>() {
     if constexpr (!packed_layout(Q).scales16) amx_groups<Q>(p, a, g0, g1, m16);

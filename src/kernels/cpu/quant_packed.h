@@ -17,7 +17,7 @@
 //           (ggml's d1, m1)
 //
 // Each region is one array over (group, block) (codes stay 64-byte aligned), and the bytes per
-// row are the GGUF's (the K-quants: half to one byte more per 32 elements); the last group is padded
+// row are the GGUF's (the K-quants: about one byte more per 32 elements); the last group is padded
 // with zero-scale rows. A block then costs one vpdpbusd per 64 code bytes for all 16 rows, the 16
 // scales are one vector, and an activation's 4 bytes are a broadcast, so decode streams the
 // weights at memory speed and prefill runs 64 int8 multiply-adds per instruction. Values are
