@@ -63,7 +63,11 @@ class Setup:
         self.python = sys.executable
         self.pydeps = self.cache / "pydeps"
         self.not_run: list[str] = []  # "model TYPE: fuselm's error" for rows llama.cpp ran alone
-        self.no_repack: set[Path] = set()  # GGUFs llama-bench runs with --repack 0 (see run_engine)
+        # llama-bench without ggml's AMX kernels (llamacpp.sh builds it on AMX machines), and the
+        # GGUFs that run on it or with --repack 0 (see run_engine).
+        self.bin_noamx = Path(args.llamacpp) / "build-noamx" / "bin"
+        self.no_amx: set[Path] = set()
+        self.no_repack: set[Path] = set()
         self.notes: list[str] = []
 
     # --- models and their GGUF files -------------------------------------------------------
@@ -165,18 +169,27 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
     a = setup.args
     tests = ["-p", str(a.n_prompt), "-n", str(a.n_gen), "-r", str(reps), "-t", str(threads)]
     if engine == "llama.cpp":
-        cmd = [setup.bin / "llama-bench", "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
+        binary = (setup.bin_noamx if gguf in setup.no_amx else setup.bin) / "llama-bench"
+        cmd = [binary, "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
         if gguf in setup.no_repack:
             cmd += ["--repack", "0"]
         proc = run(cmd, check=False)
         if proc.returncode < 0 and gguf not in setup.no_repack:
-            # ggml's CPU repack of quantized weights dies by a signal in some builds and CPUs
-            # (ggml-org/llama.cpp#16479 and alike); llama.cpp then runs the blocks as they are
-            # in the file (--repack 0), which the table's footnote says.
-            log(f"llama-bench died by signal {-proc.returncode} on {gguf.name}; rerunning with --repack 0")
-            setup.no_repack.add(gguf)
-            setup.notes.append(f"llama-bench died by signal {-proc.returncode} on {gguf.name} with its "
-                               f"weight repacking (the default); its rows ran with --repack 0")
+            # ggml's repacked weights die by a signal in some builds and CPUs: its AMX kernels on
+            # some AMX machines (ggml_backend_amx_mul_mat, ggml-org/llama.cpp#20824), its CPU
+            # repack on others (#16479 and alike). llama.cpp then runs without AMX, its AVX-512
+            # repack kept (build-noamx), and failing that the blocks as they are in the file
+            # (--repack 0); the table's footnote says which.
+            if gguf not in setup.no_amx and (setup.bin_noamx / "llama-bench").exists():
+                log(f"llama-bench died by signal {-proc.returncode} on {gguf.name}; rerunning the build without AMX")
+                setup.no_amx.add(gguf)
+                setup.notes.append(f"llama-bench died by signal {-proc.returncode} on {gguf.name} in ggml's AMX "
+                                   f"path; its rows ran on a build without AMX (its AVX-512 weight repacking kept)")
+            else:
+                log(f"llama-bench died by signal {-proc.returncode} on {gguf.name}; rerunning with --repack 0")
+                setup.no_repack.add(gguf)
+                setup.notes.append(f"llama-bench died by signal {-proc.returncode} on {gguf.name} with its "
+                                   f"weight repacking (the default); its rows ran with --repack 0")
             return run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, reps, depths)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-3000:])

@@ -10,6 +10,7 @@
 #   llama.cpp-0.3.36/src                   its vendor/llama.cpp tree (convert_hf_to_gguf.py, gguf-py)
 #   llama.cpp-0.3.36/build/bin             llama-bench, llama-server, llama-quantize, llama-batched-bench
 #                                          (bench/serving/run.sh: llama.cpp's batched forward alone)
+#   llama.cpp-0.3.36/build-noamx/bin       AMX machines only: llama-bench without ggml's AMX kernels
 #   tools-venv/                            scikit-build-core, which pip needs to read the sdist's
 #                                          metadata under --no-build-isolation
 # A step whose result is there is skipped, so a second run costs nothing. Progress goes to stderr;
@@ -84,8 +85,30 @@ build() {
   }
 }
 
+# On an AMX machine, a second llama-bench without ggml's AMX kernels (its AVX-512 repacking kept):
+# they die by SIGSEGV in ggml_backend_amx_mul_mat on some such machines (ggml-org/llama.cpp#20824),
+# and bench/compare/compare.py then reruns on this one instead of dropping all repacking.
+build_noamx() {
+  grep -qw amx_int8 /proc/cpuinfo 2>/dev/null || return 0
+  [ -x "$TREE/build-noamx/bin/llama-bench" ] && return 0
+  local jobs="${FUSELM_BENCH_JOBS:-$(nproc)}" noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  log "building llama-bench without AMX (-j$jobs, log: $TREE/build-noamx.log)"
+  {
+    cmake -S "$TREE/src" -B "$TREE/build-noamx" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF \
+      -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
+    nice -n 10 cmake --build "$TREE/build-noamx" -j "$jobs" --target llama-bench
+  } >"$TREE/build-noamx.log" 2>&1 || {
+    tail -30 "$TREE/build-noamx.log" >&2
+    echo "llamacpp: error: the llama.cpp build without AMX failed (log: $TREE/build-noamx.log)" >&2
+    exit 1
+  }
+}
+
 fetch_sdist
 check_sdist
 extract
 build
+build_noamx
 echo "$TREE"
