@@ -486,6 +486,40 @@ void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0)
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r], bias));
 }
 
+// The 4 code vectors of a nibble block for G groups against R activation rows (xb: row 0's 32
+// codes of the block, row stride k): the low nibbles' dot products (elements 0..15) into lo_sum,
+// the high ones' (16..31) into hi_sum, which may be lo_sum itself (one chain per row and group).
+template <QuantType Q, int R, int G>
+FUSELM_INLINE void dot_nibble_block(const unsigned char* const (&c)[G], const uint64_t* const (&bits)[G],
+                                    const int8_t* xb, int64_t k, __m512i (&lo_sum)[R][G], __m512i (&hi_sum)[R][G]) {
+  FUSELM_UNROLL(4)
+  for (int q = 0; q < 4; ++q) {
+    __m512i lo[G], hi[G];
+    for (int g = 0; g < G; ++g) unpack_codes<Q>(c[g], bits[g], q, lo[g], hi[g]);
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < R; ++r) {
+      const __m512i xl = _mm512_set1_epi32(load_i32(xb + r * k + 4 * q));
+      const __m512i xh = _mm512_set1_epi32(load_i32(xb + r * k + 16 + 4 * q));
+      for (int g = 0; g < G; ++g) {
+        lo_sum[r][g] = _mm512_dpbusd_epi32(lo_sum[r][g], lo[g], xl);
+        hi_sum[r][g] = _mm512_dpbusd_epi32(hi_sum[r][g], hi[g], xh);
+      }
+    }
+  }
+}
+
+// y rows i0..i0+R, the 16·G columns of groups g0.. (clipped to n): acc + bias.
+template <int R, int G>
+FUSELM_INLINE void store_tile(const PackedProblem& p, const __m512 (&acc)[R][G], int64_t g0, int64_t i0) {
+  for (int g = 0; g < G; ++g) {
+    const int64_t j0 = 16 * (g0 + g);
+    const int lanes = static_cast<int>(p.w->n() - j0 < 16 ? p.w->n() - j0 : 16);
+    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
+    const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r][g], bias));
+  }
+}
+
 // Prefill on packed weights (m of 2 or more): a register tile of R activation rows × G groups
 // (16G weight rows) over all of k, one int32 chain per (row, group) — R·G independent vpdpbusd
 // chains, so no chain split is needed — and each 64-byte code vector loaded (and, for the nibble
@@ -535,20 +569,7 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
         }
       }
     } else {
-      FUSELM_UNROLL(4)
-      for (int q = 0; q < 4; ++q) {
-        __m512i lo[G], hi[G];
-        for (int g = 0; g < G; ++g) unpack_codes<Q>(c[g], bits[g], q, lo[g], hi[g]);
-        FUSELM_UNROLL(8)
-        for (int r = 0; r < R; ++r) {
-          const __m512i xl = _mm512_set1_epi32(load_i32(xb + r * k + 4 * q));
-          const __m512i xh = _mm512_set1_epi32(load_i32(xb + r * k + 16 + 4 * q));
-          for (int g = 0; g < G; ++g) {
-            is[r][g] = _mm512_dpbusd_epi32(is[r][g], lo[g], xl);
-            is[r][g] = _mm512_dpbusd_epi32(is[r][g], hi[g], xh);
-          }
-        }
-      }
+      dot_nibble_block<Q, R, G>(c, bits, xb, k, is, is);
     }
     __m512 sc[G], mn[G];
     for (int g = 0; g < G; ++g) {
@@ -566,13 +587,7 @@ void gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t i0) 
       }
     }
   }
-  for (int g = 0; g < G; ++g) {
-    const int64_t j0 = 16 * (g0 + g);
-    const int lanes = static_cast<int>(w.n() - j0 < 16 ? w.n() - j0 : 16);
-    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
-    const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r][g], bias));
-  }
+  store_tile<R, G>(p, acc, g0, i0);
 }
 
 // gemm_tile for q6_k (a scale per 16 elements): two int32 chains per (row, group), the low
@@ -599,21 +614,7 @@ void gemm_tile_q6_k(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t
     const unsigned char* c[G];
     const uint64_t* bits[G];
     for (int g = 0; g < G; ++g) c[g] = w.codes(g0 + g, b), bits[g] = w.bits(g0 + g, b);
-    const int8_t* xb = xq + 32 * b;
-    FUSELM_UNROLL(4)
-    for (int q = 0; q < 4; ++q) {
-      __m512i lo[G], hi[G];
-      for (int g = 0; g < G; ++g) unpack_codes<Q>(c[g], bits[g], q, lo[g], hi[g]);
-      FUSELM_UNROLL(4)
-      for (int r = 0; r < R; ++r) {
-        const __m512i xl = _mm512_set1_epi32(load_i32(xb + r * k + 4 * q));
-        const __m512i xh = _mm512_set1_epi32(load_i32(xb + r * k + 16 + 4 * q));
-        for (int g = 0; g < G; ++g) {
-          lo_sum[r][g] = _mm512_dpbusd_epi32(lo_sum[r][g], lo[g], xl);
-          hi_sum[r][g] = _mm512_dpbusd_epi32(hi_sum[r][g], hi[g], xh);
-        }
-      }
-    }
+    dot_nibble_block<Q, R, G>(c, bits, xq + 32 * b, k, lo_sum, hi_sum);
     __m512 sc0[G], sc1[G];
     for (int g = 0; g < G; ++g)
       sc0[g] = block_scales16_half(w, g0 + g, b, 0), sc1[g] = block_scales16_half(w, g0 + g, b, 1);
@@ -626,13 +627,7 @@ void gemm_tile_q6_k(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t
       }
     }
   }
-  for (int g = 0; g < G; ++g) {
-    const int64_t j0 = 16 * (g0 + g);
-    const int lanes = static_cast<int>(w.n() - j0 < 16 ? w.n() - j0 : 16);
-    const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1u);
-    const __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + j0) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(p.y + (i0 + r) * p.ldy + j0, mask, _mm512_add_ps(acc[r][g], bias));
-  }
+  store_tile<R, G>(p, acc, g0, i0);
 }
 
 // Tile shape of gemm_tile: kGemmRows activation rows × kGemmGroups groups (see gemm_tile); q6_k's
