@@ -9,7 +9,8 @@
 //
 // GEMV (decode, nk): NB rows of W at a time, 32 weights per load, one vdpbf16ps per row of x, so
 //   that one weight byte costs 1/64 of an instruction per row of x instead of the widening path's
-//   shift, and and two FMAs per 16 weights.
+//   shift, and and two FMAs per 16 weights. Each load also prefetches the same line of the next
+//   block of NB rows into L2 (FUSELM_PREFETCH_L2).
 // GEMM (prefill, and decode with a [k, n] W): as gemm_dtype in linear_impl.h, but panels hold
 //   (k, k+1) pairs of bf16 weights in one 32-bit word, bp[k/2][NR], half the bytes of the fp32
 //   panels; the MR×NR micro-kernel broadcasts a pair of x and issues one vdpbf16ps per 16 columns,
@@ -73,6 +74,7 @@ FUSELM_INLINE void dot_gemv_block(const LinearProblem& p, int64_t m0, int64_t j0
     FUSELM_UNROLL(8)
     for (int j = 0; j < NB; ++j) {
       const __m512bh wv = as_bh(_mm512_loadu_si512(w + j * p.ldw + kk));
+      FUSELM_PREFETCH_L2(w + (j + NB) * p.ldw + kk);  // the next block's line
       FUSELM_UNROLL(8)
       for (int i = 0; i < M; ++i) acc[j][i] = _mm512_dpbf16_ps(acc[j][i], wv, xv[i]);
     }

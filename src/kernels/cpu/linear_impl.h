@@ -121,6 +121,7 @@ FUSELM_INLINE void gemv_nk_block(const LinearProblem& p, int64_t m0, int64_t j0)
 // bf16 variant of gemv_nk_block: a full vector load brings 2·W weights, split into even and odd
 // elements with one shift and one and (no widening shuffle), against x deinterleaved the same way:
 // xd holds, per block of 2·W columns, the W even columns then the W odd ones (row stride ldxd).
+// Each load prefetches the same line of the next block into L2, as dot_gemv_block does.
 template <Isa I, int M, int NB>
 FUSELM_INLINE void gemv_nk_block_bf16(const LinearProblem& p, int64_t m0, int64_t j0,
                                       const float* xd, int64_t ldxd) {
@@ -146,6 +147,7 @@ FUSELM_INLINE void gemv_nk_block_bf16(const LinearProblem& p, int64_t m0, int64_
     for (int j = 0; j < NB; ++j) {
       R we, wo;
       V::load_bf16_pairs(w + j * p.ldw + kk, we, wo);
+      if constexpr (W >= 8) FUSELM_PREFETCH_L2(w + (j + NB) * p.ldw + kk);  // the next block's line
       FUSELM_UNROLL(8)
       for (int i = 0; i < M; ++i) acc[j][i] = V::fma(wo, xo[i], V::fma(we, xe[i], acc[j][i]));
     }
