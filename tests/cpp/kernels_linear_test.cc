@@ -98,6 +98,10 @@ std::vector<LinearCase> linear_cases() {
       cases.push_back({20, 1100, 40, d, l, true});  // more than one column block
       cases.push_back({17, 33, 17, d, l, false, 0, 3});  // 3 threads: uneven splits
       cases.push_back({3, 70, 45, d, l, true, 1, 3});
+      // more panels than threads but not a multiple of them: (panel, row slice) tiles, a row
+      // slice left empty (m = 9 on 3 threads)
+      cases.push_back({37, 576, 70, d, l, true, 0, 2});
+      cases.push_back({9, 640, 33, d, l, false, 0, 3});
     }
   }
   cases.push_back({600, 40, 33, DType::bf16, WeightLayout::nk, true});  // more than one row block
