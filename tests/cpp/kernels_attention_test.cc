@@ -195,6 +195,12 @@ std::vector<AttnCase> attention_cases() {
   v.push_back({6, 3, 16, 16, 1300, 1, 0, 0, false, 0, 0, true, 2});
   // a group wider than 64 q heads (MQA with many heads)
   v.push_back({80, 1, 8, 8, 20, 5});
+  // prefill in blocks of tokens sharing each chunk's transposed K: SmolLM2's heads over several
+  // chunks; on 1 thread a wide group (two head slices per block) and heads too wide to transpose
+  v.push_back({9, 3, 64, 64, 200, 200});
+  v.push_back({9, 3, 64, 64, 150, 131, 70});
+  v.push_back({80, 1, 8, 8, 40, 40, 0, 0, false, 0, 0, false, 1});
+  v.push_back({2, 1, 300, 16, 20, 19, 0, 0, false, 0, 0, false, 1});
   // ALiBi: prefill, chunked prefill, decode over several 64-key chunks and split key segments, with
   // GQA/MQA, a sliding window, softcap, sinks and a cache already holding K/V
   for (AttnCase c : {AttnCase{4, 4, 16, 16, 100, 100}, AttnCase{8, 2, 16, 16, 90, 17}, AttnCase{4, 1, 32, 32, 150, 1},

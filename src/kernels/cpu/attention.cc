@@ -80,6 +80,43 @@ GroupFn group_kernel(const AttentionKernels& k, const AttentionArgs& a) {
   return a.cache_bf16 ? k.attend_group_bf16 : k.attend_group;
 }
 
+// Prefill tokens per work item of attend_blocks: each 64-key chunk is transposed once for them.
+constexpr int64_t kBlockTokens = 8;
+
+// attention()'s work for a prefill (K/V already in the cache, one key segment): items of
+// (block of kBlockTokens new tokens, KV group), latest blocks (most keys) first.
+void attend_blocks(const AttentionKernels& kern, const AttentionArgs& a, int nt) {
+  constexpr int64_t kMaxGroup = 64;
+  const auto attend = a.cache_bf16 ? kern.attend_block_bf16 : kern.attend_block;
+  const int64_t group = a.hq / a.hkv, first = a.ctx_len - a.t;
+  const int64_t blocks = (a.t + kBlockTokens - 1) / kBlockTokens, items = blocks * a.hkv;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  parallel_for_dynamic(nt, items, [&](int64_t rev) {
+    float* o[kBlockTokens * kMaxGroup];
+    float m[kBlockTokens * kMaxGroup], l[kBlockTokens * kMaxGroup];
+    int64_t lo[kBlockTokens], hi[kBlockTokens];
+    const int64_t it = items - 1 - rev, g = it % a.hkv, i0 = it / a.hkv * kBlockTokens;
+    const int64_t nb = std::min(kBlockTokens, a.t - i0);
+    for (int64_t b = 0; b < nb; ++b) {
+      lo[b] = first_key(a, first + i0 + b);
+      hi[b] = first + i0 + b + 1;
+    }
+    for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {  // (groups wider than 64: in slices)
+      const int64_t nh = std::min(kMaxGroup, group - h0);
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t r = 0; r < nh; ++r) {
+          const int64_t h = g * group + h0 + r, x = b * nh + r;
+          o[x] = a.out + ((i0 + b) * a.hq + h) * a.dv;
+          std::fill(o[x], o[x] + a.dv, 0.f);
+          m[x] = a.sinks ? a.sinks[h] : neg_inf;
+          l[x] = a.sinks ? 1.f : 0.f;
+        }
+      attend(a, i0, nb, g * group + h0, nh, lo, hi, o, m, l);
+      for (int64_t x = 0; x < nb * nh; ++x) kern.scale_row(o[x], a.dv, 1.f / l[x]);
+    }
+  });
+}
+
 }  // namespace
 
 void attention(const AttentionArgs& args) {
@@ -128,6 +165,9 @@ void attention(const AttentionArgs& args) {
       store_row(a, a.v_cache, slot * v_row + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
   });
+
+  const int64_t blocks = (a.t + kBlockTokens - 1) / kBlockTokens;
+  if (segments == 1 && a.t > 1 && (nt == 1 || blocks * a.hkv >= 4 * nt)) return attend_blocks(kern, a, nt);
 
   parallel_for_dynamic(nt, items, [&](int64_t rev) {
     constexpr int64_t kMaxGroup = 64;

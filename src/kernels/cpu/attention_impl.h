@@ -164,6 +164,59 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
   }
 }
 
+// One head h over n keys of a chunk: s[0, n) its unscaled logits (overwritten with exp), dist
+// the keys' ALiBi distances (or null), vr their V rows; scale, softcap and ALiBi, the online
+// softmax rescale of (out, m, l), then out += p·V.
+template <Isa I, class T>
+FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const float* dist, const T* const* vr,
+                              int n, float* out, float& m, float& l) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  const float scale = a.scale, cap = a.softcap;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // scale, softcap, ALiBi bias, chunk max
+  R mx = V::set1(neg_inf);
+  const R sc = V::set1(scale);
+  int c = 0;
+  for (; c < n; c += W) {
+    const int rem = std::min(W, n - c);
+    R x = V::mul(V::loadn(s + c, rem), sc);
+    if (cap > 0.f) x = V::mul(V::set1(cap), vtanh<V>(V::mul(x, V::set1(1.f / cap))));
+    if (dist) x = V::fma(V::set1(a.alibi_slopes[h]), V::loadn(dist + c, rem), x);
+    V::storen(s + c, x, rem);
+    if (rem < W) {  // lanes past the chunk must not raise the max
+      alignas(64) float buf[W];
+      V::store(buf, x);
+      for (int z = rem; z < W; ++z) buf[z] = neg_inf;
+      x = V::load(buf);
+    }
+    mx = V::max(mx, x);
+  }
+  const float m_new = std::max(m, V::hmax(mx));
+  const float alpha = m == m_new ? 1.f : std::exp(m - m_new);  // exp(-inf) = 0 at first
+  l *= alpha;
+  m = m_new;
+
+  R sum = V::zero();
+  const R mv = V::set1(m_new);
+  for (c = 0; c < n; c += W) {
+    const int rem = std::min(W, n - c);
+    R e = V::exp(V::sub(V::loadn(s + c, rem), mv));
+    V::storen(s + c, e, rem);
+    if (rem < W) {
+      alignas(64) float buf[W];
+      V::store(buf, e);
+      for (int z = rem; z < W; ++z) buf[z] = 0.f;
+      e = V::load(buf);
+    }
+    sum = V::add(sum, e);
+  }
+  l += V::hsum(sum);
+
+  pv_accumulate<V>(out, alpha, s, vr, n, a.dv);
+}
+
 // The q heads [h0, h0 + nh) (nh <= 64) of one KV group, new token ti, against context keys
 // [lo, hi): per head r, o[r] (dv floats) accumulates unnormalised p·V with running max m[r] and
 // sum l[r] (set by the caller: -inf/0, or the sink). Keys go in chunks of 64; a chunk's K and V
@@ -173,8 +226,6 @@ template <Isa I, class T>
 void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh, int64_t lo,
                        int64_t hi, float* const* o, float* m, float* l) {
   using V = Vec<I>;
-  using R = typename V::R;
-  constexpr int W = V::W;
   constexpr int CH = 64;
   alignas(64) float s_all[64 * CH];
   const T* kr[CH];
@@ -184,9 +235,6 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
   const T* kc = static_cast<const T*>(a.k_cache) + kvh * a.dqk;
   const T* vc = static_cast<const T*>(a.v_cache) + kvh * a.dv;
-  const int64_t dv = a.dv;
-  const float scale = a.scale, cap = a.softcap;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
 
   for (int64_t j0 = lo; j0 < hi; j0 += CH) {
     const int n = static_cast<int>(std::min<int64_t>(CH, hi - j0));
@@ -199,49 +247,91 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
     alignas(64) float dist[CH];
     if (a.alibi_slopes)
       for (int c = 0; c < n; ++c) dist[c] = static_cast<float>(j0 + c - (a.ctx_len - a.t + ti));
-    for (int64_t r = 0; r < nh; ++r) {
-      float* s = s_all + r * CH;
-      float* out = o[r];
-      // scale, softcap, ALiBi bias, chunk max
-      R mx = V::set1(neg_inf);
-      const R sc = V::set1(scale);
-      int c = 0;
-      for (; c < n; c += W) {
-        const int rem = std::min(W, n - c);
-        R x = V::mul(V::loadn(s + c, rem), sc);
-        if (cap > 0.f) x = V::mul(V::set1(cap), vtanh<V>(V::mul(x, V::set1(1.f / cap))));
-        if (a.alibi_slopes) x = V::fma(V::set1(a.alibi_slopes[h0 + r]), V::loadn(dist + c, rem), x);
-        V::storen(s + c, x, rem);
-        if (rem < W) {  // lanes past the chunk must not raise the max
-          alignas(64) float buf[W];
-          V::store(buf, x);
-          for (int z = rem; z < W; ++z) buf[z] = neg_inf;
-          x = V::load(buf);
-        }
-        mx = V::max(mx, x);
-      }
-      const float m_new = std::max(m[r], V::hmax(mx));
-      const float alpha = m[r] == m_new ? 1.f : std::exp(m[r] - m_new);  // exp(-inf) = 0 at first
-      l[r] *= alpha;
-      m[r] = m_new;
+    for (int64_t r = 0; r < nh; ++r)
+      softmax_pv<I>(a, h0 + r, s_all + r * CH, a.alibi_slopes ? dist : nullptr, vr, n, o[r], m[r], l[r]);
+  }
+}
 
-      R sum = V::zero();
-      const R mv = V::set1(m_new);
-      for (c = 0; c < n; c += W) {
-        const int rem = std::min(W, n - c);
-        R e = V::exp(V::sub(V::loadn(s + c, rem), mv));
-        V::storen(s + c, e, rem);
-        if (rem < W) {
-          alignas(64) float buf[W];
-          V::store(buf, e);
-          for (int z = rem; z < W; ++z) buf[z] = 0.f;
-          e = V::load(buf);
-        }
-        sum = V::add(sum, e);
-      }
-      l[r] += V::hsum(sum);
+// K rows kr[0, n) of a chunk transposed into kt[d * CH + c] (d < dqk <= kMaxD; columns n..
+// rounded up to W are zero), W keys at a time in registers.
+template <class V, int CH, class T>
+FUSELM_INLINE void transpose_chunk(const T* const* kr, int n, int64_t dqk, float* kt) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  for (int c0 = 0; c0 < n; c0 += W) {
+    const int nk = std::min(W, n - c0);
+    for (int64_t d0 = 0; d0 < dqk; d0 += W) {
+      const int dn = static_cast<int>(std::min<int64_t>(W, dqk - d0));
+      R t[W];
+      FUSELM_UNROLL(16)
+      for (int i = 0; i < W; ++i)
+        t[i] = i >= nk ? V::zero() : dn == W ? ld<V>(kr[c0 + i] + d0) : ldn<V>(kr[c0 + i] + d0, dn);
+      V::transpose(t);
+      for (int dd = 0; dd < dn; ++dd) V::store(kt + (d0 + dd) * CH + c0, t[dd]);
+    }
+  }
+}
 
-      pv_accumulate<V>(out, alpha, s, vr, n, dv);
+// New tokens [i0, i0 + nb) (prefill), q heads [h0, h0 + nh) of one KV group; token b sees the
+// keys [lo[b], hi[b]). As attend_group_impl per token (o[b * nh + r], m and l alike, initialised
+// by the caller), but each 64-key chunk of the tokens' key union is transposed once and serves
+// all nb tokens: per token only the logits, the softmax and p·V remain (the transposes were a
+// third of prefill attention's time when every token made its own).
+template <Isa I, class T>
+void attend_block_impl(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h0, int64_t nh, const int64_t* lo,
+                       const int64_t* hi, float* const* o, float* m, float* l) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  constexpr int CH = 64;
+  constexpr int64_t kMaxD = 256;
+  if (a.dqk > kMaxD) {  // very wide heads: per token, plain dot products
+    for (int64_t b = 0; b < nb; ++b)
+      attend_group_impl<I, T>(a, i0 + b, h0, nh, lo[b], hi[b], o + b * nh, m + b * nh, l + b * nh);
+    return;
+  }
+  alignas(64) float kt[kMaxD * CH];
+  alignas(64) float s_all[64 * CH];
+  alignas(64) float dist[CH];
+  const T* kr[CH];
+  const T* vr[CH];
+  const int64_t kvh = h0 / (a.hq / a.hkv), dqk = a.dqk;
+  const T* kc = static_cast<const T*>(a.k_cache) + kvh * dqk;
+  const T* vc = static_cast<const T*>(a.v_cache) + kvh * a.dv;
+  const int64_t lo_all = *std::min_element(lo, lo + nb), hi_all = *std::max_element(hi, hi + nb);
+
+  for (int64_t j0 = lo_all; j0 < hi_all; j0 += CH) {
+    const int n = static_cast<int>(std::min<int64_t>(CH, hi_all - j0));
+    for (int c = 0; c < n; ++c) {
+      kr[c] = kc + a.slots[j0 + c] * a.k_row_stride;
+      vr[c] = vc + a.slots[j0 + c] * a.v_row_stride;
+    }
+    transpose_chunk<V, CH>(kr, n, dqk, kt);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int c0 = static_cast<int>(std::max(lo[b], j0) - j0), c1 = static_cast<int>(std::min<int64_t>(hi[b], j0 + n) - j0);
+      if (c0 >= c1) continue;  // this token sees none of the chunk
+      const int64_t ti = i0 + b;
+      for (int c = c0 / W * W; c < c1; c += W) {
+        const int nk = std::min(W, c1 - c);
+        for (int64_t r = 0; r < nh; ++r) {
+          const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
+          R acc0 = V::zero(), acc1 = V::zero(), acc2 = V::zero(), acc3 = V::zero();
+          int64_t d = 0;
+          for (; d + 4 <= dqk; d += 4) {
+            acc0 = V::fma(V::set1(q[d]), V::load(kt + d * CH + c), acc0);
+            acc1 = V::fma(V::set1(q[d + 1]), V::load(kt + (d + 1) * CH + c), acc1);
+            acc2 = V::fma(V::set1(q[d + 2]), V::load(kt + (d + 2) * CH + c), acc2);
+            acc3 = V::fma(V::set1(q[d + 3]), V::load(kt + (d + 3) * CH + c), acc3);
+          }
+          for (; d < dqk; ++d) acc0 = V::fma(V::set1(q[d]), V::load(kt + d * CH + c), acc0);
+          V::storen(s_all + r * CH + c, V::add(V::add(acc0, acc1), V::add(acc2, acc3)), nk);
+        }
+      }
+      if (a.alibi_slopes)
+        for (int c = c0; c < c1; ++c) dist[c] = static_cast<float>(j0 + c - (a.ctx_len - a.t + ti));
+      for (int64_t r = 0; r < nh; ++r)
+        softmax_pv<I>(a, h0 + r, s_all + r * CH + c0, a.alibi_slopes ? dist + c0 : nullptr, vr + c0, c1 - c0,
+                      o[b * nh + r], m[b * nh + r], l[b * nh + r]);
     }
   }
 }
@@ -262,7 +352,8 @@ void scale_row_impl(float* o, int64_t n, float f) {
 
 template <Isa I>
 constexpr AttentionKernels make_attention_kernels() {
-  return {&attend_group_impl<I, float>, &scale_row_impl<I>, &attend_group_impl<I, uint16_t>};
+  return {&attend_group_impl<I, float>, &scale_row_impl<I>, &attend_group_impl<I, uint16_t>,
+          &attend_block_impl<I, float>, &attend_block_impl<I, uint16_t>};
 }
 
 }  // namespace
