@@ -294,7 +294,7 @@ TEST_P(KernelsAttention, BatchOfSequencesEqualsEachAlone) {
   std::vector<AttentionArgs> alone, batch;
   int64_t next_slot = 0;
   for (int64_t s = 0; s < n_seq; ++s) {
-    const int64_t ctx = 40 + 13 * s, t = s == 5 ? 7 : 1;
+    const int64_t ctx = 40 + 13 * s, t = s == 5 ? 19 : s == 8 ? 7 : 1;  // blocks of 8 tokens: 8 + 8 + 3, and 7
     const int32_t* slots = perm.data() + next_slot;
     next_slot += ctx;
     q.push_back(random_floats(static_cast<size_t>(t * hq * d), 920 + s));

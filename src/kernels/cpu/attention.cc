@@ -83,37 +83,45 @@ GroupFn group_kernel(const AttentionKernels& k, const AttentionArgs& a) {
 // Prefill tokens per work item of attend_blocks: each 64-key chunk is transposed once for them.
 constexpr int64_t kBlockTokens = 8;
 
-// attention()'s work for a prefill (K/V already in the cache, one key segment): items of
-// (block of kBlockTokens new tokens, KV group), latest blocks (most keys) first.
-void attend_blocks(const AttentionKernels& kern, const AttentionArgs& a, int nt) {
+// Work item (block of new tokens [i0, i0 + kBlockTokens) ∩ [0, t), KV group g) of a prefill
+// or of a serving batch's sequence, K/V already in the cache: attend_block over the group's q
+// heads (in slices of 64), then each row normalised.
+void attend_block_item(const AttentionKernels& kern, const AttentionArgs& a, int64_t i0, int64_t g) {
   constexpr int64_t kMaxGroup = 64;
+  float* o[kBlockTokens * kMaxGroup];
+  float m[kBlockTokens * kMaxGroup], l[kBlockTokens * kMaxGroup];
+  int64_t lo[kBlockTokens], hi[kBlockTokens];
   const auto attend = a.cache_bf16 ? kern.attend_block_bf16 : kern.attend_block;
-  const int64_t group = a.hq / a.hkv, first = a.ctx_len - a.t;
-  const int64_t blocks = (a.t + kBlockTokens - 1) / kBlockTokens, items = blocks * a.hkv;
+  const int64_t group = a.hq / a.hkv, first = a.ctx_len - a.t, nb = std::min(kBlockTokens, a.t - i0);
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < nb; ++b) {
+    lo[b] = first_key(a, first + i0 + b);
+    hi[b] = first + i0 + b + 1;
+  }
+  for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {  // (groups wider than 64: in slices)
+    const int64_t nh = std::min(kMaxGroup, group - h0);
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t r = 0; r < nh; ++r) {
+        const int64_t h = g * group + h0 + r, x = b * nh + r;
+        o[x] = a.out + ((i0 + b) * a.hq + h) * a.dv;
+        std::fill(o[x], o[x] + a.dv, 0.f);
+        m[x] = a.sinks ? a.sinks[h] : neg_inf;
+        l[x] = a.sinks ? 1.f : 0.f;
+      }
+    attend(a, i0, nb, g * group + h0, nh, lo, hi, o, m, l);
+    for (int64_t x = 0; x < nb * nh; ++x) kern.scale_row(o[x], a.dv, 1.f / l[x]);
+  }
+}
+
+int64_t token_blocks(int64_t t) { return (t + kBlockTokens - 1) / kBlockTokens; }
+
+// attention()'s work for a prefill (one key segment): items of (token block, KV group), latest
+// blocks (most keys) first.
+void attend_blocks(const AttentionKernels& kern, const AttentionArgs& a, int nt) {
+  const int64_t items = token_blocks(a.t) * a.hkv;
   parallel_for_dynamic(nt, items, [&](int64_t rev) {
-    float* o[kBlockTokens * kMaxGroup];
-    float m[kBlockTokens * kMaxGroup], l[kBlockTokens * kMaxGroup];
-    int64_t lo[kBlockTokens], hi[kBlockTokens];
-    const int64_t it = items - 1 - rev, g = it % a.hkv, i0 = it / a.hkv * kBlockTokens;
-    const int64_t nb = std::min(kBlockTokens, a.t - i0);
-    for (int64_t b = 0; b < nb; ++b) {
-      lo[b] = first_key(a, first + i0 + b);
-      hi[b] = first + i0 + b + 1;
-    }
-    for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {  // (groups wider than 64: in slices)
-      const int64_t nh = std::min(kMaxGroup, group - h0);
-      for (int64_t b = 0; b < nb; ++b)
-        for (int64_t r = 0; r < nh; ++r) {
-          const int64_t h = g * group + h0 + r, x = b * nh + r;
-          o[x] = a.out + ((i0 + b) * a.hq + h) * a.dv;
-          std::fill(o[x], o[x] + a.dv, 0.f);
-          m[x] = a.sinks ? a.sinks[h] : neg_inf;
-          l[x] = a.sinks ? 1.f : 0.f;
-        }
-      attend(a, i0, nb, g * group + h0, nh, lo, hi, o, m, l);
-      for (int64_t x = 0; x < nb * nh; ++x) kern.scale_row(o[x], a.dv, 1.f / l[x]);
-    }
+    const int64_t it = items - 1 - rev;
+    attend_block_item(kern, a, it / a.hkv * kBlockTokens, it % a.hkv);
   });
 }
 
@@ -166,8 +174,7 @@ void attention(const AttentionArgs& args) {
     }
   });
 
-  const int64_t blocks = (a.t + kBlockTokens - 1) / kBlockTokens;
-  if (segments == 1 && a.t > 1 && (nt == 1 || blocks * a.hkv >= 4 * nt)) return attend_blocks(kern, a, nt);
+  if (segments == 1 && a.t > 1 && (nt == 1 || token_blocks(a.t) * a.hkv >= 4 * nt)) return attend_blocks(kern, a, nt);
 
   parallel_for_dynamic(nt, items, [&](int64_t rev) {
     constexpr int64_t kMaxGroup = 64;
@@ -236,7 +243,7 @@ void attention_batch(std::span<const AttentionArgs> batch) {
                           a.cache_bf16 != seqs[0].cache_bf16))
       fail("the sequences of a batch have different head layouts or cache dtypes");
     first_item.push_back(items);
-    items += a.t * a.hkv;
+    items += token_blocks(a.t) * a.hkv;
     work += (a.ctx_len - a.t / 2) * a.t * a.hq * (a.dqk + a.dv);  // about: keys visited per token
     seqs.push_back(a);
   }
@@ -247,49 +254,37 @@ void attention_batch(std::span<const AttentionArgs> batch) {
     return;
   }
   const AttentionKernels& kern = attention_kernels();
-  const int64_t group = seqs[0].hq / seqs[0].hkv, hkv = seqs[0].hkv;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  auto key_lo = [](const AttentionArgs& a, int64_t pos) { return first_key(a, pos); };
+  const int64_t hkv = seqs[0].hkv;
   // Plain locals for the tasks: a thread_local named inside them would be each thread's own.
   const AttentionArgs* const seq = seqs.data();
   const int64_t* const first = first_item.data();
   const int64_t n_seq = static_cast<int64_t>(seqs.size());
   auto sequence_of = [&](int64_t it) { return std::upper_bound(first, first + n_seq, it) - first - 1; };
 
-  const int nt_writes = kernel_threads(items * (seq[0].dqk + seq[0].dv), int64_t{1} << 14);
-  parallel_for_ranges(nt_writes, items, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t it = i0; it < i1; ++it) {  // every new K/V row into the cache first
-      const int64_t sq = sequence_of(it);
+  int64_t writes = 0;  // every new K/V row into the cache first: (sequence, token, KV head)
+  thread_local std::vector<int64_t> first_write;
+  first_write.clear();
+  for (const AttentionArgs& a : seqs) {
+    first_write.push_back(writes);
+    writes += a.k ? a.t * hkv : 0;
+  }
+  const int64_t* const first_w = first_write.data();
+  const int nt_writes = kernel_threads(writes * (seq[0].dqk + seq[0].dv), int64_t{1} << 14);
+  parallel_for_ranges(nt_writes, writes, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t sq = std::upper_bound(first_w, first_w + n_seq, w) - first_w - 1;
       const AttentionArgs& a = seq[sq];
-      if (!a.k) continue;
-      const int64_t w = it - first[sq], i = w / hkv, h = w % hkv;
+      const int64_t r = w - first_w[sq], i = r / hkv, h = r % hkv;
       const int64_t slot = a.slots[a.ctx_len - a.t + i];
       store_row(a, a.k_cache, slot * a.k_row_stride + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
       store_row(a, a.v_cache, slot * a.v_row_stride + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
   });
 
-  parallel_for_dynamic(nt, items, [&](int64_t rev) {
-    constexpr int64_t kMaxGroup = 64;
-    float* o[kMaxGroup];
-    float m[kMaxGroup], l[kMaxGroup];
+  parallel_for_dynamic(nt, items, [&](int64_t rev) {  // (sequence, token block, KV group)
     const int64_t it = items - 1 - rev;
-    const int64_t sq = sequence_of(it);
-    const AttentionArgs& a = seq[sq];
-    const int64_t w = it - first[sq], i = w / hkv, g = w % hkv;
-    const int64_t pos = a.ctx_len - a.t + i;
-    for (int64_t h0 = 0; h0 < group; h0 += kMaxGroup) {
-      const int64_t nh = std::min(kMaxGroup, group - h0);
-      for (int64_t r = 0; r < nh; ++r) {
-        const int64_t h = g * group + h0 + r;
-        o[r] = a.out + (i * a.hq + h) * a.dv;
-        std::fill(o[r], o[r] + a.dv, 0.f);
-        m[r] = a.sinks ? a.sinks[h] : neg_inf;
-        l[r] = a.sinks ? 1.f : 0.f;
-      }
-      group_kernel(kern, a)(a, i, g * group + h0, nh, key_lo(a, pos), pos + 1, o, m, l);
-      for (int64_t r = 0; r < nh; ++r) kern.scale_row(o[r], a.dv, 1.f / l[r]);
-    }
+    const int64_t sq = sequence_of(it), w = it - first[sq];
+    attend_block_item(kern, seq[sq], w / hkv * kBlockTokens, w % hkv);
   });
 }
 
