@@ -113,13 +113,47 @@ FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const T*
   }
 }
 
-// Logits of one chunk for the q heads [h0, h0 + nh): s[r*CH + c] = q_r · k_c (unscaled).
-// W keys at a time are transposed in registers to kt[d][key], so each head accumulates W logits in
-// one vector with broadcast q[d] (no horizontal sums), and the transposed block serves every head.
+// K rows kr[0, n) of a chunk transposed into kt[d * CH + c] (d < dqk <= kMaxD; columns n..
+// rounded up to W are zero), W keys at a time in registers.
+template <class V, int CH, class T>
+FUSELM_INLINE void transpose_chunk(const T* const* kr, int n, int64_t dqk, float* kt) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  for (int c0 = 0; c0 < n; c0 += W) {
+    const int nk = std::min(W, n - c0);
+    for (int64_t d0 = 0; d0 < dqk; d0 += W) {
+      const int dn = static_cast<int>(std::min<int64_t>(W, dqk - d0));
+      R t[W];
+      FUSELM_UNROLL(16)
+      for (int i = 0; i < W; ++i)
+        t[i] = i >= nk ? V::zero() : dn == W ? ld<V>(kr[c0 + i] + d0) : ldn<V>(kr[c0 + i] + d0, dn);
+      V::transpose(t);
+      for (int dd = 0; dd < dn; ++dd) V::store(kt + (d0 + dd) * CH + c0, t[dd]);
+    }
+  }
+}
+
+// Logits of W keys, columns [c, c + W) of a transposed chunk kt[d * CH + c], for one q row:
+// Σ_d q[d]·kt[d] with q[d] broadcast (no horizontal sums), in four chains.
+template <class V, int CH>
+FUSELM_INLINE typename V::R transposed_logits(const float* q, const float* kt, int c, int64_t dqk) {
+  typename V::R acc0 = V::zero(), acc1 = V::zero(), acc2 = V::zero(), acc3 = V::zero();
+  int64_t d = 0;
+  for (; d + 4 <= dqk; d += 4) {
+    acc0 = V::fma(V::set1(q[d]), V::load(kt + d * CH + c), acc0);
+    acc1 = V::fma(V::set1(q[d + 1]), V::load(kt + (d + 1) * CH + c), acc1);
+    acc2 = V::fma(V::set1(q[d + 2]), V::load(kt + (d + 2) * CH + c), acc2);
+    acc3 = V::fma(V::set1(q[d + 3]), V::load(kt + (d + 3) * CH + c), acc3);
+  }
+  for (; d < dqk; ++d) acc0 = V::fma(V::set1(q[d]), V::load(kt + d * CH + c), acc0);
+  return V::add(V::add(acc0, acc1), V::add(acc2, acc3));
+}
+
+// Logits of one chunk for the q heads [h0, h0 + nh): s[r*CH + c] = q_r · k_c (unscaled). The
+// chunk's keys are transposed once (transpose_chunk) and serve every head of the group.
 template <class V, int CH, int kMaxD, class T>
 FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh,
                                 const T* const* kr, int n, float* s) {
-  using R = typename V::R;
   constexpr int W = V::W;
   const int64_t dqk = a.dqk;
   if (dqk > kMaxD) {  // very wide heads: plain dot products
@@ -131,35 +165,13 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
     }
     return;
   }
-  alignas(64) float kt[kMaxD * W];
+  alignas(64) float kt[kMaxD * CH];
+  transpose_chunk<V, CH>(kr, n, dqk, kt);
   for (int c0 = 0; c0 < n; c0 += W) {
     const int nk = std::min(W, n - c0);
-    for (int64_t d0 = 0; d0 < dqk; d0 += W) {
-      const int dn = static_cast<int>(std::min<int64_t>(W, dqk - d0));
-      R t[W];
-      FUSELM_UNROLL(16)
-      for (int i = 0; i < W; ++i)
-        t[i] = i >= nk ? V::zero() : dn == W ? ld<V>(kr[c0 + i] + d0) : ldn<V>(kr[c0 + i] + d0, dn);
-      V::transpose(t);
-      if (dn == W) {
-        FUSELM_UNROLL(16)
-        for (int dd = 0; dd < W; ++dd) V::store(kt + (d0 + dd) * W, t[dd]);
-      } else {
-        for (int dd = 0; dd < dn; ++dd) V::store(kt + (d0 + dd) * W, t[dd]);
-      }
-    }
     for (int64_t r = 0; r < nh; ++r) {
       const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
-      R acc0 = V::zero(), acc1 = V::zero(), acc2 = V::zero(), acc3 = V::zero();
-      int64_t d = 0;
-      for (; d + 4 <= dqk; d += 4) {
-        acc0 = V::fma(V::set1(q[d]), V::load(kt + d * W), acc0);
-        acc1 = V::fma(V::set1(q[d + 1]), V::load(kt + (d + 1) * W), acc1);
-        acc2 = V::fma(V::set1(q[d + 2]), V::load(kt + (d + 2) * W), acc2);
-        acc3 = V::fma(V::set1(q[d + 3]), V::load(kt + (d + 3) * W), acc3);
-      }
-      for (; d < dqk; ++d) acc0 = V::fma(V::set1(q[d]), V::load(kt + d * W), acc0);
-      V::storen(s + r * CH + c0, V::add(V::add(acc0, acc1), V::add(acc2, acc3)), nk);
+      V::storen(s + r * CH + c0, transposed_logits<V, CH>(q, kt, c0, dqk), nk);
     }
   }
 }
@@ -252,26 +264,6 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   }
 }
 
-// K rows kr[0, n) of a chunk transposed into kt[d * CH + c] (d < dqk <= kMaxD; columns n..
-// rounded up to W are zero), W keys at a time in registers.
-template <class V, int CH, class T>
-FUSELM_INLINE void transpose_chunk(const T* const* kr, int n, int64_t dqk, float* kt) {
-  using R = typename V::R;
-  constexpr int W = V::W;
-  for (int c0 = 0; c0 < n; c0 += W) {
-    const int nk = std::min(W, n - c0);
-    for (int64_t d0 = 0; d0 < dqk; d0 += W) {
-      const int dn = static_cast<int>(std::min<int64_t>(W, dqk - d0));
-      R t[W];
-      FUSELM_UNROLL(16)
-      for (int i = 0; i < W; ++i)
-        t[i] = i >= nk ? V::zero() : dn == W ? ld<V>(kr[c0 + i] + d0) : ldn<V>(kr[c0 + i] + d0, dn);
-      V::transpose(t);
-      for (int dd = 0; dd < dn; ++dd) V::store(kt + (d0 + dd) * CH + c0, t[dd]);
-    }
-  }
-}
-
 // New tokens [i0, i0 + nb) (prefill), q heads [h0, h0 + nh) of one KV group; token b sees the
 // keys [lo[b], hi[b]). As attend_group_impl per token (o[b * nh + r], m and l alike, initialised
 // by the caller), but each 64-key chunk of the tokens' key union is transposed once and serves
@@ -281,7 +273,6 @@ template <Isa I, class T>
 void attend_block_impl(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h0, int64_t nh, const int64_t* lo,
                        const int64_t* hi, float* const* o, float* m, float* l) {
   using V = Vec<I>;
-  using R = typename V::R;
   constexpr int W = V::W;
   constexpr int CH = 64;
   constexpr int64_t kMaxD = 256;
@@ -315,16 +306,7 @@ void attend_block_impl(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h
         const int nk = std::min(W, c1 - c);
         for (int64_t r = 0; r < nh; ++r) {
           const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
-          R acc0 = V::zero(), acc1 = V::zero(), acc2 = V::zero(), acc3 = V::zero();
-          int64_t d = 0;
-          for (; d + 4 <= dqk; d += 4) {
-            acc0 = V::fma(V::set1(q[d]), V::load(kt + d * CH + c), acc0);
-            acc1 = V::fma(V::set1(q[d + 1]), V::load(kt + (d + 1) * CH + c), acc1);
-            acc2 = V::fma(V::set1(q[d + 2]), V::load(kt + (d + 2) * CH + c), acc2);
-            acc3 = V::fma(V::set1(q[d + 3]), V::load(kt + (d + 3) * CH + c), acc3);
-          }
-          for (; d < dqk; ++d) acc0 = V::fma(V::set1(q[d]), V::load(kt + d * CH + c), acc0);
-          V::storen(s_all + r * CH + c, V::add(V::add(acc0, acc1), V::add(acc2, acc3)), nk);
+          V::storen(s_all + r * CH + c, transposed_logits<V, CH>(q, kt, c, dqk), nk);
         }
       }
       if (a.alibi_slopes)
