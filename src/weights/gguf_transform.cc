@@ -1,6 +1,7 @@
 #include "weights/gguf_transform.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -53,6 +54,11 @@ void parse_rows(const nlohmann::json& r, GgufTransform& tr, const std::function<
 }
 
 }  // namespace
+
+std::string GgufTransform::signature() const {
+  return fmt::format("{}|{}|{}|{}|{}", fmt::join(file_shape, ","), fmt::join(row_order, ","), unpermute_heads,
+                     transpose, offset);
+}
 
 GgufTransform parse_gguf_transform(const std::string& target, const nlohmann::json& ck,
                                    const std::vector<int64_t>& shape) {

@@ -26,6 +26,8 @@ struct GgufTransform {
 
   /// Whether element values change (beyond whole rows moving): such tensors are f32 at load.
   bool changes_values() const { return transpose || offset != 0.0f; }
+  /// Equal for equal transforms: parameters share one loaded tensor only when key and this agree.
+  std::string signature() const;
 };
 
 /// Parses the transform fields of checkpoint entry `ck` of parameter `target` of torch `shape`:

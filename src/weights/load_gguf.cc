@@ -155,12 +155,14 @@ LoadedParameters load_gguf_parameters(const nlohmann::json& parameters, const st
   LoadedParameters out;
   out.gguf_ = std::make_shared<const GgufFile>(GgufFile::open(gguf));
   const GgufFile& f = *out.gguf_;
-  std::unordered_map<std::string, WeightView> by_key;  // tied parameters read one tensor once
+  // Tied parameters read one tensor once; the same tensor under another transform is another view.
+  std::unordered_map<std::string, WeightView> by_key;
   std::vector<std::string> dequantized;                 // block tensors a processor's transform made f32
   std::string processors;
   for (const auto& [target, p] : parameters.items()) {
     const GgufEntry e = parse_gguf_entry(target, p);
-    if (auto it = by_key.find(e.key); it != by_key.end()) {
+    const std::string key = e.key + '\n' + e.transform.signature();
+    if (auto it = by_key.find(key); it != by_key.end()) {
       out.views_.emplace(target, it->second);
       continue;
     }
@@ -171,10 +173,10 @@ LoadedParameters load_gguf_parameters(const nlohmann::json& parameters, const st
     WeightView v = load_one(f, *t, target, e, options, out.buffers_);
     if (e.transform.changes_values() && gguf_type_quantized(t->type->id)) {
       dequantized.push_back(fmt::format("'{}' ({})", t->name, t->type->name));
-      if (processors.find(e.transform.processor) == std::string::npos)
-        processors += (processors.empty() ? "" : ", ") + e.transform.processor;
+      const std::string name = e.transform.processor.empty() ? "(unnamed processor)" : e.transform.processor;
+      if (processors.find(name) == std::string::npos) processors += (processors.empty() ? "" : ", ") + name;
     }
-    by_key.emplace(e.key, v);
+    by_key.emplace(key, v);
     out.views_.emplace(target, std::move(v));
   }
   if (!dequantized.empty())
