@@ -78,6 +78,7 @@ def gguf_tensor_plan(gguf_path, model, reader=None) -> dict[str, tuple[str, Tran
     tied = set()
     if getattr(model.config, "tie_word_embeddings", False):
         tied = {k for k in params if k not in dict(model.named_parameters())}
+    _check_ties(gguf_path, model, out)
     for name, p in params.items():
         if name in out:
             tensor, tr = out[name]
@@ -88,6 +89,20 @@ def gguf_tensor_plan(gguf_path, model, reader=None) -> dict[str, tuple[str, Tran
         elif name not in tied:
             raise GgufSourceError(f"{gguf_path}: no tensor holds parameter {name}")
     return out
+
+
+def _check_ties(gguf_path, model, plan) -> None:
+    """Parameters the model ties (one Parameter, e.g. the LM head and the embedding when the config
+    says tie_word_embeddings) must not come from two different tensors: transformers then loads
+    each as stored (a falcon file with output.weight: tied config, two tensors), while fuselm's
+    graph has one tensor for both. Refused, naming both."""
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owner = first.setdefault(id(p), name)
+        if owner != name and owner in plan and name in plan and plan[owner][0] != plan[name][0]:
+            raise GgufSourceError(f"{gguf_path}: parameters {owner} and {name} are one tied tensor in the model the "
+                                  f"config builds, but the file holds two, '{plan[owner][0]}' and '{plan[name][0]}', "
+                                  f"which transformers loads apart; fuselm's graph has one tensor for both")
 
 
 def gguf_parameter_map(gguf_path, model) -> dict[str, str]:

@@ -79,10 +79,13 @@ NOT_WRITTEN = {
     "t5": "encoder-decoder: fuselm runs causal LMs only (T5TensorProcessor only tags block ids)",
     "umt5": "encoder-decoder, read as t5: fuselm runs causal LMs only",
     "deci": "transformers has no 'deci' config class, so it cannot read the file it maps",
-    "gpt_oss": "a gpt-oss GGUF ('gpt-oss' architecture) takes the plain processor; its expert tensors "
-               "(gate_up interleaved, biases) have no writer here yet",
-    "lfm2": "a hybrid short-convolution model: fuselm has no recurrent state yet",
-    "gemma4": "per-layer embeddings and its own KV sharing: fuselm does not capture it yet",
+    "gpt_oss": "gguf-py's name map has no tensor for the HF experts' gate_up_proj, their biases or the "
+               "attention sinks, so transformers cannot read a file of it; files name the architecture "
+               "'gpt-oss', which takes the plain processor",
+    "lfm2": "transformers reads head_count_kv as a per-layer list (its attention-layer pattern), which this "
+            "writer does not produce; a hybrid short-convolution model, and fuselm has no recurrent state yet",
+    "gemma4": "this writer's tiny config does not survive the metadata round trip (per-layer head dims: "
+              "q_proj [2048, 64] against a [64, 64] tensor); not tried with fuselm",
 }
 # Every key of TENSOR_PROCESSORS -> the architecture whose case covers it (a file with that
 # general.architecture) or why none does.
@@ -186,13 +189,21 @@ def _file_layout(processor, gguf_name: str, x: np.ndarray, want: tuple) -> np.nd
     return x
 
 
-def write_gguf(arch: str, path: Path) -> tuple[dict, list]:
+# transformers ties the LM head of these architectures whatever the file holds (load_gguf_checkpoint's
+# `exceptions`); their files are written without output.weight unless a test asks for it.
+TIED_HEAD = {"falcon", "bloom"}
+
+
+def write_gguf(arch: str, path: Path, head: bool | None = None) -> tuple[dict, list]:
     """A tiny random model of `arch` written as transformers' GGUF loader reads it; returns
-    (its state dict, the HF names no GGUF tensor name maps to)."""
+    (its state dict, the HF names no GGUF tensor name maps to). `head`: write the LM head
+    (default: unless transformers ties it for `arch`)."""
     import gguf
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
     cfg = _config(arch)
+    head = arch not in TIED_HEAD if head is None else head
+    cfg.tie_word_embeddings = not head
     model = _random_model(cfg)
     file_arch, name = FILE_ARCH.get(arch, (arch, None))
     w = gguf.GGUFWriter(str(path), file_arch)
@@ -218,7 +229,10 @@ def write_gguf(arch: str, path: Path) -> tuple[dict, list]:
         to_gguf.setdefault(hf, []).append(g)
     state = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     unmapped = []
+    tied = {k for k, _ in model.named_parameters(remove_duplicate=False)} - {k for k, _ in model.named_parameters()}
     for hf, x in state.items():
+        if hf in tied:
+            continue
         names = sorted(to_gguf.get(hf, []))
         # llama.cpp names every tensor with its suffix; transformers' fallback maps of merged
         # experts leave it off (and strip it again when reading).
@@ -315,6 +329,16 @@ def test_gguf_plan_gives_transformers_weights(arch, tmp_path):
         np.testing.assert_array_equal(x, ref[name].numpy(), err_msg=f"{arch} {name} ({tensor}: {tr.describe()})")
         changed += tr.changes_values or tr.row_order is not None
     print(f"\n{arch}: {len(plan)} parameters equal transformers', {changed} transformed by its processor")
+
+
+def test_tied_head_from_two_tensors_is_refused(tmp_path):
+    """A falcon file holding output.weight: transformers' config ties the head, yet it loads both
+    tensors apart; fuselm's graph cannot, so capture's plan refuses, naming both tensors."""
+    path = tmp_path / "falcon.gguf"
+    write_gguf("falcon", path, head=True)
+    with pytest.raises(Exception, match="which transformers loads apart") as e:
+        _plan(path)
+    assert "'token_embd.weight' and 'output.weight'" in str(e.value), str(e.value)
 
 
 def test_tensor_transforms_found_by_probing():
