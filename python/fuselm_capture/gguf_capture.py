@@ -1,16 +1,20 @@
 """Capture of a directory gguf_dir.py prepared: each parameter's checkpoint entry names its GGUF tensor.
 
 An entry is {"keys": [tensor], "converter": null, "file": "model.gguf", "dtype": ggml type name,
-"shape": torch shape, "rows": null | {"unpermute_heads": H}}. "rows" undoes llama.cpp's q/k
-permutation and is decided by structure, never by a model's name (docs/gguf.md):
+"shape": torch shape, "rows": null | {"unpermute_heads": H} | {"order": [file row of each row]}}, and
+where transformers' processor changes the tensor "offset", "transpose", "file_shape", "processor".
+{"unpermute_heads": H} undoes llama.cpp's q/k permutation and is decided by structure, never by a
+model's name (docs/gguf.md):
 - the file's side: ggml's rope type for the file's `general.architecture` (a table of the GGUF
   format, ROPE_NORM_ARCHS below): "normal" (interleaved pairs) ropes have their q/k rows permuted
   by llama.cpp's converter;
 - the graph's side: a linear whose output, through shape-only ops, is cut in two halves along its
   last dim with the second half negated (transformers' rotate_half) rotates halves. Its head count
   is the linear's width over that last dim.
-Only where both hold are the rows unpermuted. Architectures whose transformers GGUF loader changes
-tensor values in other ways (TENSOR_PROCESSORS other than the plain and the llama one) are refused.
+Only where both hold are the rows unpermuted, and transformers' own processor for the file must
+agree (it reorders exactly those rows the same way), else capture refuses. Every other transform
+transformers' processor applies on reading (gguf_transforms.py: offsets, row orders, transposes,
+reshapes) is recorded in the entry for the loader; one it cannot express is refused.
 """
 from __future__ import annotations
 
@@ -77,28 +81,57 @@ def rotate_half_heads(ep) -> dict[str, int]:
     return out
 
 
-def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
-    """Parameter target -> its checkpoint entry, for every parameter the file holds."""
-    from gguf import GGUFReader
-    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor, TENSOR_PROCESSORS, TensorProcessor
+def _unpermute_order(rows: int, n_head: int) -> tuple[int, ...] | None:
+    """llama.cpp's q/k row permutation undone (src/weights/gguf_tensor.cc rope_unpermute_rows):
+    HF row r is file row result[r]; None when rows are not whole heads of pairs."""
+    if n_head <= 0 or rows % (2 * n_head):
+        return None
+    half = rows // n_head // 2
+    return tuple(h * 2 * half + 2 * d + two for h in range(n_head) for two in range(2) for d in range(half))
 
-    from .gguf_source import gguf_parameter_map
+
+def _rows_entry(gguf: Path, target: str, tensor: str, tr, heads: int | None):
+    """The entry's "rows": transformers' row order, cross-checked with the structural rule."""
+    expected = _unpermute_order(tr.file_shape[0], heads) if heads else None
+    if heads and tr.row_order != expected:
+        did = "reads its rows as stored" if tr.row_order is None else "reorders its rows otherwise"
+        raise GgufCaptureError(f"{gguf}: tensor '{tensor}' ({target}): the file's rope is ggml's interleaved one and "
+                               f"the graph rotates halves of {heads} heads, so llama.cpp permuted its rows, but "
+                               f"transformers' {tr.processor} {did}; refusing to guess")
+    if tr.row_order is None:
+        return None
+    if heads:
+        return {"unpermute_heads": heads}
+    return {"order": list(tr.row_order)}
+
+
+def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
+    """Parameter target -> its checkpoint entry, for every parameter the file holds. Each entry
+    carries what transformers' tensor processor does to the tensor (gguf_transforms.py), as data
+    the C++ loader applies: "rows" (a row order), "transpose", "offset" (added to every element),
+    "file_shape" (when the processor reshapes or transposes); "processor" names it for messages."""
+    from gguf import GGUFReader
+
+    from .gguf_source import gguf_tensor_plan
 
     gguf = model_dir / "model.gguf"
     reader = GGUFReader(str(gguf))
     arch = reader.fields["general.architecture"].contents()
-    processor = TENSOR_PROCESSORS.get(model.config.model_type, TensorProcessor)
-    if processor not in (TensorProcessor, LlamaTensorProcessor):
-        raise GgufCaptureError(f"{gguf}: transformers changes the tensors of {model.config.model_type} GGUF files "
-                               f"({processor.__name__}); fuselm reads GGUF tensors only as they are or with "
-                               f"their q/k rows unpermuted")
     types = {t.name: t.tensor_type.name for t in reader.tensors}
-    mapping = gguf_parameter_map(gguf, model)
+    plan = gguf_tensor_plan(gguf, model, reader)
     heads = rotate_half_heads(ep) if arch in ROPE_NORM_ARCHS else {}
     shapes = {k: list(p.shape) for k, p in model.named_parameters(remove_duplicate=False)}
     out = {}
-    for target, tensor in mapping.items():
-        rows = {"unpermute_heads": heads[target]} if target in heads else None
-        out[target] = {"keys": [tensor], "converter": None, "file": "model.gguf", "dtype": types[tensor],
-                       "shape": shapes[target], "rows": rows}
+    for target, (tensor, tr) in plan.items():
+        entry = {"keys": [tensor], "converter": None, "file": "model.gguf", "dtype": types[tensor],
+                 "shape": shapes[target], "rows": _rows_entry(gguf, target, tensor, tr, heads.get(target))}
+        if tr.transpose:
+            entry["transpose"] = True
+        if tr.offset:
+            entry["offset"] = tr.offset
+        if list(tr.file_shape) != shapes[target]:
+            entry["file_shape"] = list(tr.file_shape)
+        if tr.changes_values:
+            entry["processor"] = tr.processor
+        out[target] = entry
     return out

@@ -4,12 +4,16 @@ Both come from transformers' own GGUF support, so that no architecture is named 
 - the config: `load_gguf_checkpoint(path, return_tensors=False)` maps the GGUF metadata keys to an
   HF config (transformers' GGUF_CONFIG_MAPPING);
 - the tensors: `get_gguf_hf_weights_map` maps GGUF tensor names (`blk.N.attn_q.weight`, ...) to
-  the model's state-dict names through gguf's TensorNameMap, on a model built on the meta device.
+  the model's state-dict names through gguf's TensorNameMap, on a model built on the meta device,
+  with the tensor processor transformers itself picks for the file (`transformers_processor`);
+  what that processor does to each tensor's values is found by running it (gguf_transforms.py).
 
 The C++ loader reads the tensors themselves (src/weights/gguf.h); see docs/gguf.md for the rest of
-the plan (q/k rows, quantized weights).
+the plan (q/k rows, quantized weights, the processors' transforms).
 """
 from __future__ import annotations
+
+from .gguf_transforms import Transform, tensor_transform
 
 
 class GgufSourceError(RuntimeError):
@@ -29,34 +33,78 @@ def gguf_config(gguf_path):
     return AutoConfig.for_model(model_type, **cfg)
 
 
-def gguf_parameter_map(gguf_path, model) -> dict[str, str]:
-    """Parameter name of `model` (built from gguf_config, on the meta device) -> GGUF tensor name.
-
-    Tied parameters that the file stores once (an LM head tied to the embedding) are absent; a
-    parameter with no tensor, or a tensor claimed twice, is an error naming it."""
+def transformers_processor(gguf_path, reader=None):
+    """The tensor processor transformers uses for this file, built as load_gguf_checkpoint builds
+    it (transformers/modeling_gguf_pytorch_utils.py): TENSOR_PROCESSORS keyed by the file's own
+    `general.architecture` string (not the HF model_type: a gemma3 file has model_type
+    gemma3_text), constructed with the config dict parsed from the metadata (not the model's
+    config object, whose defaults the processor would otherwise see)."""
     from gguf import GGUFReader
-    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+    from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, TensorProcessor, load_gguf_checkpoint,
+                                                          read_field)
 
-    arch = model.config.model_type
-    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=model.config.to_dict())
+    architecture = read_field(reader or GGUFReader(str(gguf_path)), "general.architecture")[0]
+    config = load_gguf_checkpoint(str(gguf_path), return_tensors=False).get("config", {})
+    return TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config)
+
+
+def gguf_tensor_plan(gguf_path, model, reader=None) -> dict[str, tuple[str, Transform]]:
+    """Parameter name of `model` (built from gguf_config, on the meta device) -> (GGUF tensor name,
+    what transformers' processor does to it). Tied parameters the file stores once (an LM head
+    tied to the embedding) are absent; a parameter with no tensor, a tensor claimed twice, a shape
+    other than the processor's output, or a transform fuselm cannot apply is an error naming it.
+    `reader`: the file's GGUFReader when the caller has one (reading a large vocabulary takes seconds)."""
+    from gguf import GGUFReader
+    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+
+    from .gguf_transforms import GgufTransformError
+
+    reader = reader or GGUFReader(str(gguf_path))
+    processor = transformers_processor(gguf_path, reader)
     gguf_to_hf = get_gguf_hf_weights_map(model, processor)
-    in_file = {t.name: t for t in GGUFReader(str(gguf_path)).tensors}
-    out: dict[str, str] = {}
-    for gguf_name, hf_name in gguf_to_hf.items():
-        if gguf_name not in in_file:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    out: dict[str, tuple[str, Transform]] = {}
+    for t in reader.tensors:
+        file_shape = tuple(int(x) for x in reversed(t.shape))
+        try:
+            tr = tensor_transform(processor, t.name, file_shape, gguf_to_hf)
+        except GgufTransformError as e:
+            raise GgufSourceError(f"{gguf_path}: {e}") from None
+        if tr.hf_name is None or tr.hf_name not in params:
             continue
-        if hf_name in out:
-            raise GgufSourceError(f"{gguf_path}: parameter {hf_name} maps to both {out[hf_name]} and {gguf_name}")
-        out[hf_name] = gguf_name
+        if tr.hf_name in out:
+            raise GgufSourceError(f"{gguf_path}: parameter {tr.hf_name} maps to both {out[tr.hf_name][0]} and {t.name}")
+        out[tr.hf_name] = (t.name, tr)
     tied = set()
     if getattr(model.config, "tie_word_embeddings", False):
-        tied = {k for k in dict(model.named_parameters(remove_duplicate=False)) if k not in dict(model.named_parameters())}
-    for name, p in model.named_parameters(remove_duplicate=False):
+        tied = {k for k in params if k not in dict(model.named_parameters())}
+    _check_ties(gguf_path, model, out)
+    for name, p in params.items():
         if name in out:
-            shape = [int(x) for x in reversed(in_file[out[name]].shape)]
-            if list(p.shape) != shape:
-                raise GgufSourceError(f"{gguf_path}: tensor {out[name]} has shape {shape} but parameter {name} "
-                                      f"is {list(p.shape)}")
+            tensor, tr = out[name]
+            if list(p.shape) != list(tr.shape):
+                how = f" after transformers' {tr.processor} ({tr.describe()})" if tr.changes_values else ""
+                raise GgufSourceError(f"{gguf_path}: tensor {tensor} has shape {list(tr.shape)}{how} but parameter "
+                                      f"{name} is {list(p.shape)}")
         elif name not in tied:
             raise GgufSourceError(f"{gguf_path}: no tensor holds parameter {name}")
     return out
+
+
+def _check_ties(gguf_path, model, plan) -> None:
+    """Parameters the model ties (one Parameter, e.g. the LM head and the embedding when the config
+    says tie_word_embeddings) must not come from two different tensors: transformers then loads
+    each as stored (a falcon file with output.weight: tied config, two tensors), while fuselm's
+    graph has one tensor for both. Refused, naming both."""
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owner = first.setdefault(id(p), name)
+        if owner != name and owner in plan and name in plan and plan[owner][0] != plan[name][0]:
+            raise GgufSourceError(f"{gguf_path}: parameters {owner} and {name} are one tied tensor in the model the "
+                                  f"config builds, but the file holds two, '{plan[owner][0]}' and '{plan[name][0]}', "
+                                  f"which transformers loads apart; fuselm's graph has one tensor for both")
+
+
+def gguf_parameter_map(gguf_path, model) -> dict[str, str]:
+    """Parameter name of `model` -> GGUF tensor name (gguf_tensor_plan without the transforms)."""
+    return {name: tensor for name, (tensor, _) in gguf_tensor_plan(gguf_path, model).items()}

@@ -1,16 +1,20 @@
 // load_gguf_parameters: the IR's parameter table bound to the tensors of one GGUF file. Plain
 // tensors (F32, F16, BF16) load as from safetensors; block tensors stay as blocks where the
 // parameter may be quantized, else are dequantized. llama.cpp's q/k row order is undone here when
-// capture asked for it (the entry's "rows"), moving whole rows so blocks need no dequantizing.
+// capture asked for it (the entry's "rows"), moving whole rows so blocks need no dequantizing; any
+// other transform transformers' tensor processor applies on reading (gguf_transform.h: offsets,
+// transposes) makes that tensor f32, with one note on stderr when block tensors had to be dequantized.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <unordered_map>
 
 #include "weights/convert.h"
 #include "weights/error.h"
 #include "weights/huge_page_copy.h"
 #include "weights/gguf_tensor.h"
+#include "weights/gguf_transform.h"
 #include "weights/load_parameters.h"
 #include "weights/quantized.h"
 
@@ -20,7 +24,7 @@ namespace {
 struct GgufEntry {
   std::vector<int64_t> shape;
   std::string key, recorded_type;
-  int64_t unpermute_heads = 0;  // 0: rows as in the file
+  GgufTransform transform;  // what transformers' tensor processor does on reading (gguf_transform.h)
 };
 
 GgufEntry parse_gguf_entry(const std::string& target, const nlohmann::json& p) {
@@ -38,12 +42,7 @@ GgufEntry parse_gguf_entry(const std::string& target, const nlohmann::json& p) {
     bad("needs exactly one GGUF tensor name in checkpoint \"keys\"");
   e.key = (*keys)[0].get<std::string>();
   if (auto d = ck->find("dtype"); d != ck->end() && d->is_string()) e.recorded_type = d->get<std::string>();
-  if (auto r = ck->find("rows"); r != ck->end() && !r->is_null()) {
-    auto h = r->is_object() ? r->find("unpermute_heads") : r->end();
-    if (h == r->end() || !h->is_number_integer() || h->get<int64_t>() <= 0)
-      bad(fmt::format("has checkpoint rows {}, not {{\"unpermute_heads\": H}}", r->dump()));
-    e.unpermute_heads = h->get<int64_t>();
-  }
+  e.transform = parse_gguf_transform(target, *ck, e.shape);
   return e;
 }
 
@@ -62,7 +61,27 @@ kernels::DType float_target(kernels::DType file, const LoadOptions& o) {
   return file == kernels::DType::f16 && !o.keep_f16 ? kernels::DType::f32 : file;
 }
 
-/// One parameter from tensor t (type checked, shape checked), rows unpermuted when asked.
+/// Tensor t's bytes with whole rows in the order `tr` asks (the mapping itself when none).
+const void* ordered_rows(const GgufFile& f, const GgufTensor& t, const GgufTransform& tr,
+                         std::vector<AlignedBuffer>& buffers) {
+  if (tr.unpermute_heads == 0 && tr.row_order.empty()) return t.bytes.data();
+  const std::string file = f.path().string();
+  const int64_t rows = tr.file_shape.empty() ? 0 : tr.file_shape[0];
+  if (rows <= 0)
+    throw WeightsError(fmt::format("{}: tensor '{}' of shape {} has no rows to reorder", file, t.name,
+                                   format_shape(tr.file_shape)));
+  std::vector<int64_t> order = tr.row_order;
+  if (tr.unpermute_heads > 0) {
+    try {
+      order = rope_unpermute_rows(rows, tr.unpermute_heads);
+    } catch (const std::invalid_argument& err) {
+      throw WeightsError(fmt::format("{}: tensor '{}': {}", file, t.name, err.what()));
+    }
+  }
+  return permute_rows(t.bytes.data(), static_cast<int64_t>(t.bytes.size()) / rows, order, buffers);
+}
+
+/// One parameter from tensor t (type checked, shape checked), transformed as its entry says.
 WeightView load_one(const GgufFile& f, const GgufTensor& t, const std::string& target, const GgufEntry& e,
                     const LoadOptions& o, std::vector<AlignedBuffer>& buffers) {
   check_gguf_type_supported(f, t);
@@ -70,36 +89,38 @@ WeightView load_one(const GgufFile& f, const GgufTensor& t, const std::string& t
   if (!e.recorded_type.empty() && e.recorded_type != t.type->name)
     throw WeightsError(fmt::format("{}: tensor '{}' has type {} but the IR expects {} (the file changed since capture? "
                                    "re-run capture)", file, t.name, t.type->name, e.recorded_type));
-  const std::vector<int64_t> shape = t.shape();
-  if (shape != e.shape)
-    throw WeightsError(fmt::format("{}: tensor '{}' has shape {} but parameter '{}' is {}", file, t.name,
-                                   format_shape(shape), target, format_shape(e.shape)));
-  const void* src = t.bytes.data();
-  if (e.unpermute_heads > 0) {
-    const int64_t rows = shape.empty() ? 0 : shape[0];
-    if (rows <= 0)
-      throw WeightsError(fmt::format("{}: tensor '{}' of shape {} has no rows to unpermute", file, t.name,
-                                     format_shape(shape)));
-    std::vector<int64_t> order;
-    try {
-      order = rope_unpermute_rows(rows, e.unpermute_heads);
-    } catch (const std::invalid_argument& err) {
-      throw WeightsError(fmt::format("{}: tensor '{}': {}", file, t.name, err.what()));
+  const GgufTransform& tr = e.transform;
+  if (t.shape() != tr.file_shape)
+    throw WeightsError(fmt::format("{}: tensor '{}' has shape {} but parameter '{}' is {}{}", file, t.name,
+                                   format_shape(t.shape()), target, format_shape(e.shape),
+                                   tr.file_shape == e.shape ? "" : fmt::format(" from file shape {}", format_shape(tr.file_shape))));
+  const std::vector<int64_t>& shape = e.shape;
+  const void* src = ordered_rows(f, t, tr, buffers);
+  if (tr.changes_values()) {
+    WeightView v = gguf_transformed_f32(src, t, tr, buffers);
+    if (o.dtype == DTypePolicy::bf16) {
+      AlignedBuffer& b = buffers.emplace_back(static_cast<size_t>(v.numel()) * kernels::dtype_size(kernels::DType::bf16));
+      convert_elements(v.data, kernels::DType::f32, b.data(), kernels::DType::bf16, v.numel());
+      v.data = b.data();
+      v.dtype = kernels::DType::bf16;
     }
-    src = permute_rows(src, static_cast<int64_t>(t.bytes.size()) / rows, order, buffers);
+    v.checkpoint_key = t.name;
+    return v;
   }
   WeightView v;
   if (auto q = kernels::quant_type_from_ggml(t.type->id)) {
+    // Blocks run along the last dim: a reshape keeping it keeps every row's bytes.
     const bool keep = o.dtype != DTypePolicy::f32 && o.dtype != DTypePolicy::bf16 && o.may_quantize(target) &&
-                      quantizable_shape(*q, shape);
+                      quantizable_shape(*q, shape) && shape.back() == tr.file_shape.back();
     if (keep) {
       v.shape = shape;
       v.quant = q;
       v.owned = src != t.bytes.data();
       v.data = v.owned ? src : huge_page_copy(src, t.bytes.size(), buffers, v.owned);
     } else {
-      v = dequantize_tensor(src, *q, shape, o.dtype == DTypePolicy::bf16 ? kernels::DType::bf16 : kernels::DType::f32,
-                            buffers);
+      v = dequantize_tensor(src, *q, tr.file_shape,
+                            o.dtype == DTypePolicy::bf16 ? kernels::DType::bf16 : kernels::DType::f32, buffers);
+      v.shape = shape;  // a reshape keeps the flat order
     }
   } else {
     const kernels::DType from = *plain_dtype(t.type->id);
@@ -134,10 +155,14 @@ LoadedParameters load_gguf_parameters(const nlohmann::json& parameters, const st
   LoadedParameters out;
   out.gguf_ = std::make_shared<const GgufFile>(GgufFile::open(gguf));
   const GgufFile& f = *out.gguf_;
-  std::unordered_map<std::string, WeightView> by_key;  // tied parameters read one tensor once
+  // Tied parameters read one tensor once; the same tensor under another transform is another view.
+  std::unordered_map<std::string, WeightView> by_key;
+  std::vector<std::string> dequantized;                 // block tensors a processor's transform made f32
+  std::string processors;
   for (const auto& [target, p] : parameters.items()) {
     const GgufEntry e = parse_gguf_entry(target, p);
-    if (auto it = by_key.find(e.key); it != by_key.end()) {
+    const std::string key = e.key + '\n' + e.transform.signature();
+    if (auto it = by_key.find(key); it != by_key.end()) {
       out.views_.emplace(target, it->second);
       continue;
     }
@@ -146,9 +171,18 @@ LoadedParameters load_gguf_parameters(const nlohmann::json& parameters, const st
       throw WeightsError(fmt::format("{}: parameter '{}' needs tensor '{}', which the file does not have (re-run capture)",
                                      f.path().string(), target, e.key));
     WeightView v = load_one(f, *t, target, e, options, out.buffers_);
-    by_key.emplace(e.key, v);
+    if (e.transform.changes_values() && gguf_type_quantized(t->type->id)) {
+      dequantized.push_back(fmt::format("'{}' ({})", t->name, t->type->name));
+      const std::string name = e.transform.processor.empty() ? "(unnamed processor)" : e.transform.processor;
+      if (processors.find(name) == std::string::npos) processors += (processors.empty() ? "" : ", ") + name;
+    }
+    by_key.emplace(key, v);
     out.views_.emplace(target, std::move(v));
   }
+  if (!dequantized.empty())
+    std::fprintf(stderr, "fuselm: note: %s: %zu block tensors dequantized to f32 to apply transformers' %s (%s%s)\n",
+                 f.path().string().c_str(), dequantized.size(), processors.c_str(), dequantized.front().c_str(),
+                 dequantized.size() > 1 ? ", ..." : "");
   return out;
 }
 

@@ -109,7 +109,9 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
 
 /// Loads the same table from one GGUF file (load_gguf.cc): each entry's single key is a GGUF
 /// tensor name, "dtype" the ggml type recorded at capture ("Q4_1"), "shape" the torch shape, and
-/// "rows": {"unpermute_heads": H} (or null) asks for rope_unpermute_rows(shape[0], H) (gguf_tensor.h).
+/// "rows": {"unpermute_heads": H} (or null) asks for rope_unpermute_rows(shape[0], H) (gguf_tensor.h);
+/// "rows": {"order": [..]}, "transpose", "offset" and "file_shape" replay what transformers' tensor
+/// processor does on reading (gguf_transform.h).
 /// Tensors of every type gguf_type_supported names load; another type is a WeightsError naming the
 /// tensor and its type, as are a missing tensor, a type or shape other than recorded.
 LoadedParameters load_gguf_parameters(const nlohmann::json& parameters, const std::filesystem::path& gguf,

@@ -98,6 +98,64 @@ TEST(GgufLoad, OneLineErrorsNameTheTensor) {
   EXPECT_NE(message({{"a", entry("nope", {4, 64}, "Q4_1")}}).find("needs tensor 'nope'"), std::string::npos);
 }
 
+// What transformers' tensor processors do on reading, as capture records it (gguf_transform.h):
+// an offset and a transpose on f32 values, a block tensor dequantized before its transpose, a row
+// order moving whole block rows, a reshape keeping the bytes; malformed transforms are one line.
+TEST(GgufLoad, ProcessorTransformsApplied) {
+  const GgufFile f = GgufFile::open(kFile);
+  auto with = [](nlohmann::json e, const nlohmann::json& fields) {
+    for (const auto& [k, v] : fields.items()) e["checkpoint"][k] = v;
+    return e;
+  };
+  nlohmann::json params = {
+      {"norm", with(entry("plain.f32", {3, 5}, "F32"), {{"offset", -1.0}})},
+      {"conv1d", with(entry("plain.f32", {5, 3}, "F32"), {{"transpose", true}, {"file_shape", {3, 5}}})},
+      {"qt", with(entry("quant.q8_0", {64, 4}, "Q8_0"), {{"transpose", true}, {"file_shape", {4, 64}}})},
+      {"rows", entry("quant.q4_0", {4, 64}, "Q4_0", {{"order", {3, 1, 0, 2}}})},
+      {"reshaped", with(entry("quant.q4_1", {4, 1, 64}, "Q4_1"), {{"file_shape", {4, 64}}})}};
+  const std::set<std::string, std::less<>> quantizable = {"rows"};
+  LoadOptions o;
+  o.quantizable = &quantizable;
+  LoadedParameters p = load_gguf_parameters(params, kFile, o);
+  const auto* x = reinterpret_cast<const float*>(f.at("plain.f32").bytes.data());
+  const auto* norm = static_cast<const float*>(p.at("norm").data);
+  const auto* conv = static_cast<const float*>(p.at("conv1d").data);
+  EXPECT_EQ(p.at("conv1d").shape, (std::vector<int64_t>{5, 3}));
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      EXPECT_EQ(norm[i * 5 + j], x[i * 5 + j] - 1.0f);
+      EXPECT_EQ(conv[j * 3 + i], x[i * 5 + j]);
+    }
+  const auto deq = dequantized(f.at("quant.q8_0"), kernels::QuantType::q8_0);
+  const auto* qt = static_cast<const float*>(p.at("qt").data);
+  ASSERT_FALSE(p.at("qt").quant);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 64; ++j) EXPECT_EQ(qt[j * 4 + i], deq[static_cast<size_t>(i * 64 + j)]);
+  ASSERT_TRUE(p.at("rows").quant);
+  const int64_t rb = kernels::quant_row_bytes(kernels::QuantType::q4_0, 64);
+  const int64_t order[] = {3, 1, 0, 2};
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(p.at("rows").data) + r * rb,
+                          f.at("quant.q4_0").bytes.data() + order[r] * rb, rb), 0) << r;
+  EXPECT_EQ(p.at("reshaped").shape, (std::vector<int64_t>{4, 1, 64}));
+  const auto q41 = dequantized(f.at("quant.q4_1"), kernels::QuantType::q4_1);
+  EXPECT_EQ(std::memcmp(p.at("reshaped").data, q41.data(), q41.size() * 4), 0);
+
+  auto message = [&](const nlohmann::json& e) -> std::string {
+    try {
+      load_gguf_parameters(nlohmann::json{{"x", e}}, kFile);
+    } catch (const WeightsError& err) {
+      return err.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_NE(message(entry("quant.q4_0", {4, 64}, "Q4_0", {{"order", {0, 0, 1, 2}}})).find("not a permutation of the file's 4 rows"),
+            std::string::npos);
+  EXPECT_NE(message(with(entry("plain.f32", {3, 5}, "F32"), {{"transpose", true}})).find("which is not its transpose"),
+            std::string::npos);
+  EXPECT_NE(message(with(entry("plain.f32", {3, 5}, "F32"), {{"offset", "one"}})).find("not a number"), std::string::npos);
+}
+
 TEST(GgufLoad, QuantizedStackIsByteConcatenation) {
   nlohmann::json params = {{"x", entry("quant.q4_0", {4, 64}, "Q4_0")}, {"y", entry("quant.q4_1", {4, 64}, "Q4_1")},
                            {"z", entry("quant.q4_0", {4, 64}, "Q4_0")}};
