@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -57,11 +58,10 @@ Source resolve(const ApplyTemplateArgs& a, bool with_tools) {
   if (have_model) {
     dir = model_dir_of(a.model_dir);
     if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
-    auto mt = tmpl::find_model_template(dir, a.template_name, with_tools);
+    std::tie(s.bos, s.eos) = tmpl::find_bos_eos_tokens(dir);  // also for a --template FILE
+    auto mt = a.template_file.empty() ? tmpl::find_model_template(dir, a.template_name, with_tools) : std::nullopt;
     if (mt) {
       s.text = mt->source;
-      s.bos = mt->bos_token;
-      s.eos = mt->eos_token;
     } else if (a.template_file.empty()) {
       throw std::runtime_error(dir.string() + ": the model has no chat template (chat_template.jinja or tokenizer_config.json "
                                "chat_template); give one with --template FILE");
