@@ -128,7 +128,7 @@ void add_tokenize_command(CLI::App& app) {
       "print the token ids of a text (or the text of ids) with a model's tokenizer, special tokens as its files say");
   cmd->add_option("model", o->path,
                   "a model as generate takes it (Hugging Face directory, .gguf file or a directory holding one), or a "
-                  "tokenizer.json; default: SmolLM2-135M-Instruct");
+                  "tokenizer.json; default: the default model");
   auto* text = cmd->add_option("--text", o->text, "text to encode");
   auto* file = cmd->add_option("--file", o->file, "file whose contents to encode");
   auto* decode =
