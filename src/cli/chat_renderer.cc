@@ -14,10 +14,10 @@ ChatRenderer make_chat_renderer(const std::filesystem::path& model_dir) {
     const auto tools = body.find("tools");
     const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
     const auto& t = has_tools ? tooled : plain;
-    nlohmann::ordered_json vars = {{"messages", body.at("messages")},
-                                   {"add_generation_prompt", add_generation_prompt},
-                                   {"bos_token", t.bos_token},
-                                   {"eos_token", t.eos_token}};
+    nlohmann::ordered_json vars = {{"messages", body.at("messages")}, {"add_generation_prompt", add_generation_prompt}};
+    // As transformers' special_tokens_map: a token the model does not name is absent, not "".
+    if (!t.bos_token.empty()) vars["bos_token"] = t.bos_token;
+    if (!t.eos_token.empty()) vars["eos_token"] = t.eos_token;
     if (has_tools) vars["tools"] = *tools;
     try {
       return tmpl::render(t.source, vars);

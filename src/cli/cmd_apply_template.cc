@@ -1,16 +1,19 @@
 // fuselm apply-template: render a chat template with messages (and tools, and any other template
 // variables) and print the prompt exactly, with nothing added. --batch renders many cases in one
-// process (the template tests use it).
+// process (the template tests use it). --tokenize also prints the prompt's ids, encoded as every
+// chat entry point encodes a rendered template (nothing added: the template writes its own BOS).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "cli/model_tokenizer.h"
 #include "template/chat_template.h"
 
 namespace fuselm::cli {
@@ -24,6 +27,7 @@ struct ApplyTemplateArgs {
   std::string template_name;
   std::string messages_file;
   bool batch = false;
+  bool tokenize = false;
 };
 
 std::string read_text(const std::string& path) {
@@ -54,11 +58,10 @@ Source resolve(const ApplyTemplateArgs& a, bool with_tools) {
   if (have_model) {
     dir = model_dir_of(a.model_dir);
     if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
-    auto mt = tmpl::find_model_template(dir, a.template_name, with_tools);
+    std::tie(s.bos, s.eos) = tmpl::find_bos_eos_tokens(dir);  // also for a --template FILE
+    auto mt = a.template_file.empty() ? tmpl::find_model_template(dir, a.template_name, with_tools) : std::nullopt;
     if (mt) {
       s.text = mt->source;
-      s.bos = mt->bos_token;
-      s.eos = mt->eos_token;
     } else if (a.template_file.empty()) {
       throw std::runtime_error(dir.string() + ": the model has no chat template (chat_template.jinja or tokenizer_config.json "
                                "chat_template); give one with --template FILE");
@@ -128,10 +131,18 @@ void add_apply_template_command(CLI::App& app) {
       ->required();
   cmd->add_flag("--batch", a->batch,
                 "the JSON file is a list of {\"variables\": ..., \"template\"?: source}; print a JSON list of {\"output\"} or {\"error\"}");
+  auto* tokenize = cmd->add_flag("--tokenize", a->tokenize,
+                                 "print {\"prompt\": text, \"ids\": [...]}: the ids as generate --chat, chat and serve encode "
+                                 "the prompt (with the model's tokenizer; no special tokens added)");
+  tokenize->excludes(cmd->get_option("--batch"));
   cmd->callback([a] {
     if (a->batch) return run_batch(*a);
     ojson vars = variables_of(parse_file(a->messages_file), a->messages_file);
     std::string out = render_case(resolve(*a, has_tools(vars)), vars);
+    if (a->tokenize) {
+      const auto ids = prompt_tokenizer_of(a->model_dir).encode_rendered(out);
+      out = ojson{{"prompt", out}, {"ids", ids}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    }
     std::fwrite(out.data(), 1, out.size(), stdout);
   });
 }

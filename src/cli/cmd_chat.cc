@@ -81,7 +81,7 @@ void run(ChatArgs& a) {
   auto loaded = load_model(a.model);
   if (!loaded.tokenizer) throw std::runtime_error(dir.string() + ": chat needs tokenizer.json");
   engine::ModelBackend backend(*loaded.model);
-  engine::Engine eng(backend, &*loaded.tokenizer, a.engine.options());
+  engine::Engine eng(backend, &loaded.tokenizer->tokenizer(), a.engine.options());
   eng.start();
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(0);
@@ -102,7 +102,8 @@ void run(ChatArgs& a) {
     if (turn->empty()) continue;
     messages.push_back({{"role", "user"}, {"content", *turn}});
     engine::Request req;
-    for (auto id : loaded.tokenizer->encode(render(nlohmann::ordered_json{{"messages", messages}}, true), false)) req.prompt_ids.push_back(id);
+    const auto ids = loaded.tokenizer->encode_rendered(render(nlohmann::ordered_json{{"messages", messages}}, true));
+    req.prompt_ids.assign(ids.begin(), ids.end());
     const int64_t room = std::min(loaded.model->max_context(), eng.pool_tokens()) - static_cast<int64_t>(req.prompt_ids.size());
     if (room < 1) throw std::runtime_error("the conversation no longer fits the context; /clear it");
     req.max_tokens = std::min(a.max_tokens, room);

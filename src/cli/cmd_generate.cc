@@ -13,11 +13,11 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/chat_renderer.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "engine/generator.h"
 #include "engine/stop_matcher.h"
-#include "template/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,20 +42,16 @@ struct GenerateArgs {
 };
 
 /// --chat: the model's chat template applied to the prompt as one user message with
-/// add_generation_prompt, as transformers' apply_chat_template renders it.
+/// add_generation_prompt, as transformers' apply_chat_template renders it (the renderer chat and
+/// serve use).
 std::string chat_prompt(const GenerateArgs& a) {
-  namespace fs = std::filesystem;
-  fs::path dir = model_dir_of(a.model.model_dir);
-  auto mt = tmpl::find_model_template(dir);
-  if (!mt)
+  const std::filesystem::path dir = model_dir_of(a.model.model_dir);
+  auto render = make_chat_renderer(dir);
+  if (!render)
     throw std::runtime_error(dir.string() + ": --chat needs a chat template (chat_template.jinja or tokenizer_config.json "
                              "chat_template); the model has none");
-  nlohmann::ordered_json vars;
-  vars["messages"] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", a.prompt}}});
-  vars["add_generation_prompt"] = true;
-  if (!mt->bos_token.empty()) vars["bos_token"] = mt->bos_token;
-  if (!mt->eos_token.empty()) vars["eos_token"] = mt->eos_token;
-  return tmpl::render(mt->source, vars);
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", a.prompt}}});
+  return render(nlohmann::ordered_json{{"messages", messages}}, true);
 }
 
 std::vector<int64_t> parse_ids(const std::string& s) {
@@ -107,8 +103,7 @@ void check_kv_fits(const GenerateArgs& a, size_t n_prompt, int64_t model_context
 }
 
 void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& prompt_ids) {
-  // A rendered chat template holds its special tokens already: transformers tokenizes it with
-  // add_special_tokens=False. Rendered before the model loads, so a template error shows at once.
+  // Rendered before the model loads, so a template error shows at once.
   const std::string text = prompt_ids ? std::string() : a.chat ? chat_prompt(a) : a.prompt;
   auto loaded = load_model(a.model);
   engine::GenerateRequest req;
@@ -116,7 +111,8 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
     req.prompt_ids = *prompt_ids;
   } else {
     if (!loaded.tokenizer) throw std::runtime_error("--prompt needs a tokenizer.json in the model directory; use --prompt-ids");
-    for (auto id : loaded.tokenizer->encode(text, !a.chat)) req.prompt_ids.push_back(id);
+    const auto ids = a.chat ? loaded.tokenizer->encode_rendered(text) : loaded.tokenizer->encode(text);
+    req.prompt_ids.assign(ids.begin(), ids.end());
   }
   req.max_tokens = a.max_tokens;
   req.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
@@ -125,7 +121,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   if (!a.stop.empty() && !loaded.tokenizer) throw std::runtime_error("--stop needs a tokenizer.json in the model directory");
   req.stop_requested = [&stops] { return stops.matched(); };
   std::optional<tokenizer::StreamDecoder> stop_decoder;
-  if (!a.stop.empty()) stop_decoder.emplace(*loaded.tokenizer, true);
+  if (!a.stop.empty()) stop_decoder.emplace(loaded.tokenizer->tokenizer(), true);
 
   check_kv_fits(a, req.prompt_ids.size(), loaded.model->max_context());  // before any output
 
@@ -133,7 +129,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   engine::StopMatcher shown(a.stop);  // the streamed text, cut the same way
   const bool ids_out = !loaded.tokenizer && !a.json;  // no tokenizer: the generated ids are the output
   if (loaded.tokenizer && !a.json) {
-    stream = std::make_unique<tokenizer::StreamDecoder>(*loaded.tokenizer, true);
+    stream = std::make_unique<tokenizer::StreamDecoder>(loaded.tokenizer->tokenizer(), true);
     if (!a.chat) std::fputs(a.prompt.c_str(), stdout);  // a chat prints only the reply
     std::fflush(stdout);
   }
@@ -174,7 +170,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
     j["finish_reason"] = res.finish_reason;
     if (loaded.tokenizer) {
       std::vector<uint32_t> ids(res.token_ids.begin(), res.token_ids.end());
-      j["text"] = loaded.tokenizer->decode(ids, true);
+      j["text"] = loaded.tokenizer->tokenizer().decode(ids, true);
       if (!a.stop.empty()) {  // the text before the first stop string
         engine::StopMatcher cut(a.stop);
         j["text"] = cut.feed(j["text"].get<std::string>()) + cut.flush();

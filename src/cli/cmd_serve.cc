@@ -59,7 +59,7 @@ void run(ServeArgs& a) {
   const std::filesystem::path dir = model_dir_of(a.model.model_dir);
   auto loaded = load_model(a.model);
   engine::ModelBackend backend(*loaded.model);
-  engine::Engine eng(backend, loaded.tokenizer ? &*loaded.tokenizer : nullptr, a.engine.options());
+  engine::Engine eng(backend, loaded.tokenizer ? &loaded.tokenizer->tokenizer() : nullptr, a.engine.options());
   server::ServerConfig cfg;
   cfg.host = a.host;
   cfg.port = a.port;

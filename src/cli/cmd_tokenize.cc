@@ -1,4 +1,5 @@
-// fuselm tokenize: token ids of a text, or the text of ids, with a model's tokenizer.json.
+// fuselm tokenize: token ids of a text, or the text of ids, with a model's tokenizer and its rule
+// for special tokens (cli/model_tokenizer.h): any model source generate takes, or a tokenizer.json.
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -11,8 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_tokenizer.h"
 #include "tokenizer/stream_decoder.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/prompt_tokenizer.h"
 
 namespace fuselm::cli {
 namespace {
@@ -66,7 +68,7 @@ std::string join_ids(const std::vector<std::uint32_t>& ids) {
 
 // --jsonl: one JSON value per line. A string is encoded (prints its id array); an array of ids is
 // decoded (prints {"text": decode, "stream": the StreamDecoder chunks}). Used by the parity tests.
-void run_jsonl(const tokenizer::Tokenizer& tok, const TokenizeOptions& o) {
+void run_jsonl(const tokenizer::PromptTokenizer& tok, const TokenizeOptions& o) {
   std::ifstream in(o.jsonl, std::ios::binary);
   if (!in) throw std::runtime_error(o.jsonl + ": cannot open");
   std::string line;
@@ -86,11 +88,11 @@ void run_jsonl(const tokenizer::Tokenizer& tok, const TokenizeOptions& o) {
       std::cout << nlohmann::json(ids).dump() << '\n';
     } else if (value.is_array()) {
       const auto ids = value.get<std::vector<std::uint32_t>>();
-      tokenizer::StreamDecoder stream(tok, o.no_special);
+      tokenizer::StreamDecoder stream(tok.tokenizer(), o.no_special);
       nlohmann::json chunks = nlohmann::json::array();
       for (std::uint32_t id : ids) chunks.push_back(stream.step(id));
       chunks.push_back(stream.flush());
-      nlohmann::json out = {{"text", tok.decode(ids, o.no_special)}, {"stream", chunks}};
+      nlohmann::json out = {{"text", tok.tokenizer().decode(ids, o.no_special)}, {"stream", chunks}};
       std::cout << out.dump() << '\n';
     } else {
       throw std::runtime_error(o.jsonl + ":" + std::to_string(line_no) +
@@ -100,13 +102,13 @@ void run_jsonl(const tokenizer::Tokenizer& tok, const TokenizeOptions& o) {
 }
 
 void run(const TokenizeOptions& o) {
-  const auto tok = tokenizer::Tokenizer::from_file(o.path);
+  const auto tok = prompt_tokenizer_of(o.path);
   if (!o.jsonl.empty()) {
     run_jsonl(tok, o);
     return;
   }
   if (!o.decode.empty()) {
-    const std::string text = tok.decode(parse_ids(o.decode), o.no_special);
+    const std::string text = tok.tokenizer().decode(parse_ids(o.decode), o.no_special);
     if (o.json) std::cout << nlohmann::json({{"text", text}}).dump() << '\n';
     else std::cout << text << '\n';
     return;
@@ -123,9 +125,10 @@ void add_tokenize_command(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "tokenize",
-      "print the token ids of a text (or the text of ids) with a model's tokenizer.json");
-  cmd->add_option("path", o->path, "model directory containing tokenizer.json, or its path")
-      ->required();
+      "print the token ids of a text (or the text of ids) with a model's tokenizer, special tokens as its files say");
+  cmd->add_option("model", o->path,
+                  "a model as generate takes it (Hugging Face directory, .gguf file or a directory holding one), or a "
+                  "tokenizer.json; default: the default model");
   auto* text = cmd->add_option("--text", o->text, "text to encode");
   auto* file = cmd->add_option("--file", o->file, "file whose contents to encode");
   auto* decode =
@@ -134,7 +137,7 @@ void add_tokenize_command(CLI::App& app) {
                                 "file of JSON lines: strings to encode, id arrays to decode")
                     ->group("");  // hidden: for the parity tests
   cmd->add_flag("--no-special", o->no_special,
-                "encode without the post-processor's special tokens (e.g. BOS); decode skipping "
+                "encode without the special tokens the model's files add (e.g. BOS); decode skipping "
                 "special tokens");
   cmd->add_flag("--json", o->json, "print {\"ids\": [...]} (or {\"text\": ...} with --decode)");
   text->excludes(file)->excludes(decode)->excludes(jsonl);

@@ -1,4 +1,5 @@
 #include "cli/model_args.h"
+#include "cli/model_tokenizer.h"
 
 #include <fmt/core.h>
 
@@ -151,7 +152,7 @@ LoadedModel load_model(const ModelArgs& a) {
     std::atexit(stop_followers);  // runs before MPI's finalize (registered earlier)
     std::fputs(out.model->shard_report().c_str(), stderr);
   }
-  if (fs::exists(dir / "tokenizer.json")) out.tokenizer.emplace(tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string()));
+  out.tokenizer = load_prompt_tokenizer(dir);
   std::fprintf(stderr, "fuselm: loaded %zu graph nodes, %.1f MB of weights in %.2f s\n", out.model->graph().nodes.size(),
                out.model->weight_bytes() / 1e6, std::chrono::duration<double>(clock::now() - t0).count());
   if (a.fusers.no_fuse) {

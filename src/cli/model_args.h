@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/model.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/prompt_tokenizer.h"
 
 namespace fuselm::cli {
 
@@ -37,7 +37,7 @@ struct ModelArgs {
 
 struct LoadedModel {
   std::unique_ptr<engine::Model> model;
-  std::optional<tokenizer::Tokenizer> tokenizer;
+  std::optional<tokenizer::PromptTokenizer> tokenizer;  // with the model's special-token rule (model_tokenizer.h)
 };
 
 void add_model_options(CLI::App& cmd, ModelArgs& a);

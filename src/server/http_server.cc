@@ -62,7 +62,7 @@ std::vector<int64_t> to_ids(const std::vector<uint32_t>& v) { return {v.begin(),
 
 }  // namespace
 
-HttpServer::HttpServer(engine::Engine& engine, const tokenizer::Tokenizer* tokenizer, ServerConfig config)
+HttpServer::HttpServer(engine::Engine& engine, const tokenizer::PromptTokenizer* tokenizer, ServerConfig config)
     : engine_(engine), tok_(tokenizer), cfg_(std::move(config)), svr_(std::make_unique<httplib::Server>()) {
   const int threads = cfg_.threads;
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -129,7 +129,7 @@ std::vector<int64_t> HttpServer::completion_prompt(const json& body) const {
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
   if (p->is_string()) {
     if (!tok_) throw ApiError(400, "a text prompt needs the model's tokenizer.json; send token ids", "prompt");
-    return to_ids(tok_->encode(p->get<std::string>(), true));
+    return to_ids(tok_->encode(p->get<std::string>()));  // as /tokenize: the special tokens the model's files add
   }
   if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
     std::vector<int64_t> ids;
@@ -157,7 +157,7 @@ std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
   if (!tok_) throw ApiError(400, "chat needs the model's tokenizer.json", "messages");
   // Rendered from the body in request key order (json sorts keys; templates may iterate them).
-  return to_ids(tok_->encode(cfg_.render_chat(parse_request_body_ordered(raw, cfg_.limits), true), false));
+  return to_ids(tok_->encode_rendered(cfg_.render_chat(parse_request_body_ordered(raw, cfg_.limits), true)));
 }
 
 void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
@@ -176,7 +176,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   if (draining_) throw ApiError(503, "the server is shutting down");
   const bool logprobs = c.request.logprobs;
   auto stream = engine_.submit(std::move(c.request));
-  auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_, logprobs);
+  auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_ ? &tok_->tokenizer() : nullptr, logprobs);
   if (!c.stream) {
     std::string text;
     std::vector<engine::TokenOut> tokens;
@@ -273,11 +273,11 @@ void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res)
   if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
   std::vector<uint32_t> ids;
   for (const auto& x : *it) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tok_->vocab_size())
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tok_->tokenizer().vocab_size())
       throw ApiError(400, "'tokens' must hold token ids of the vocabulary", "tokens");
     ids.push_back(x.get<uint32_t>());
   }
-  const std::string text = tok_->decode(ids, false);
+  const std::string text = tok_->tokenizer().decode(ids, false);
   res.set_content(dump({{"prompt", text}, {"content", text}}), "application/json");
 }
 

@@ -11,7 +11,7 @@
 
 #include "engine/engine.h"
 #include "server/request_limits.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/prompt_tokenizer.h"
 
 namespace httplib {
 class Server;
@@ -40,8 +40,9 @@ struct ServerConfig {
 
 class HttpServer {
  public:
-  /// `engine` (started) and `tokenizer` must outlive the server.
-  HttpServer(engine::Engine& engine, const tokenizer::Tokenizer* tokenizer, ServerConfig config);
+  /// `engine` (started) and `tokenizer` must outlive the server. Text prompts are encoded with the
+  /// tokenizer's special-token rule, rendered chat templates with nothing added (prompt_tokenizer.h).
+  HttpServer(engine::Engine& engine, const tokenizer::PromptTokenizer* tokenizer, ServerConfig config);
   ~HttpServer();
   /// Binds host:port; throws std::runtime_error naming the address on failure.
   void bind();
@@ -64,7 +65,7 @@ class HttpServer {
   void models(httplib::Response& res) const;
 
   engine::Engine& engine_;
-  const tokenizer::Tokenizer* tok_;
+  const tokenizer::PromptTokenizer* tok_;
   ServerConfig cfg_;
   std::unique_ptr<httplib::Server> svr_;
   std::atomic<bool> draining_{false};

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "template/evaluator.h"
 #include "template/json.h"
@@ -86,23 +87,31 @@ std::string render(const std::string& source, const nlohmann::ordered_json& vari
   return render_impl(source, variables);
 }
 
+std::pair<std::string, std::string> find_bos_eos_tokens(const std::filesystem::path& model_dir) {
+  std::string bos, eos;
+  const auto cfg_path = model_dir / "tokenizer_config.json";
+  if (std::filesystem::exists(cfg_path)) {
+    const auto cfg = read_json(cfg_path);
+    if (!cfg.is_object()) throw std::runtime_error(cfg_path.string() + ": not a JSON object");
+    bos = token_text(cfg, "bos_token", cfg_path);
+    eos = token_text(cfg, "eos_token", cfg_path);
+  }
+  const auto map_path = model_dir / "special_tokens_map.json";
+  if ((bos.empty() || eos.empty()) && std::filesystem::exists(map_path)) {
+    auto m = read_json(map_path);
+    if (bos.empty()) bos = token_text(m, "bos_token", map_path);
+    if (eos.empty()) eos = token_text(m, "eos_token", map_path);
+  }
+  return {bos, eos};
+}
+
 std::optional<ModelTemplate> find_model_template(const std::filesystem::path& model_dir, const std::string& name,
                                                  bool with_tools) {
   ModelTemplate mt;
+  std::tie(mt.bos_token, mt.eos_token) = find_bos_eos_tokens(model_dir);
   const auto cfg_path = model_dir / "tokenizer_config.json";
   nlohmann::ordered_json cfg = nlohmann::ordered_json::object();
-  if (std::filesystem::exists(cfg_path)) {
-    cfg = read_json(cfg_path);
-    if (!cfg.is_object()) throw std::runtime_error(cfg_path.string() + ": not a JSON object");
-    mt.bos_token = token_text(cfg, "bos_token", cfg_path);
-    mt.eos_token = token_text(cfg, "eos_token", cfg_path);
-  }
-  const auto map_path = model_dir / "special_tokens_map.json";
-  if ((mt.bos_token.empty() || mt.eos_token.empty()) && std::filesystem::exists(map_path)) {
-    auto m = read_json(map_path);
-    if (mt.bos_token.empty()) mt.bos_token = token_text(m, "bos_token", map_path);
-    if (mt.eos_token.empty()) mt.eos_token = token_text(m, "eos_token", map_path);
-  }
+  if (std::filesystem::exists(cfg_path)) cfg = read_json(cfg_path);
   const auto jinja_path = model_dir / "chat_template.jinja";
   if (name.empty() && std::filesystem::exists(jinja_path)) {
     mt.source = read_file(jinja_path);

@@ -33,6 +33,11 @@ struct ModelTemplate {
   std::string bos_token, eos_token;
 };
 
+/// The bos/eos token strings a model's templates see: tokenizer_config.json's, else
+/// special_tokens_map.json's (string or {"content": ...}); "" where the model names none. Read
+/// whether or not the model has a template of its own (apply-template --template uses them too).
+std::pair<std::string, std::string> find_bos_eos_tokens(const std::filesystem::path& model_dir);
+
 /// From model_dir: chat_template.jinja, else tokenizer_config.json's chat_template (string, or a
 /// list of {name, template}: `name` if given, else "default", else "tool_use" when with_tools).
 /// bos/eos token strings come from tokenizer_config.json (string or {"content": ...}).
