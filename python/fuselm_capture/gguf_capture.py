@@ -87,9 +87,11 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
     gguf = model_dir / "model.gguf"
     reader = GGUFReader(str(gguf))
     arch = reader.fields["general.architecture"].contents()
-    processor = TENSOR_PROCESSORS.get(model.config.model_type, TensorProcessor)
+    # By the file's architecture, as transformers' loader picks it: a gemma3 file builds a
+    # gemma3_text model, whose model_type has no processor of its own.
+    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)
     if processor not in (TensorProcessor, LlamaTensorProcessor):
-        raise GgufCaptureError(f"{gguf}: transformers changes the tensors of {model.config.model_type} GGUF files "
+        raise GgufCaptureError(f"{gguf}: transformers changes the tensors of {arch} GGUF files "
                                f"({processor.__name__}); fuselm reads GGUF tensors only as they are or with "
                                f"their q/k rows unpermuted")
     types = {t.name: t.tensor_type.name for t in reader.tensors}
