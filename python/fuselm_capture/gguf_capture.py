@@ -87,8 +87,8 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
     gguf = model_dir / "model.gguf"
     reader = GGUFReader(str(gguf))
     arch = reader.fields["general.architecture"].contents()
-    # By the file's architecture, as transformers' loader picks it: a gemma3 file builds a
-    # gemma3_text model, whose model_type has no processor of its own.
+    # By the file's architecture, as transformers' loader picks it: the model it builds may have
+    # another model_type (a multimodal family's file builds its text model), with no processor.
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)
     if processor not in (TensorProcessor, LlamaTensorProcessor):
         raise GgufCaptureError(f"{gguf}: transformers changes the tensors of {arch} GGUF files "
