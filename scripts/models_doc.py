@@ -114,11 +114,10 @@ qwen2_vl, qwen2_5_vl, qwen3_vl. (The sweep below still lists wrappers as skipped
 through AutoModelForCausalLM from config defaults; this list is built by the test above.)
 
 GGUF: transformers' GGUF loader reads only text models. For `gemma3`/`gemma4` files it builds the
-text config (`gemma3_text`, `gemma4_text`), since such files hold only the text backbone (the vision
-tower ships as a separate `mmproj` file, which it never reads); architectures of other wrappers
-(qwen2vl, llava-style) it does not load at all. So a GGUF is always run as a text model, and its
-transformers tensor processor is taken from the file's `general.architecture`, as transformers
-does: a gemma3 file, whose norm weights transformers shifts by one, is refused (`python/fuselm_capture/gguf_capture.py`).
+text config (`gemma3_text`, `gemma4_text`): such files hold only the text backbone (the vision
+tower ships as a separate `mmproj` file, which it never reads). Every other architecture it
+accepts is a text one (a wrapper's own, such as `qwen2vl`, it does not load at all). So a GGUF is
+always run as a text model, through the GGUF path (`docs/gguf.md`), with no wrapper involved.
 """
 
 

@@ -87,11 +87,9 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
     gguf = model_dir / "model.gguf"
     reader = GGUFReader(str(gguf))
     arch = reader.fields["general.architecture"].contents()
-    # By the file's architecture, as transformers' loader picks it: the model it builds may have
-    # another model_type (a multimodal family's file builds its text model), with no processor.
-    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)
+    processor = TENSOR_PROCESSORS.get(model.config.model_type, TensorProcessor)
     if processor not in (TensorProcessor, LlamaTensorProcessor):
-        raise GgufCaptureError(f"{gguf}: transformers changes the tensors of {arch} GGUF files "
+        raise GgufCaptureError(f"{gguf}: transformers changes the tensors of {model.config.model_type} GGUF files "
                                f"({processor.__name__}); fuselm reads GGUF tensors only as they are or with "
                                f"their q/k rows unpermuted")
     types = {t.name: t.tensor_type.name for t in reader.tensors}
