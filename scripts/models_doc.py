@@ -105,13 +105,15 @@ token ids alone, so the graph is exactly what the wrapper computes for a text-on
 and token ids come from `config.get_text_config()`; the towers are not loaded and are named once
 in a `fuselm: note:` line with their checkpoint prefix and tensor count (`docs/ir.md`). Image and
 audio input are not supported yet: the server refuses an `image_url` or `input_audio` content part
-with a 400. `tests/python/test_multimodal_wrappers.py` builds each family tiny (a 2-layer, width-64
-language model and a one-layer vision tower, `tests/python/wrapper_models.py`) and checks greedy
-tokens and logits against the wrapper's own forward on prompts of 1, 7 and 300 tokens, as above.
+with a 400. `tests/python/test_multimodal_wrappers.py` builds each family tiny (a 2-layer,
+width-64 language model and a one-layer vision or audio tower, `tests/python/wrapper_models.py`)
+and checks greedy tokens and logits against the wrapper's own forward on prompts of 1, 7 and 300
+tokens, as above.
 
 Pass: gemma3, mistral3, llava, llava_next, aya_vision, internvl, idefics3, smolvlm, paligemma,
-qwen2_vl, qwen2_5_vl, qwen3_vl. (The sweep below still lists wrappers as skipped: it builds models
-through AutoModelForCausalLM from config defaults; this list is built by the test above.)
+qwen2_vl, qwen2_5_vl, qwen3_vl (vision towers); qwen2_audio, voxtral (audio towers). (The sweep
+below still lists wrappers as skipped: it builds models through AutoModelForCausalLM from config
+defaults; this list is built by the test above.)
 
 GGUF: transformers' GGUF loader reads only text models. For `gemma3`/`gemma4` files it builds the
 text config (`gemma3_text`, `gemma4_text`): such files hold only the text backbone (the vision

@@ -27,7 +27,7 @@ from parity import TIES, check_parity, hf_greedy, hf_logits
 
 PROMPT_LENGTHS = [1, 7, 300]
 PASSING = ["gemma3", "mistral3", "llava", "llava_next", "aya_vision", "internvl", "idefics3", "smolvlm",
-           "paligemma", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+           "paligemma", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2_audio", "voxtral"]
 
 
 def prompt_of(length: int, vocab: int, seed: int) -> list[int]:
@@ -69,10 +69,11 @@ def _checkpoint_keys(model_dir: Path) -> set[str]:
     return keys
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "gemma3"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "gemma3", "voxtral"])
 def test_towers_are_noted_not_refused(family, fuselm_bin, model_cache):
-    """Every checkpoint tensor the graph does not read lies under a prefix the one note names, the
-    counts add up, and no read tensor lies under a noted prefix; nothing is warned about."""
+    """Every checkpoint tensor the graph does not read (a vision or an audio tower, a projector) lies
+    under a prefix the one note names, the counts add up, and no read tensor lies under a noted
+    prefix; nothing is warned about."""
     model_dir = wrapper_dir(model_cache, family)
     proc = run(fuselm_bin, model_dir, "--prompt-ids", "1,2,3", "--max-tokens", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,6 +1,6 @@
 """Tiny random-weight multimodal wrappers (`...ForConditionalGeneration` with a text config inside),
 built from the wrapper config classes as tiny_models.py builds text models: a 2-layer language
-model of width 64 and a one-layer vision tower. transformers' own wrapper class is the oracle.
+model of width 64 and a one-layer vision or audio tower. transformers' own wrapper class is the oracle.
 """
 from __future__ import annotations
 
@@ -16,23 +16,38 @@ SLIDING = {"sliding_window": 16, "layer_types": ["sliding_attention", "full_atte
 MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
 QWEN_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64, "num_heads": 2}
 
-# model_type -> (text config overrides, vision config (replaces VISION when it has "depth"), wrapper overrides)
+AUDIO_WHISPER = {"d_model": 32, "encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 64,
+                 "num_mel_bins": 16, "max_source_positions": 16}
+AUDIO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "num_key_value_heads": 2, "head_dim": 16, "num_mel_bins": 16, "max_source_positions": 16}
+
+
+def vision(**overrides) -> dict:
+    return {"vision_config": {**VISION, **overrides}}
+
+
+# model_type -> (text config overrides, the tower sub-configs, wrapper overrides)
 WRAPPERS: dict[str, tuple[dict, dict, dict]] = {
-    "gemma3": ({"query_pre_attn_scalar": 24, **SLIDING}, {}, {"mm_tokens_per_image": 4}),
-    "mistral3": ({"sliding_window": None}, {"head_dim": 16}, {"spatial_merge_size": 1}),
-    "llava": ({}, {}, {}),
-    "llava_next": ({}, {}, {}),
-    "aya_vision": (dict(SLIDING), {}, {"downsample_factor": 1}),
-    "internvl": ({}, {}, {}),
-    "idefics3": ({}, {}, {}),
-    "smolvlm": ({}, {}, {}),
-    "qwen2_vl": ({"rope_parameters": MROPE},
-                 {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2}, {}),
-    "qwen2_5_vl": ({"rope_parameters": MROPE}, {**QWEN_VISION, "fullatt_block_indexes": [0]}, {}),
-    "qwen3_vl": ({"rope_parameters": {**MROPE, "mrope_interleaved": True}},
-                 {**QWEN_VISION, "deepstack_visual_indexes": [0], "num_position_embeddings": 16}, {}),
+    "gemma3": ({"query_pre_attn_scalar": 24, **SLIDING}, vision(), {"mm_tokens_per_image": 4}),
+    "mistral3": ({"sliding_window": None}, vision(head_dim=16), {"spatial_merge_size": 1}),
+    "llava": ({}, vision(), {}),
+    "llava_next": ({}, vision(), {}),
+    "aya_vision": (dict(SLIDING), vision(), {"downsample_factor": 1}),
+    "internvl": ({}, vision(), {}),
+    "idefics3": ({}, vision(), {}),
+    "smolvlm": ({}, vision(), {}),
     # Builds its language model's mask and hands it down, where the language model asks again.
-    "paligemma": ({}, {}, {}),
+    "paligemma": ({}, vision(), {}),
+    "qwen2_vl": ({"rope_parameters": MROPE},
+                 {"vision_config": {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2}},
+                 {}),
+    "qwen2_5_vl": ({"rope_parameters": MROPE}, {"vision_config": {**QWEN_VISION, "fullatt_block_indexes": [0]}}, {}),
+    "qwen3_vl": ({"rope_parameters": {**MROPE, "mrope_interleaved": True}},
+                 {"vision_config": {**QWEN_VISION, "deepstack_visual_indexes": [0], "num_position_embeddings": 16}},
+                 {}),
+    # Audio towers.
+    "qwen2_audio": ({}, {"audio_config": AUDIO_WHISPER}, {}),
+    "voxtral": ({}, {"audio_config": AUDIO}, {}),
 }
 
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -43,9 +58,8 @@ MARKER_FIELDS = ("image_token_id", "image_token_index", "video_token_id", "visio
 
 def make_config(family: str):
     import transformers
-    text, vision, top = WRAPPERS[family]
-    vision_kw = dict(vision) if "depth" in vision else {**VISION, **vision}
-    cfg = transformers.CONFIG_MAPPING[family](text_config={**TEXT, **text}, vision_config=vision_kw, **top)
+    text, towers, top = WRAPPERS[family]
+    cfg = transformers.CONFIG_MAPPING[family](text_config={**TEXT, **text}, **towers, **top)
     vocab = cfg.get_text_config().vocab_size
     for c in (cfg, cfg.get_text_config()):
         for i, field in enumerate(TOKEN_ID_FIELDS):
@@ -61,9 +75,9 @@ def make_config(family: str):
 
 
 def wrapper_class(config):
-    """The class transformers builds for a wrapper config (its image-text-to-text auto class)."""
-    from transformers import AutoModelForImageTextToText
-    return AutoModelForImageTextToText._model_mapping[type(config)]
+    """The class transformers builds for a wrapper config (its multimodal-LM auto class)."""
+    from transformers import AutoModelForMultimodalLM
+    return AutoModelForMultimodalLM._model_mapping[type(config)]
 
 
 def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0) -> Path:
