@@ -99,9 +99,9 @@ WRAPPERS_SECTION = """
 
 A checkpoint of a `...ForConditionalGeneration` wrapper (a language model with a `text_config`,
 plus a vision or audio tower and a projector) runs as a text model: `fuselm generate DIR` and
-`fuselm serve DIR` take it as they take a causal LM. Capture builds the wrapper transformers maps
-the config to (AutoModelForCausalLM, else AutoModelForMultimodalLM) and exports its forward on
-token ids alone, so the graph is exactly what the wrapper computes for a text-only prompt; sizes
+`fuselm serve DIR` take it as they take a causal LM. Capture builds the wrapper class
+transformers' AutoModelForMultimodalLM maps the config to and exports its forward on token ids
+alone, so the graph is exactly what the wrapper computes for a text-only prompt; sizes
 and token ids come from `config.get_text_config()`; the towers are not loaded and are named once
 in a `fuselm: note:` line with their checkpoint prefix and tensor count (`docs/ir.md`). Image and
 audio input are not supported yet: the server refuses an `image_url` or `input_audio` content part
@@ -110,8 +110,11 @@ width-64 language model and a one-layer vision or audio tower, `tests/python/wra
 and checks greedy tokens and logits against the wrapper's own forward on prompts of 1, 7 and 300
 tokens, as above.
 
-Pass: gemma3, mistral3, llava, llava_next, aya_vision, internvl, idefics3, smolvlm, paligemma,
-qwen2_vl, qwen2_5_vl, qwen3_vl (vision towers); qwen2_audio, voxtral (audio towers). (The sweep
+Pass: gemma3, mistral3, llava, llava_next, llava_onevision, aya_vision, cohere2_vision, internvl,
+idefics3, smolvlm, paligemma, lfm2_vl (attention layers only: a short-convolution layer stops
+capture, as in the text lfm2), got_ocr2, mllama (its cross-attention layers, which a text-only
+prompt skips), qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (vision towers); qwen2_audio, voxtral (audio
+towers). (The sweep
 below still lists wrappers as skipped: it builds models through AutoModelForCausalLM from config
 defaults; this list is built by the test above.)
 

@@ -179,17 +179,21 @@ def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes
 
 
 def _generator_auto(config):
-    """The auto class that builds config's text generator: AutoModelForCausalLM when its mapping
-    (or the config's auto_map) knows the config, else AutoModelForMultimodalLM when that knows it
-    (a multimodal wrapper, `...ForConditionalGeneration` with a text config inside, whose
-    text-only forward is what fuselm runs), else AutoModelForCausalLM (which says what is wrong)."""
+    """The auto class that builds config's text generator. A config whose text config is a
+    sub-config (config.get_text_config() is not config) is a multimodal wrapper's, and its
+    checkpoint holds the wrapper: AutoModelForMultimodalLM builds that (`...ForConditionalGeneration`,
+    whose text-only forward fuselm runs), where AutoModelForCausalLM may map the same config to a
+    text-only class with other parameter names. Otherwise AutoModelForCausalLM when its mapping (or
+    the config's auto_map) knows the config, else AutoModelForMultimodalLM when that knows it, else
+    AutoModelForCausalLM (which says what is wrong)."""
     from transformers import AutoModelForCausalLM, AutoModelForMultimodalLM
     auto_map = getattr(config, "auto_map", None) or {}
+    multimodal = type(config) in AutoModelForMultimodalLM._model_mapping
+    if multimodal and config.get_text_config() is not config:
+        return AutoModelForMultimodalLM
     if type(config) in AutoModelForCausalLM._model_mapping or "AutoModelForCausalLM" in auto_map:
         return AutoModelForCausalLM
-    if type(config) in AutoModelForMultimodalLM._model_mapping:
-        return AutoModelForMultimodalLM
-    return AutoModelForCausalLM
+    return AutoModelForMultimodalLM if multimodal else AutoModelForCausalLM
 
 
 def _causal_lm_class(config):

@@ -26,8 +26,9 @@ import wrapper_models
 from parity import TIES, check_parity, hf_greedy, hf_logits
 
 PROMPT_LENGTHS = [1, 7, 300]
-PASSING = ["gemma3", "mistral3", "llava", "llava_next", "aya_vision", "internvl", "idefics3", "smolvlm",
-           "paligemma", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2_audio", "voxtral"]
+PASSING = ["gemma3", "mistral3", "llava", "llava_next", "llava_onevision", "aya_vision", "cohere2_vision", "internvl",
+           "idefics3", "smolvlm", "paligemma", "lfm2_vl", "got_ocr2", "mllama", "qwen2_vl", "qwen2_5_vl", "qwen3_vl",
+           "glm4v", "qwen2_audio", "voxtral"]
 
 
 def prompt_of(length: int, vocab: int, seed: int) -> list[int]:

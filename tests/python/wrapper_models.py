@@ -45,6 +45,22 @@ WRAPPERS: dict[str, tuple[dict, dict, dict]] = {
     "qwen3_vl": ({"rope_parameters": {**MROPE, "mrope_interleaved": True}},
                  {"vision_config": {**QWEN_VISION, "deepstack_visual_indexes": [0], "num_position_embeddings": 16}},
                  {}),
+    "llava_onevision": ({}, vision(), {}),
+    "cohere2_vision": ({}, vision(), {}),
+    "lfm2_vl": ({"layer_types": ["full_attention", "full_attention"]},
+                {"vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                   "num_attention_heads": 2, "patch_size": 14}}, {}),
+    "got_ocr2": ({}, {"vision_config": {"hidden_size": 32, "mlp_dim": 64, "num_hidden_layers": 1,
+                                        "num_attention_heads": 2, "output_channels": 32, "image_size": 64,
+                                        "patch_size": 16, "global_attn_indexes": [0]}}, {}),
+    "glm4v": ({"rope_parameters": {**MROPE, "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5}},
+              {"vision_config": {**QWEN_VISION}}, {}),
+    # Cross-attention layers to the image, which a text-only prompt skips; AutoModelForCausalLM
+    # maps its config to a text-only class, the checkpoint holds the wrapper.
+    "mllama": ({"cross_attention_layers": [1]},
+               {"vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                  "num_global_layers": 1, "attention_heads": 2, "image_size": 28, "patch_size": 14,
+                                  "vision_output_dim": 64, "intermediate_layers_indices": [0]}}, {}),
     # Audio towers.
     "qwen2_audio": ({}, {"audio_config": AUDIO_WHISPER}, {}),
     "voxtral": ({}, {"audio_config": AUDIO}, {}),
