@@ -1,12 +1,13 @@
 // libFuzzer target: the body of an HTTP request to any endpoint of `fuselm serve`, read as the
 // server reads it (no sockets): the JSON with the server's nesting limit, then the fields of
 // /v1/completions and /v1/chat/completions (read_common), and the fields /tokenize, /detokenize
-// and /apply-template look at. Every body is read or refused with ApiError (an HTTP 4xx);
+// and /apply-template look at, with a message's content parts joined (join_text_parts). Every body is read or refused with ApiError (an HTTP 4xx);
 // anything else (a crash, a sanitizer report, another exception) is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "server/chat_content.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 
@@ -29,12 +30,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string raw(reinterpret_cast<const char*>(data), size);
   fuselm::server::RequestLimits limits;
   nlohmann::json body;
+  nlohmann::ordered_json ordered;
   try {
     body = fuselm::server::parse_request_body(raw, limits);
-    (void)fuselm::server::parse_request_body_ordered(raw, limits);
+    ordered = fuselm::server::parse_request_body_ordered(raw, limits);
   } catch (const ApiError& e) {
     if (e.status != 400) __builtin_trap();
     return 0;
+  }
+  try {
+    fuselm::server::join_text_parts(ordered);
+  } catch (const ApiError& e) {
+    if (e.status != 400) __builtin_trap();
   }
   for (bool chat : {false, true}) {
     try {

@@ -93,6 +93,39 @@ def run_family(fuselm: Path, models: Path, key: str, family: str, module, length
     return row
 
 
+# Written by hand (tests/python/test_multimodal_wrappers.py is its parity run); kept between the tables.
+WRAPPERS_SECTION = """
+## Multimodal wrappers (text only)
+
+A checkpoint of a `...ForConditionalGeneration` wrapper (a language model with a `text_config`,
+plus a vision or audio tower and a projector) runs as a text model: `fuselm generate DIR` and
+`fuselm serve DIR` take it as they take a causal LM. Capture builds the wrapper class
+transformers' AutoModelForMultimodalLM maps the config to and exports its forward on token ids
+alone, so the graph is exactly what the wrapper computes for a text-only prompt; sizes
+and token ids come from `config.get_text_config()`; the towers are not loaded and are named once
+in a `fuselm: note:` line with their checkpoint prefix and tensor count (`docs/ir.md`). Image and
+audio input are not supported yet: the server refuses an `image_url` or `input_audio` content part
+with a 400. `tests/python/test_multimodal_wrappers.py` builds each family tiny (a 2-layer,
+width-64 language model and a one-layer vision or audio tower, `tests/python/wrapper_models.py`)
+and checks greedy tokens and logits against the wrapper's own forward on prompts of 1, 7 and 300
+tokens, as above.
+
+Pass: gemma3, mistral3, llava, llava_next, llava_onevision, aya_vision, cohere2_vision, internvl,
+idefics3, smolvlm, paligemma, lfm2_vl (attention layers only: a short-convolution layer stops
+capture, as in the text lfm2), got_ocr2, mllama (its cross-attention layers, which a text-only
+prompt skips), qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (vision towers); qwen2_audio, voxtral (audio
+towers). (The sweep
+below still lists wrappers as skipped: it builds models through AutoModelForCausalLM from config
+defaults; this list is built by the test above.)
+
+GGUF: transformers' GGUF loader reads only text models. For `gemma3`/`gemma4` files it builds the
+text config (`gemma3_text`, `gemma4_text`): such files hold only the text backbone (the vision
+tower ships as a separate `mmproj` file, which it never reads). Every other architecture it
+accepts is a text one (a wrapper's own, such as `qwen2vl`, it does not load at all). So a GGUF is
+always run as a text model, through the GGUF path (`docs/gguf.md`), with no wrapper involved.
+"""
+
+
 def rows_of(known: dict, kinds: dict) -> list[dict]:
     """Rows in list order; a family with no row yet (not run) says so."""
     return [known.get(f, {"family": f, "status": "not run", "fusions": ""}) for f in kinds]
@@ -227,7 +260,7 @@ def main() -> int:
     sweep: dict = {}
     for f in args.sweep:
         sweep.update(json.loads(f.read_text()))
-    args.out.write_text(render(rows_of(known, kinds), kinds) + (render_sweep(sweep) if sweep else ""))
+    args.out.write_text(render(rows_of(known, kinds), kinds) + WRAPPERS_SECTION + (render_sweep(sweep) if sweep else ""))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

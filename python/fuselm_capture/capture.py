@@ -138,11 +138,23 @@ def _write_atomic(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _read_targets(ep) -> set[str]:
+    """The parameters and persistent buffers some graph node reads. torch.export lifts every one
+    of the module's; a multimodal wrapper run on token ids alone reads none of its vision tower's."""
+    from torch.export.graph_signature import InputKind
+    used = {n.name for n in ep.graph.nodes if n.op == "placeholder" and n.users}
+    return {spec.target for spec in ep.graph_signature.input_specs
+            if (spec.kind == InputKind.PARAMETER or (spec.kind == InputKind.BUFFER and spec.persistent))
+            and spec.arg.name in used}
+
+
 def _parameter_table(ep, resolve) -> dict:
+    """target -> {shape, dtype, checkpoint: resolve(target)} for every parameter the graph reads."""
+    from torch.export.graph_signature import InputKind
     params = {}
+    read = _read_targets(ep)
     for spec in ep.graph_signature.input_specs:
-        from torch.export.graph_signature import InputKind
-        if spec.kind == InputKind.PARAMETER or (spec.kind == InputKind.BUFFER and spec.persistent):
+        if spec.target in read and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             node = next(n for n in ep.graph.nodes if n.name == spec.arg.name)
             val = node.meta["val"]
             params[spec.target] = {"shape": list(val.shape), "dtype": dtype_name(val.dtype),
@@ -166,12 +178,29 @@ def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes
     return _write(ep, module, Path(out_dir), params, constants, names, {"model": {"class": type(module).__name__}})
 
 
+def _generator_auto(config):
+    """The auto class that builds config's text generator. A config whose text config is a
+    sub-config (config.get_text_config() is not config) is a multimodal wrapper's, and its
+    checkpoint holds the wrapper: AutoModelForMultimodalLM builds that (`...ForConditionalGeneration`,
+    whose text-only forward fuselm runs), where AutoModelForCausalLM may map the same config to a
+    text-only class with other parameter names. Otherwise AutoModelForCausalLM when its mapping (or
+    the config's auto_map) knows the config, else AutoModelForMultimodalLM when that knows it, else
+    AutoModelForCausalLM (which says what is wrong)."""
+    from transformers import AutoModelForCausalLM, AutoModelForMultimodalLM
+    auto_map = getattr(config, "auto_map", None) or {}
+    multimodal = type(config) in AutoModelForMultimodalLM._model_mapping
+    if multimodal and config.get_text_config() is not config:
+        return AutoModelForMultimodalLM
+    if type(config) in AutoModelForCausalLM._model_mapping or "AutoModelForCausalLM" in auto_map:
+        return AutoModelForCausalLM
+    return AutoModelForMultimodalLM if multimodal else AutoModelForCausalLM
+
+
 def _causal_lm_class(config):
-    """The class AutoModelForCausalLM builds for config, or None."""
-    from transformers import AutoModelForCausalLM
+    """The class _generator_auto builds for config, or None."""
     from transformers.models.auto.auto_factory import _get_model_class
     try:
-        return _get_model_class(config, AutoModelForCausalLM._model_mapping)
+        return _get_model_class(config, _generator_auto(config)._model_mapping)
     except Exception:  # noqa: BLE001 - no causal LM class (remote code, unknown type)
         return None
 
@@ -202,6 +231,29 @@ def _one_sequence():
         yield
     finally:
         masking_utils.find_packed_sequence_indices = saved
+
+
+@contextlib.contextmanager
+def _prepared_masks_pass_through():
+    """transformers returns a mask that is already prepared (a 4-D tensor, a BlockMask) as it is when
+    it reaches create_causal_mask again: a wrapper builds its language model's mask and hands it
+    down, and the language model asks for a mask once more. Capture's prepared mask is a MaskKind
+    (masks.py), so that rule is extended to it meanwhile; otherwise the inner call would read the
+    MaskKind as a tensor (.ndim) and refuse a model whose mask is plainly causal."""
+    from transformers import masking_utils
+
+    from .masks import MaskKind
+    saved = masking_utils._preprocess_mask_arguments
+
+    def preprocess(config, inputs_embeds, attention_mask, *args, **kwargs):
+        if isinstance(attention_mask, MaskKind):
+            return True, attention_mask, None, None, None, None, None
+        return saved(config, inputs_embeds, attention_mask, *args, **kwargs)
+    masking_utils._preprocess_mask_arguments = preprocess
+    try:
+        yield
+    finally:
+        masking_utils._preprocess_mask_arguments = saved
 
 
 def forward_inputs(model: torch.nn.Module, n: int, tokens) -> tuple[dict, dict]:
@@ -288,12 +340,12 @@ def _has_attention_op(ep) -> bool:
 def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
     """(model on meta, its recomputed non-persistent buffers, ExportedProgram) of config's causal LM.
     token_max_cut lowers the token count's upper bound (see _capture_by_hand)."""
-    from transformers import AutoModelForCausalLM
+    auto = _generator_auto(config)
     with parameters_on_meta():
         try:
-            model = AutoModelForCausalLM.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
+            model = auto.from_config(config, experts_implementation=ops.ATTENTION_NAME, **kwargs)
         except TypeError:
-            model = AutoModelForCausalLM.from_config(config, **kwargs)
+            model = auto.from_config(config, **kwargs)
     model.eval()
     try:
         ops.identify_experts(model)
@@ -308,7 +360,7 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
     if token_max_cut:  # the eager capture of attention by hand traces on fake CPU tensors
         from .attn_by_hand import on_fake_cpu
         example = on_fake_cpu(model, example)
-    with _one_sequence():
+    with _one_sequence(), _prepared_masks_pass_through():
         # Attention by hand is rewritten before ops the engine lacks are decomposed: its masking
         # ops go away with it, and decomposing them first would hide the pattern.
         ep = export_module(model, example, dynamic, decompose=not token_max_cut)
@@ -337,7 +389,7 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
     tok = next((n.meta["val"].shape[1] for n in ep.graph.nodes if n.op == "placeholder" and n.name == "input_ids"),
                None)
     try:
-        found = attn_by_hand.rewrite(ep, constants, int(getattr(config, "vocab_size", 0) or 0),
+        found = attn_by_hand.rewrite(ep, constants, int(getattr(config.get_text_config(), "vocab_size", 0) or 0),
                                      max(max_pos or 1 << 20, 16) - 1, tok)
     except attn_by_hand.Refused as e:
         raise CaptureError(f"{type(model).__name__}: {e}") from e
@@ -355,14 +407,37 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
     return model, constants, decompose_for_engine(attn_by_hand.bridge_decompositions(ep), model), context
 
 
+def _model_record(model, config_path: Path, text_config, max_pos, unread: list[dict]) -> dict:
+    """The IR's "model" record (docs/ir.md): the config, the sizes and token ids the engine reads
+    from the text config (a multimodal wrapper's language model keeps them there), and the
+    checkpoint tensors of modules the graph never reads (a vision or audio tower)."""
+    import transformers
+
+    def ids(field):
+        v = getattr(text_config, field, None)
+        return v if isinstance(v, int) or (isinstance(v, list) and all(isinstance(x, int) for x in v)) else None
+
+    record = {
+        "class": type(model).__name__,
+        "transformers_version": transformers.__version__,
+        "config_json": config_path.read_text(),
+        "max_position_embeddings": max_pos,
+        "vocab_size": int(getattr(text_config, "vocab_size", 0) or 0) or None,
+        "eos_token_id": ids("eos_token_id"),
+        "bos_token_id": ids("bos_token_id"),
+    }
+    if unread:
+        record["unread_modules"] = unread
+    return record
+
+
 def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
     """Captures a Hugging Face causal LM directory (config.json + *.safetensors) to out_dir/ir.json.
 
     trust_remote_code: a config.json whose auto_map names Python files of the model directory is
     refused unless this is set; with it transformers imports and runs those files.
     """
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     model_dir = Path(model_dir)
     out_dir = Path(out_dir) if out_dir else ir_dir_for(model_dir)
@@ -383,7 +458,10 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
         raise CaptureError(f"{config_path}: transformers cannot build a config from it: {_first_line(e)}") from e
     _progress(f"building {type(config).__name__} ({config.model_type}) on the meta device")
     kwargs = {"attn_implementation": ops.ATTENTION_NAME, "dtype": torch.float32, "trust_remote_code": remote}
-    max_pos = int(getattr(config, "max_position_embeddings", 0) or 0) or None
+    # A multimodal wrapper keeps its language model's settings in a sub-config; transformers'
+    # get_text_config() finds it (and is the config itself for a text model).
+    text_config = config.get_text_config()
+    max_pos = int(getattr(text_config, "max_position_embeddings", 0) or 0) or None
     try:
         model, constants, ep = _build_and_export(config, kwargs, max_pos)
         if not _has_attention_op(ep):
@@ -426,15 +504,10 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     for spec in ep.graph_signature.input_specs:
         if spec.kind.name == "USER_INPUT":
             input_names[spec.arg.name] = spec.arg.name
-    extra = {
-        "model": {
-            "class": type(model).__name__,
-            "transformers_version": transformers.__version__,
-            "config_json": config_path.read_text(),
-            "max_position_embeddings": max_pos,
-            "vocab_size": int(getattr(config, "vocab_size", 0) or 0) or None,
-        }
-    }
+    read = {tied.get(t, t) for t in _read_targets(ep)}
+    unread = {k for k in model_keys if tied.get(k, k) not in read}
+    extra = {"model": _model_record(model, config_path, text_config, max_pos,
+                                    checkpoint_keys.unread_modules(model, unread, model_keys, found))}
     path = _write(ep, model, out_dir, params, constants, input_names, extra)
     _progress(f"wrote {path} ({len(ep.graph.nodes)} graph nodes) in {time.time() - t0:.1f}s")
     return path

@@ -112,3 +112,48 @@ def _expert_stack(parts: list[tuple[str, str]], stack_of: dict[str, tuple]):
         return None
     keys = [slots[(e, p)] for e in range(experts) for p in range(n_parts)]
     return keys, {"experts": experts, "parts": n_parts, "concat_dim": concat_dim}
+
+
+def unread_modules(model, unread: set[str], all_keys: list[str], found: dict[str, dict]) -> list[dict]:
+    """The checkpoint tensors of model parameters the graph never reads, grouped by module.
+
+    unread: model keys (parameters, persistent buffers) no graph node reads; all_keys: every
+    model key; found: resolve()'s map. A multimodal wrapper run on token ids alone never reads its
+    vision or audio tower or projector: each such tensor is listed under the outermost module
+    whose every parameter is unread, so the engine reports the group once and does not take it for
+    layers missing from the graph. Tensors that map to no model parameter are not listed (the
+    engine's unused-tensor check judges those). Returns [{"module", "class", "checkpoint_prefix",
+    "keys"}] in module order; "checkpoint_prefix" is the dotted prefix every key shares ("" if none).
+    """
+    read_prefixes = set()
+    for key in all_keys:
+        if key not in unread:
+            parts = key.split(".")
+            read_prefixes.update(".".join(parts[:i]) for i in range(len(parts)))
+    modules = dict(model.named_modules())
+    groups: dict[str, list[str]] = {}
+    for key in all_keys:
+        if key not in unread or key not in found:
+            continue
+        parts = key.split(".")
+        # The shortest module path above the key that no read key lies under.
+        owner = next((".".join(parts[:i]) for i in range(1, len(parts))
+                      if ".".join(parts[:i]) not in read_prefixes), key)
+        groups.setdefault(owner, []).extend(found[key]["keys"])
+    out = []
+    for owner, keys in groups.items():
+        keys = sorted(set(keys))
+        mod = modules.get(owner)
+        out.append({"module": owner, "class": type(mod).__name__ if mod is not None else None,
+                    "checkpoint_prefix": _common_prefix(keys), "keys": keys})
+    return out
+
+
+def _common_prefix(keys: list[str]) -> str:
+    """The dotted path components every key starts with, ending in a dot ("visual."), or ""."""
+    first = keys[0].split(".")[:-1]
+    n = len(first)
+    for key in keys[1:]:
+        parts = key.split(".")
+        n = next((i for i in range(min(n, len(parts) - 1)) if parts[i] != first[i]), min(n, len(parts) - 1))
+    return ".".join(first[:n]) + "." if n else ""

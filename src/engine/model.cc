@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -162,7 +163,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   } else {
     auto checkpoint = weights::Checkpoint::open(model_dir);
     m->params_.emplace(weights::load_parameters(m->graph_.parameters, checkpoint, lo));
-    weights::check_unused_tensors(m->graph_.parameters, checkpoint, options.allow_unused_weights);
+    weights::check_unused_tensors(m->graph_.parameters, m->graph_.model.value("unread_modules", nlohmann::json()),
+                                  checkpoint, options.allow_unused_weights);
   }
 
   std::map<std::string, Tensor> params, constants;
@@ -237,9 +239,15 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   m->max_context_ = required_size(model, "max_position_embeddings", ir_dir);
   auto config = read_json(model_dir / "config.json");
   auto gen = read_json(model_dir / "generation_config.json");
-  add_ids(gen.contains("eos_token_id") ? gen["eos_token_id"] : config.value("eos_token_id", nlohmann::json()), m->eos_ids_);
-  auto bos = gen.contains("bos_token_id") ? gen["bos_token_id"] : config.value("bos_token_id", nlohmann::json());
-  if (bos.is_number_integer()) m->bos_id_ = bos.get<int64_t>();
+  // generation_config.json, else config.json, else the text config capture recorded (a multimodal
+  // wrapper's config.json keeps its token ids in the language model's sub-config).
+  const auto token_id = [&](const char* field) {
+    for (const nlohmann::json* j : std::array<const nlohmann::json*, 3>{&gen, &config, &model})
+      if (j->contains(field) && !(*j)[field].is_null()) return (*j)[field];
+    return nlohmann::json();
+  };
+  add_ids(token_id("eos_token_id"), m->eos_ids_);
+  if (const auto bos = token_id("bos_token_id"); bos.is_number_integer()) m->bos_id_ = bos.get<int64_t>();
 
   if (options.kv_tokens > m->max_context_)
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",

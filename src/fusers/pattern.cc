@@ -30,7 +30,9 @@ bool is_float_cast(const ir::Node& n) {
 }
 
 int strip_casts(const ir::Graph& g, int i, const Subgraph* sg, std::vector<int>* covered) {
-  while (i >= 0 && is_float_cast(g.nodes[i])) {
+  // Within sg only: a cast made outside the module (a wrapper casting its embeddings before its
+  // language model) is the module's input, and a fusion may refer to nothing further up.
+  while (i >= 0 && is_float_cast(g.nodes[i]) && (!sg || sg->owns(i))) {
     if (sg && covered && sg->owns(i)) covered->push_back(i);
     i = ref_arg(g.nodes[i], 0);
   }

@@ -21,7 +21,8 @@ bool is_op(const ir::Node& n, std::string_view op);
 /// A value-preserving cast to a floating dtype (to.dtype, to.dtype_layout, to.device, _to_copy,
 /// type_as); argument 0 is its input.
 bool is_float_cast(const ir::Node& n);
-/// Follows casts back from node i; appends the casts that sg owns to `covered` when given.
+/// Follows casts back from node i (with sg given, only casts sg owns: it stops at sg's inputs);
+/// appends the casts that sg owns to `covered` when given.
 int strip_casts(const ir::Graph& g, int i, const Subgraph* sg = nullptr, std::vector<int>* covered = nullptr);
 
 bool is_parameter(const ir::Graph& g, int i);

@@ -15,6 +15,7 @@
 
 #include "server/api_error.h"
 #include "server/body_reader.h"
+#include "server/chat_content.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "server/responses.h"
@@ -157,7 +158,9 @@ std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
   if (!tok_) throw ApiError(400, "chat needs the model's tokenizer.json", "messages");
   // Rendered from the body in request key order (json sorts keys; templates may iterate them).
-  return to_ids(tok_->encode_rendered(cfg_.render_chat(parse_request_body_ordered(raw, cfg_.limits), true)));
+  auto ordered = parse_request_body_ordered(raw, cfg_.limits);
+  join_text_parts(ordered);
+  return to_ids(tok_->encode_rendered(cfg_.render_chat(ordered, true)));
 }
 
 void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
@@ -286,7 +289,9 @@ void HttpServer::apply_template(const httplib::Request& req, httplib::Response& 
   if (!body.contains("messages") || !body["messages"].is_array()) throw ApiError(400, "'messages' must be an array", "messages");
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template", "messages");
   const bool gen = get_bool(body, "add_generation_prompt").value_or(true);
-  res.set_content(dump({{"prompt", cfg_.render_chat(parse_request_body_ordered(req.body, cfg_.limits), gen)}}), "application/json");
+  auto ordered = parse_request_body_ordered(req.body, cfg_.limits);
+  join_text_parts(ordered);
+  res.set_content(dump({{"prompt", cfg_.render_chat(ordered, gen)}}), "application/json");
 }
 
 }  // namespace fuselm::server

@@ -53,9 +53,40 @@ std::string first_names(const std::vector<std::string>& keys, size_t n) {
   return out;
 }
 
+/// key -> index into `out` for every key an entry of the IR's unread_modules names; `out` gets one
+/// UnreadModule per entry (tensors counted later, against the checkpoint).
+std::map<std::string, size_t, std::less<>> unread_keys(const nlohmann::json& unread_modules,
+                                                       std::vector<UnreadModule>& out) {
+  std::map<std::string, size_t, std::less<>> owner;
+  if (!unread_modules.is_array()) return owner;
+  for (const auto& m : unread_modules) {
+    if (!m.is_object() || !m.contains("keys") || !m["keys"].is_array()) continue;
+    UnreadModule u;
+    if (m.contains("module") && m["module"].is_string()) u.module = m["module"].get<std::string>();
+    if (m.contains("checkpoint_prefix") && m["checkpoint_prefix"].is_string())
+      u.checkpoint_prefix = m["checkpoint_prefix"].get<std::string>();
+    for (const auto& k : m["keys"])
+      if (k.is_string()) owner.emplace(k.get<std::string>(), out.size());
+    out.push_back(std::move(u));
+  }
+  return owner;
+}
+
+/// "vision_tower.* (412 tensors, module model.vision_tower)", joined by ", ".
+std::string unread_summary(const std::vector<UnreadModule>& modules) {
+  std::string out;
+  for (const auto& m : modules) {
+    if (m.tensors == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{}* ({} tensors, module {})", m.checkpoint_prefix, m.tensors, m.module);
+  }
+  return out;
+}
+
 }  // namespace
 
-UnusedTensors find_unused_tensors(const nlohmann::json& parameters, const std::vector<std::string>& checkpoint_keys) {
+UnusedTensors find_unused_tensors(const nlohmann::json& parameters, const std::vector<std::string>& checkpoint_keys,
+                                  const nlohmann::json& unread_modules) {
   std::set<std::string, std::less<>> read;
   if (parameters.is_object())
     for (const auto& [target, p] : parameters.items()) {
@@ -77,8 +108,13 @@ UnusedTensors find_unused_tensors(const nlohmann::json& parameters, const std::v
     }
   }
   UnusedTensors out;
+  const auto owner = unread_keys(unread_modules, out.unread_modules);
   for (const auto& key : checkpoint_keys) {
     if (read.contains(key)) continue;
+    if (auto it = owner.find(key); it != owner.end()) {
+      ++out.unread_modules[it->second].tensors;
+      continue;
+    }
     out.keys.push_back(key);
     const auto parts = split_path(key);
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -95,10 +131,14 @@ UnusedTensors find_unused_tensors(const nlohmann::json& parameters, const std::v
   return out;
 }
 
-void check_unused_tensors(const nlohmann::json& parameters, const Checkpoint& checkpoint, bool allow) {
-  const UnusedTensors u = find_unused_tensors(parameters, checkpoint.keys());
-  if (u.keys.empty()) return;
+void check_unused_tensors(const nlohmann::json& parameters, const nlohmann::json& unread_modules,
+                          const Checkpoint& checkpoint, bool allow) {
+  const UnusedTensors u = find_unused_tensors(parameters, checkpoint.keys(), unread_modules);
   const std::string where = checkpoint.path().string();
+  if (const std::string modules = unread_summary(u.unread_modules); !modules.empty())
+    std::fprintf(stderr, "fuselm: note: %s: not loaded, the model does not read them on token ids alone: %s\n",
+                 where.c_str(), modules.c_str());
+  if (u.keys.empty()) return;
   if (!u.beyond_read.empty() && !allow)
     throw WeightsError(fmt::format(
         "{}: {} checkpoint tensors are read by no graph parameter, {} of them in numbered blocks beyond the last the "

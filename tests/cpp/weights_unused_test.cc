@@ -54,5 +54,29 @@ TEST(WeightsUnused, IntegersMustBeWholeComponents) {
   EXPECT_TRUE(u.beyond_read.empty());
 }
 
+TEST(WeightsUnused, UnreadModulesAreCountedNotUnused) {
+  // A multimodal wrapper: the graph reads the language model; capture listed the vision tower (two
+  // numbered blocks, one beyond anything read at its position) as a module the model does not read.
+  const nlohmann::json unread = nlohmann::json::parse(R"([{"module": "model.vision_tower",
+      "checkpoint_prefix": "vision_tower.", "keys": ["vision_tower.layers.0.w", "vision_tower.layers.5.w"]}])");
+  const auto u = find_unused_tensors(table({{"lm.layers.0.w"}, {"lm.layers.1.w"}}),
+                                     {"lm.layers.0.w", "lm.layers.1.w", "lm.layers.2.w", "vision_tower.layers.0.w",
+                                      "vision_tower.layers.5.w"},
+                                     unread);
+  EXPECT_EQ(u.keys, (std::vector<std::string>{"lm.layers.2.w"}));  // still a layer beyond the graph's
+  EXPECT_EQ(u.beyond_read, u.keys);
+  ASSERT_EQ(u.unread_modules.size(), 1u);
+  EXPECT_EQ(u.unread_modules[0].module, "model.vision_tower");
+  EXPECT_EQ(u.unread_modules[0].checkpoint_prefix, "vision_tower.");
+  EXPECT_EQ(u.unread_modules[0].tensors, 2u);
+}
+
+TEST(WeightsUnused, WithoutTheRecordAnUnreadTowerIsUnused) {
+  // The same keys with no unread_modules record: the tower's tensors are plain unused tensors.
+  const auto u = find_unused_tensors(table({{"lm.layers.0.w"}}), {"lm.layers.0.w", "vision_tower.layers.0.w"});
+  EXPECT_EQ(u.keys, (std::vector<std::string>{"vision_tower.layers.0.w"}));
+  EXPECT_TRUE(u.unread_modules.empty());
+}
+
 }  // namespace
 }  // namespace fuselm::weights
