@@ -134,9 +134,11 @@ def compare_rows(ours: np.ndarray, ref: np.ndarray, n_prompt: int, generated: li
 
 
 def run(work: Path) -> dict:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF dequantizer draws a bar per tensor
     import torch
     import transformers
 
+    transformers.utils.logging.disable_progress_bar()  # one progress line per step is ours
     req = json.loads((work / "request.json").read_text())
     model_dir = Path(req["model_dir"])
     prompts = req["prompts"]
