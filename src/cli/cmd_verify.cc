@@ -169,7 +169,7 @@ std::vector<std::string> violations(const Rule& r, const nlohmann::json& t) {
   std::vector<std::string> out;
   if (r.exact) {
     if (t["max_rel"].get<double>() > r.max_rel)
-      out.push_back(fmt::format("max |Δlogit| is {:.2g} of the row's max |logit| (bound {:.0e})", t["max_rel"].get<double>(), r.max_rel));
+      out.push_back(fmt::format("max |Δlogit| / max |logit| of a row is {:.2g} (bound {:.0e})", t["max_rel"].get<double>(), r.max_rel));
     if (t["disagree"].get<double>() > 0)
       out.push_back(fmt::format("{} rows pick another top-1 token where transformers' logits are no tie",
                                 t["disagree"].get<double>()));
