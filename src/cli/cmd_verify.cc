@@ -190,7 +190,7 @@ std::string rule_text(const Rule& r) {
                      r.max_kld_max);
 }
 
-void print_text(const VerifyArgs& a, const nlohmann::json& report, const Rule& rule, const std::vector<std::string>& why) {
+void print_text(const nlohmann::json& report, const Rule& rule, const std::vector<std::string>& why) {
   for (const auto& p : report["prompts"])
     std::printf("%-28s top-1 %4d/%-4d (%5.1f%%)  greedy %d/%d  KLD mean %.2e max %.2e  max|Δlogit| %.3g (%.1e rel)\n",
                 p["name"].get<std::string>().c_str(), p["top1"].get<int>(), p["rows"].get<int>(),
@@ -242,7 +242,7 @@ void run(const VerifyArgs& a) {
   report["verdict"] = why.empty() ? "pass" : "fail";
   report["reasons"] = why;
   if (a.json) std::puts(report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  else print_text(a, report, rule, why);
+  else print_text(report, rule, why);
   std::fflush(stdout);
   if (why.empty()) {
     record_verify_pass(dir, {{"dtype", a.model.dtype}, {"weights", types}, {"rule", report["rule"]},
