@@ -10,7 +10,8 @@
 #                                   that binary; any report fails
 #   scripts/test.sh --long [SECONDS] long mode: `fuselm verify` on the real checkpoints too slow for
 #                                   the default run (tests/python/test_verify.py with FUSELM_LONG=1:
-#                                   the Gemma 3 270M GGUF, about 6 min), then the soak test
+#                                   Gemma 3 270M as its GGUF and as an fp32 dir, Qwen2.5-Coder 0.5B;
+#                                   12 min on the shared 2-core machine), then the soak test
 #                                   (tests/soak/soak.py, default 120 s of concurrent clients against
 #                                   `fuselm serve` on build/fuselm)
 set -euo pipefail
