@@ -237,6 +237,17 @@ def render_sweep(rows: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+REAL_MARKER = "## Real checkpoints, verified"
+
+
+def kept_real_section(out: Path) -> str:
+    """The section of `out` from REAL_MARKER on: the real checkpoints `fuselm verify` passed or
+    failed (docs/verify.md), written by hand from its output; kept as it is by every render."""
+    text = out.read_text() if out.exists() else ""
+    at = text.find(REAL_MARKER)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, default=REPO / "models" / "parity")
@@ -260,7 +271,9 @@ def main() -> int:
     sweep: dict = {}
     for f in args.sweep:
         sweep.update(json.loads(f.read_text()))
-    args.out.write_text(render(rows_of(known, kinds), kinds) + WRAPPERS_SECTION + (render_sweep(sweep) if sweep else ""))
+    kept = kept_real_section(args.out)
+    args.out.write_text(render(rows_of(known, kinds), kinds) + WRAPPERS_SECTION + (render_sweep(sweep) if sweep else "")
+                        + kept)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

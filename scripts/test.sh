@@ -8,8 +8,12 @@
 #                                   UndefinedBehaviorSanitizer (build-asan/), then a short serving
 #                                   test (request limits, streams, hang-ups, hostile clients) on
 #                                   that binary; any report fails
-#   scripts/test.sh --long [SECONDS] long mode: the soak test (tests/soak/soak.py, default 120 s of
-#                                   concurrent clients against `fuselm serve` on build/fuselm)
+#   scripts/test.sh --long [SECONDS] long mode: `fuselm verify` on the real checkpoints too slow for
+#                                   the default run (tests/python/test_verify.py with FUSELM_LONG=1:
+#                                   Gemma 3 270M as its GGUF and as an fp32 dir, Qwen2.5-Coder 0.5B;
+#                                   12 min on the shared 2-core machine), then the soak test
+#                                   (tests/soak/soak.py, default 120 s of concurrent clients against
+#                                   `fuselm serve` on build/fuselm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -36,6 +40,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   exit 0
 fi
 if [ "${1:-}" = "--long" ]; then
+  echo "test: fuselm verify on the long real checkpoints (tests/python/test_verify.py, FUSELM_LONG=1)"
+  FUSELM_LONG=1 .venv/bin/python -m pytest -q tests/python/test_verify.py -k long_
   echo "test: soak test (tests/soak/soak.py)"
   exec .venv/bin/python tests/soak/soak.py --seconds "${2:-120}"
 fi

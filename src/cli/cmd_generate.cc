@@ -16,6 +16,7 @@
 #include "cli/chat_renderer.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
+#include "cli/verify_stamp.h"
 #include "engine/generator.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/stream_decoder.h"
@@ -106,6 +107,7 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   // Rendered before the model loads, so a template error shows at once.
   const std::string text = prompt_ids ? std::string() : a.chat ? chat_prompt(a) : a.prompt;
   auto loaded = load_model(a.model);
+  hint_verify_once(loaded.dir, a.model.model_dir);
   engine::GenerateRequest req;
   if (prompt_ids) {
     req.prompt_ids = *prompt_ids;

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/model_args.h"
+#include "cli/verify_stamp.h"
 #include "cli/serve_limits.h"
 #include "server/http_server.h"
 
@@ -58,6 +59,7 @@ void run(ServeArgs& a) {
   apply_pool_sizing(a.engine, a.model);
   const std::filesystem::path dir = model_dir_of(a.model.model_dir);
   auto loaded = load_model(a.model);
+  hint_verify_once(loaded.dir, a.model.model_dir);
   engine::ModelBackend backend(*loaded.model);
   engine::Engine eng(backend, loaded.tokenizer ? &loaded.tokenizer->tokenizer() : nullptr, a.engine.options());
   server::ServerConfig cfg;

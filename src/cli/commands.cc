@@ -16,6 +16,7 @@ void add_commands(CLI::App& app) {
   add_chat_command(app);
   add_apply_template_command(app);
   add_bench_command(app);
+  add_verify_command(app);
 }
 
 }  // namespace fuselm::cli

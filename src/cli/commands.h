@@ -19,5 +19,6 @@ void add_serve_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_apply_template_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
 
 }  // namespace fuselm::cli

@@ -143,6 +143,7 @@ LoadedModel load_model(const ModelArgs& a) {
   mo.tp_size = world.size();
   mo.tp_rank = world.rank();
   LoadedModel out;
+  out.dir = dir;
   out.model = engine::Model::load(dir, ir_dir, mo);
   if (world.size() > 1) {
     if (world.rank() != 0) follow_rank0(world, *out.model);

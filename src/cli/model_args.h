@@ -36,6 +36,7 @@ struct ModelArgs {
 };
 
 struct LoadedModel {
+  std::filesystem::path dir;  // the model directory loaded (model_dir_of)
   std::unique_ptr<engine::Model> model;
   std::optional<tokenizer::PromptTokenizer> tokenizer;  // with the model's special-token rule (model_tokenizer.h)
 };

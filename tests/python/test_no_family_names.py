@@ -39,6 +39,9 @@ ALLOWED = {
     # capture passes transformers' own keyword to pick fuselm's attention (AttentionInterface's
     # registration name), not a model's attribute
     ("python/fuselm_capture/capture.py", "attn_implementation"),
+    # verify's reference asks transformers for its eager attention, the plainest oracle (as the
+    # parity tests do); a transformers keyword, not a model's attribute
+    ("python/fuselm_capture/verify.py", "attn_implementation"),
     # the capture progress line quotes the config's model_type back to the user; nothing branches on it
     ("python/fuselm_capture/capture.py", "model_type"),
     # GGUF sources: a GGUF names its architecture, and transformers' GGUF loader maps it to a
