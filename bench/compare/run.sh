@@ -7,6 +7,9 @@
 #   bench/compare/run.sh --quick      # 1 round x 2 repetitions
 #   bench/compare/run.sh [--quick] -- --models default --types bf16 --threads 1 2 --depth 4096
 #                                     # anything after -- goes to bench/compare/compare.py
+#   bench/compare/run.sh -- --models real --engines llama.cpp fuselm
+#                                     # the tests' real GGUF checkpoints (or FILE.gguf paths) as
+#                                     # they are, both engines
 #
 # Steps (each skipped when its result is there): scripts/setup.sh (.venv and build/fuselm);
 # bench/compare/llamacpp.sh (llama-bench, llama-server, llama-quantize from the pinned

@@ -49,7 +49,7 @@ _PASS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default, ate
 _CHECKS = {aten._assert_tensor_metadata.default}
 MASKED = -1e4      # a bias at or below this is a hidden key (softmax weight exp(-1e4) = 0 in fp32)
 PROBE_TOKENS = (5, 37, 300)  # token counts the bias is computed at (and the longest allowed, up to BIG)
-BIG = 2048         # the longest prompt a mask is proved for; a longer context is refused
+BIG = 2048         # the longest prompt a mask is proved for; the context is bounded there (context_bound)
 
 
 class NotAttention(Exception):
@@ -475,8 +475,6 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
             sites.append(Site(sm))
         except NotAttention:
             continue
-    # Every site is proved (up to BIG tokens) before the context bound is checked, so a bias that is
-    # no mask is named as such whatever the context.
     proofs = []
     for site in sites:
         try:
@@ -484,9 +482,6 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
         except Refused as e:
             raise Refused(f"attention written by hand in {_module_of(site.softmax)} (softmax {site.softmax.name}): "
                           f"{e}") from e
-    if max_tokens > BIG and sites:
-        raise Refused(f"a context of {max_tokens} tokens: a mask written by hand is proved only up to {BIG} "
-                      f"(set max_position_embeddings to at most {BIG} in config.json to run it within that bound)")
     report = []
     fake_mode = detect_fake_mode([n.meta.get("val") for n in graph.nodes if n.op == "placeholder"])
     for layer, (site, (scale, mask, slopes)) in enumerate(zip(sites, proofs)):
@@ -512,6 +507,21 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
     if sites:
         _drop_dead(graph)
     return report
+
+
+def context_bound(config_context: int | None) -> tuple[int, str | None]:
+    """(context, notice): the context a model whose masks were proved by rewrite() may run at.
+
+    The masks are proved on probes of up to BIG tokens, so a longer context, or none named by the
+    config (ALiBi checkpoints name none: their bias has no table that bounds it), runs at BIG tokens;
+    the notice says so, naming where the bound comes from. The engine refuses a longer prompt with the
+    context's usual error. A config bound at or under BIG is kept as it is (notice None)."""
+    if config_context is not None and config_context <= BIG:
+        return config_context, None
+    named = (f"its config's context of {config_context} tokens" if config_context is not None
+             else "its config names no context length")
+    return BIG, (f"context bounded at {BIG} tokens: the masks written by hand are proved on probes of up to {BIG} "
+                 f"tokens ({named}); a longer prompt is refused")
 
 
 def _erase_site(graph, site: Site) -> None:

@@ -316,8 +316,9 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
 
 
 def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Exception):
-    """The eager capture of a model whose fuselm capture failed (first) or holds no attention op,
-    with its hand-written attention rewritten into fuselm.attention; CaptureError when that is
+    """(model, constants, ep, context): the eager capture of a model whose fuselm capture failed
+    (first) or holds no attention op, with its hand-written attention rewritten into fuselm.attention,
+    and the context its masks are proved for (attn_by_hand.context_bound); CaptureError when that is
     not provable either. The token bound is one below the context: a [C, C] mask buffer sliced
     at exactly C tokens makes torch guard T != C (the engine does not read the bound)."""
     from . import attn_by_hand
@@ -348,7 +349,10 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
                            "engine cannot carry across steps")
     for line in found:
         _progress(f"attention written by hand: {line}")
-    return model, constants, decompose_for_engine(attn_by_hand.bridge_decompositions(ep), model)
+    context, notice = attn_by_hand.context_bound(max_pos)
+    if notice:
+        _progress(notice)
+    return model, constants, decompose_for_engine(attn_by_hand.bridge_decompositions(ep), model), context
 
 
 def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
@@ -387,7 +391,7 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     except Exception as e:  # noqa: BLE001 - by hand: the model's own dict lacks fuselm, or no attention op
         # The model may compute attention by hand: capture it through its eager implementation
         # (every transformers model accepts it) and find its attention by dataflow (attn_by_hand.py).
-        model, constants, ep = _capture_by_hand(config, kwargs, max_pos, config_path, e)
+        model, constants, ep, max_pos = _capture_by_hand(config, kwargs, max_pos, config_path, e)
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
     if gguf.exists():

@@ -136,7 +136,7 @@ def test_alibi_slopes_are_read_from_the_graph(fuselm_bin, model_cache, tmp_path)
     capture proves on probes that the bias is slope[h] x key position and writes the slopes into
     each layer's op; they equal transformers' own build_alibi_tensor slopes, and the logits past the
     first tokens (where the bias matters) match transformers'. (A config without a context bound,
-    as bloom's own has none, is refused: masks by hand are proved up to 2048 tokens.)"""
+    as bloom's own has none, runs at 2048 tokens: masks by hand are proved up to there.)"""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
     d = model_cache / "bloom"  # as the parity test builds it (a context bound of 1024 in its config)
     if not (d / "config.json").exists():
@@ -150,17 +150,21 @@ def test_alibi_slopes_are_read_from_the_graph(fuselm_bin, model_cache, tmp_path)
         assert o["alibi_slopes"] == pytest.approx(want, rel=1e-6), (o["alibi_slopes"], want)
 
 
-def test_unbounded_context_by_hand_is_refused(fuselm_bin, model_cache):
-    """bloom's own config sets no context bound (ALiBi has no position table): a mask written by
-    hand is proved on probes only up to 2048 tokens, so capture refuses it in one line saying so,
-    after proving the site (its bias is ALiBi, not the reason)."""
+def test_unbounded_context_by_hand_runs_at_the_proved_bound(fuselm_bin, model_cache, tmp_path):
+    """bloom's own config sets no context bound (ALiBi has no position table). Masks written by hand
+    are proved on probes of up to 2048 tokens, so the checkpoint runs as it is, with no config edit,
+    at a context of 2048 tokens, which capture says in one line: greedy tokens and logits equal
+    transformers', and a prompt of 2048 tokens is refused by the context's error."""
     d = _by_hand_dir(model_cache, "bloom")
+    assert "max_position_embeddings" not in json.loads((d / "config.json").read_text())
     proc = subprocess.run([str(fuselm_bin), "generate", str(d), "--prompt-ids", "1,2,3", "--max-tokens", "2",
                            "--json"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode != 0, proc.stdout
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith("fuselm: error: ") and "ForCausalLM" in last, proc.stderr
-    assert "a mask written by hand is proved only up to 2048" in last, last
+    assert proc.returncode == 0, proc.stderr
+    assert "context bounded at 2048 tokens" in proc.stderr and "names no context length" in proc.stderr, proc.stderr
+    check_parity("bloom-unbounded/40", fuselm_bin, d, list(range(3, 43)), tmp_path, max_tokens=4)
+    long = subprocess.run([str(fuselm_bin), "generate", str(d), "--prompt-ids", ",".join(["5"] * 2048),
+                           "--max-tokens", "1", "--json"], capture_output=True, text=True, timeout=600)
+    assert long.returncode != 0 and "2048" in long.stderr.strip().splitlines()[-1], long.stderr
 
 
 def test_alibi_rounded_to_16_bits_is_refused(fuselm_bin, model_cache):
