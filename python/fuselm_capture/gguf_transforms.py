@@ -126,7 +126,8 @@ def tensor_transform(processor, name: str, file_shape: tuple[int, ...], key_map:
     if zeros.size != n or index.shape != zeros.shape or checked.shape != zeros.shape:
         raise GgufTransformError(fail + f"turns {list(file_shape)} into {list(zeros.shape)} elements of other count")
     offset = float(zeros.reshape(-1)[0]) if n else 0.0
-    g = index - offset
+    with np.errstate(all="ignore"):  # a non-finite offset (log(0)) is refused just below
+        g = index - offset
     if not (np.all(zeros == offset) and np.isfinite(offset) and np.all(g == np.round(g))
             and np.all((g >= 0) & (g < n))):
         raise GgufTransformError(fail + "changes its values by something other than a gather plus a constant; "
