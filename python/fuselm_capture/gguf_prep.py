@@ -40,6 +40,8 @@ TOKEN_TYPE_USER_DEFINED = 4
 # "gpt2":   the GPT-2 regex alone.
 # llama.cpp's own "default" type adds punctuation and 3-digit splits to the GPT-2 regex; here
 # "default" means HF's plain byte-level GPT-2 pre-tokenizer, which is what transformers uses.
+# Any other name transformers knows (qwen2, llama3, tekken, gpt-4o, ...) takes transformers' split
+# regex for it (_split_regex).
 PRE_TOKENIZERS = {
     "smollm": "digits", "starcoder": "digits", "refact": "digits", "command-r": "digits",
     "codeshell": "digits", "exaone": "digits", "minerva": "digits",
@@ -50,6 +52,23 @@ PRE_TOKENIZERS = {
 
 class GgufPrepError(RuntimeError):
     pass
+
+
+def _transformers_splits() -> dict[str, str]:
+    """tokenizer.ggml.pre -> the split regex transformers' GGUF tokenizer builder applies before its
+    byte-level step (GGUF_PRE_TOKENIZER_SPLITS: llama3, qwen2, tekken, gpt-4o, ...; llama.cpp's
+    regexes of the same names), or {} when the installed transformers has no such table."""
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+    except ImportError:
+        return {}
+    return dict(GGUF_PRE_TOKENIZER_SPLITS)
+
+
+def _split_regex(pre: str) -> str | None:
+    """The split regex of a tokenizer.ggml.pre that PRE_TOKENIZERS does not name, as transformers
+    reads it (_transformers_splits), or None."""
+    return None if pre in PRE_TOKENIZERS else _transformers_splits().get(pre)
 
 
 def log(msg: str) -> None:
@@ -111,7 +130,7 @@ def _post_processor(meta: dict, tok, vocab: dict):
 def tokenizer_from_gguf_metadata(meta: dict):
     """A `tokenizers.Tokenizer` with the GGUF vocabulary's semantics: byte-level BPE built here,
     other kinds by transformers' GGUF builder (module docstring)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
     model_kind = meta.get("tokenizer.ggml.model")
     if model_kind is None or "tokenizer.ggml.tokens" not in meta:
@@ -128,9 +147,10 @@ def tokenizer_from_gguf_metadata(meta: dict):
             tok.post_processor = post
         return tok
     pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
-        raise GgufPrepError(f"tokenizer.ggml.pre = {pre!r} is not supported; "
-                            f"known: {', '.join(sorted(PRE_TOKENIZERS))}")
+    split = _split_regex(pre)
+    if pre not in PRE_TOKENIZERS and split is None:
+        raise GgufPrepError(f"tokenizer.ggml.pre = {pre!r} is not supported; known: "
+                            f"{', '.join(sorted(set(PRE_TOKENIZERS) | set(_transformers_splits())))}")
 
     tokens = meta["tokenizer.ggml.tokens"]
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
@@ -141,7 +161,11 @@ def tokenizer_from_gguf_metadata(meta: dict):
 
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    if PRE_TOKENIZERS[pre] == "digits":
+    if pre not in PRE_TOKENIZERS:  # the split regex transformers reads the file with
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(split), behavior="isolated"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    elif PRE_TOKENIZERS[pre] == "digits":
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Digits(individual_digits=True), byte_level])
     else:

@@ -2,7 +2,8 @@
 vocabularies that are not byte-level BPE, on llama.cpp's own vocabulary files
 (models/ggml-vocab-*.gguf from the llama-cpp-python 0.3.36 sdist, fetched as test_tokenizer_spm
 does): SentencePiece BPE (`tokenizer.ggml.model = 'llama'`: llama-spm, phi-3, with scores, token
-types and byte fallback, no merges in the file).
+types and byte fallback, no merges in the file), and byte-level BPE vocabularies whose
+`tokenizer.ggml.pre` names a split regex (qwen2, llama-bpe, qwen35).
 
 Oracles: transformers' tokenizer from the same file (`AutoTokenizer.from_pretrained(dir,
 gguf_file=...)`) for the pieces (ids without special tokens), and the file's
@@ -54,6 +55,34 @@ def test_sentencepiece_gguf_tokenizer(name, vocab_dir, tmp_path):  # noqa: F811
     path = tmp_path / "tokenizer.json"
     ours.save(str(path))
     assert check_tokenizer(path, tmp_path, strings) == len(strings)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "llama-bpe", "qwen35"])
+def test_byte_level_gguf_tokenizer_with_a_split_regex(name, vocab_dir, tmp_path):  # noqa: F811
+    """Byte-level BPE vocabularies whose tokenizer.ggml.pre names a split regex (qwen2, llama3's
+    llama-bpe, qwen35): fuselm's tokenizer.json splits as transformers reads the same file (its
+    GGUF_PRE_TOKENIZER_SPLITS), ids equal on the corpus and llama.cpp's test strings, and fuselm's
+    C++ tokenizer runs that tokenizer.json as `tokenizers` does. Before, such files were refused."""
+    from transformers import AutoTokenizer
+
+    meta = read_gguf_metadata(vocab_dir / f"ggml-vocab-{name}.gguf")
+    assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == name
+    ours = tokenizer_from_gguf_metadata(meta)
+    ref = AutoTokenizer.from_pretrained(str(vocab_dir), gguf_file=f"ggml-vocab-{name}.gguf")
+    strings = corpus() + inp_strings(vocab_dir, name)
+    bad = [(s, ref(s, add_special_tokens=False)["input_ids"], ours.encode(s, add_special_tokens=False).ids)
+           for s in strings
+           if ours.encode(s, add_special_tokens=False).ids != ref(s, add_special_tokens=False)["input_ids"]]
+    assert not bad, f"{len(bad)}/{len(strings)} differ; first {bad[0]!r}"
+    path = tmp_path / "tokenizer.json"
+    ours.save(str(path))
+    assert check_tokenizer(path, tmp_path, strings) == len(strings)
+
+
+def test_unknown_pre_tokenizer_is_one_line(vocab_dir):  # noqa: F811
+    meta = read_gguf_metadata(vocab_dir / "ggml-vocab-qwen2.gguf")
+    with pytest.raises(GgufPrepError, match=r"^tokenizer.ggml.pre = 'no-such-pre' is not supported; known: .*qwen2"):
+        tokenizer_from_gguf_metadata(dict(meta, **{"tokenizer.ggml.pre": "no-such-pre"}))
 
 
 def test_unknown_tokenizer_kind_is_one_line(vocab_dir):  # noqa: F811

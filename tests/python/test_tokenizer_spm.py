@@ -40,7 +40,7 @@ SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 VOCAB_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/models"
 CACHE = Path(os.environ.get("FUSELM_TEST_CACHE", Path.home() / ".cache" / "fuselm-test"))
-VOCABS = ["llama-spm", "phi-3", "nomic-bert-moe", "bert-bge"]
+VOCABS = ["llama-spm", "phi-3", "nomic-bert-moe", "bert-bge", "qwen2", "llama-bpe", "qwen35"]
 
 
 def pypi_reachable():
