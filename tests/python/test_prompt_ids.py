@@ -127,8 +127,8 @@ def model(request) -> Model:
     return _MODELS[name]
 
 
-def fuselm(fuselm_bin, *args, timeout=900) -> str:
-    proc = subprocess.run([str(fuselm_bin), *map(str, args)], capture_output=True, timeout=timeout)
+def fuselm(fuselm_bin, *args, timeout=900, env=None) -> str:
+    proc = subprocess.run([str(fuselm_bin), *map(str, args)], capture_output=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
     return proc.stdout.decode()
 
@@ -164,6 +164,21 @@ def test_tokenize_default_model(fuselm_bin):
     hf = AutoTokenizer.from_pretrained(str(smollm2_dir()))
     out = fuselm(fuselm_bin, "tokenize", "--text", "Hello <|im_start|>world")
     assert out == ",".join(map(str, hf("Hello <|im_start|>world")["input_ids"])) + "\n"
+
+
+def test_tokenize_dir_holding_a_gguf(fuselm_bin, tmp_path):
+    """A directory holding one .gguf (and no config.json) is that GGUF, as for generate."""
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf()
+    d = tmp_path / "holder"
+    d.mkdir()
+    (d / gguf.name).symlink_to(gguf)
+    bos, eos = gguf_flags(gguf)
+    hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    want = bos + hf("Hello world", add_special_tokens=False)["input_ids"] + eos
+    env = dict(os.environ, FUSELM_CACHE=str(tmp_path / "cache"))  # this path's directory is not kept
+    assert fuselm(fuselm_bin, "tokenize", d, "--text", "Hello world", env=env) == ",".join(map(str, want)) + "\n"
 
 
 def test_generate_prompt_ids(fuselm_bin, model):
