@@ -81,7 +81,7 @@ std::string run_engine(const VerifyArgs& a, const fs::path& dir, const fs::path&
   if (max_prompt < 1)
     throw std::runtime_error(fmt::format("--max-tokens {} leaves no room for a prompt in a context of {}",
                                          a.max_tokens, model.max_context()));
-  const tokenizer::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
+  const tokenizer::PromptTokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
   const auto prompts = a.prompts_file.empty()
                            ? builtin_prompts(tok, model.vocab_size(), attention_window(model.graph()), max_prompt)
                            : prompts_from_file(a.prompts_file, tok, model.vocab_size(), max_prompt);

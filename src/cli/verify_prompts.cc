@@ -41,14 +41,14 @@ constexpr const char* kText =
     "primes, multiply them together and add one; the result is divisible by none of them, so some prime "
     "is missing from the list. The first few are 2, 3, 5, 7, 11, 13, 17, 19, 23 and 29.\n\n";
 
-std::vector<int64_t> encode(const tokenizer::Tokenizer& tok, const std::string& text) {
+std::vector<int64_t> encode(const tokenizer::PromptTokenizer& tok, const std::string& text) {
   std::vector<int64_t> out;
   for (auto id : tok.encode(text, true)) out.push_back(id);
   return out;
 }
 
 // The fixed text's ids, the text repeated until there are at least n.
-std::vector<int64_t> text_ids(const tokenizer::Tokenizer& tok, int64_t n) {
+std::vector<int64_t> text_ids(const tokenizer::PromptTokenizer& tok, int64_t n) {
   std::string text = kText;
   std::vector<int64_t> ids = encode(tok, text);
   while (static_cast<int64_t>(ids.size()) < n) {
@@ -83,7 +83,7 @@ int64_t attention_window(const ir::Graph& g) {
   return widest;
 }
 
-std::vector<VerifyPrompt> builtin_prompts(const tokenizer::Tokenizer* tok, int64_t vocab, int64_t window,
+std::vector<VerifyPrompt> builtin_prompts(const tokenizer::PromptTokenizer* tok, int64_t vocab, int64_t window,
                                           int64_t max_prompt) {
   std::vector<std::pair<int64_t, std::string>> lengths = {{7, ""}, {64, ""}, {300, ""}};
   if (window > 0) lengths.push_back({window + 1, fmt::format(" (window {} + 1)", window)});
@@ -98,7 +98,7 @@ std::vector<VerifyPrompt> builtin_prompts(const tokenizer::Tokenizer* tok, int64
   return out;
 }
 
-std::vector<VerifyPrompt> prompts_from_file(const std::string& path, const tokenizer::Tokenizer* tok, int64_t vocab,
+std::vector<VerifyPrompt> prompts_from_file(const std::string& path, const tokenizer::PromptTokenizer* tok, int64_t vocab,
                                             int64_t max_prompt) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("--prompts " + path + ": cannot read");

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/prompt_tokenizer.h"
 
 namespace fuselm::cli {
 
@@ -24,13 +24,13 @@ int64_t attention_window(const ir::Graph& g);
 /// the model's tokenizer and its special tokens, repeated when too short), and one of window + 1
 /// tokens when window > 0; none longer than max_prompt. Without a tokenizer, fixed pseudo-random
 /// ids below vocab.
-std::vector<VerifyPrompt> builtin_prompts(const tokenizer::Tokenizer* tok, int64_t vocab, int64_t window,
+std::vector<VerifyPrompt> builtin_prompts(const tokenizer::PromptTokenizer* tok, int64_t vocab, int64_t window,
                                           int64_t max_prompt);
 
 /// --prompts FILE: a JSON array whose items are texts (tokenized as above) or arrays of token ids.
 /// Throws std::runtime_error naming the file and item for anything else, an empty prompt, an id
 /// outside [0, vocab), a text without a tokenizer, or a prompt longer than max_prompt.
-std::vector<VerifyPrompt> prompts_from_file(const std::string& path, const tokenizer::Tokenizer* tok, int64_t vocab,
+std::vector<VerifyPrompt> prompts_from_file(const std::string& path, const tokenizer::PromptTokenizer* tok, int64_t vocab,
                                             int64_t max_prompt);
 
 }  // namespace fuselm::cli
