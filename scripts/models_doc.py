@@ -108,7 +108,8 @@ audio input are not supported yet: the server refuses an `image_url` or `input_a
 with a 400. `tests/python/test_multimodal_wrappers.py` builds each family tiny (a 2-layer,
 width-64 language model and a one-layer vision or audio tower, `tests/python/wrapper_models.py`)
 and checks greedy tokens and logits against the wrapper's own forward on prompts of 1, 7 and 300
-tokens, as above.
+tokens, as above (five families in the default run: gemma3, llava, paligemma, qwen2_5_vl, voxtral;
+every family in `scripts/test.sh --long`).
 
 Pass: gemma3, mistral3, llava, llava_next, llava_onevision, aya_vision, cohere2_vision, internvl,
 idefics3, smolvlm, paligemma, lfm2_vl (attention layers only: a short-convolution layer stops

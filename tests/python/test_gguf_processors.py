@@ -368,7 +368,9 @@ def test_tensor_transforms_found_by_probing():
 # chunk packages, sha256 a5fd3b62...6818). Its norm weights carry the converter's +1, which
 # transformers' Gemma2TensorProcessor removes: read as stored, fuselm printed garbage.
 GEMMA = Path(os.environ.get("FUSELM_GEMMA3_GGUF",
-                            Path.home() / ".cache" / "fuselm-real" / "gemma-3-270m-q4_k_m.gguf"))
+                            Path(os.environ.get("FUSELM_REAL_CACHE", Path.home() / ".cache" / "fuselm" / "real"))
+                            / "gemma-3-270m-q4_k_m.gguf"))  # scripts/fetch_real_checkpoints.sh puts it there
+LONG = os.environ.get("FUSELM_LONG") == "1"  # scripts/test.sh --long
 GEMMA_NEW = 24
 GEMMA_MIN_TOP1 = 0.9  # blocks kept: int8 activations against transformers' fp32 (measured 100 %)
 GEMMA_MAX_ABS = 2.0  # measured 0.80 on logits up to 26
@@ -385,9 +387,10 @@ def _fuselm_logits(fuselm_bin, ids, new, env, out: Path, *extra):
     return tokens, np.fromfile(out, dtype=np.float32).reshape(len(ids) + new - 1, -1)
 
 
-@pytest.mark.skipif(not GEMMA.exists(), reason=f"{GEMMA} is absent (set FUSELM_GEMMA3_GGUF to the Gemma 3 270M "
-                                               f"Q4_K_M GGUF)")
-def test_real_gemma3_q4_k_m_gives_transformers_greedy_tokens(fuselm_bin, tmp_path, tmp_path_factory):
+@pytest.mark.skipif(not LONG, reason="long mode: scripts/test.sh --long (FUSELM_LONG=1); about 6 minutes")
+@pytest.mark.skipif(not GEMMA.exists(), reason=f"{GEMMA} is absent (scripts/fetch_real_checkpoints.sh fetches it; "
+                                               f"or set FUSELM_GEMMA3_GGUF to the Gemma 3 270M Q4_K_M GGUF)")
+def test_long_real_gemma3_q4_k_m_gives_transformers_greedy_tokens(fuselm_bin, tmp_path, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(GEMMA.parent), gguf_file=GEMMA.name)
