@@ -70,9 +70,16 @@ def test_byte_level_gguf_tokenizer_with_a_split_regex(name, vocab_dir, tmp_path)
     ours = tokenizer_from_gguf_metadata(meta)
     ref = AutoTokenizer.from_pretrained(str(vocab_dir), gguf_file=f"ggml-vocab-{name}.gguf")
     strings = corpus() + inp_strings(vocab_dir, name)
-    bad = [(s, ref(s, add_special_tokens=False)["input_ids"], ours.encode(s, add_special_tokens=False).ids)
-           for s in strings
-           if ours.encode(s, add_special_tokens=False).ids != ref(s, add_special_tokens=False)["input_ids"]]
+    n_vocab = len(meta["tokenizer.ggml.tokens"])
+    bad = []
+    for s in strings:
+        want = ref(s, add_special_tokens=False)["input_ids"]
+        # transformers' GPT-2 tokenizer class adds its own <|endoftext|> when the file has none (an id
+        # past the file's vocabulary, which no model of this file has a row for): not the file's text
+        if max(want, default=0) >= n_vocab:
+            continue
+        if ours.encode(s, add_special_tokens=False).ids != want:
+            bad.append((s, want, ours.encode(s, add_special_tokens=False).ids))
     assert not bad, f"{len(bad)}/{len(strings)} differ; first {bad[0]!r}"
     path = tmp_path / "tokenizer.json"
     ours.save(str(path))
