@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+import tiny_models
+
 _LAYERS = 3
 _MLA = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=_LAYERS,
             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024,
@@ -45,14 +47,7 @@ def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0) -> Path:
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(make_config(family), dtype=torch.float32)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.02)
-            else:  # norm weights around their neutral value
-                p.add_(torch.randn_like(p) * 0.05)
+    tiny_models.randomize(model, std)
     model.save_pretrained(out_dir)
     return Path(out_dir)
 

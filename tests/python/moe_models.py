@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+import tiny_models
+
 COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
 
@@ -88,14 +90,8 @@ def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0, dtype=to
     torch.manual_seed(seed)
     cfg = make_config(family)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    tiny_models.randomize(model, std)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.02)
-            else:  # norm weights and sinks: around their neutral value
-                p.add_(torch.randn_like(p) * 0.05)
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 b.copy_(torch.randn_like(b) * 0.1)

@@ -87,20 +87,27 @@ def make_config(family: str):
     return cfg
 
 
-def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0, dtype=torch.float32) -> Path:
-    """Saves a tiny random model of the family to out_dir (config.json + model.safetensors)."""
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    cfg = make_config(family)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+def randomize(model: torch.nn.Module, std: float) -> None:
+    """Peaked random weights in place: matrices N(0, std), biases N(0, 0.02), every other vector (norm
+    weights, sinks) its own value plus N(0, 0.05), i.e. around its neutral value (0 for Gemma's 1+w
+    form is fine too). Draws in named_parameters order, so a seed gives the same model every time."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, std)
             elif name.endswith("bias"):
                 p.normal_(0.0, 0.02)
-            else:  # norm weights: around their neutral value (0 for Gemma's 1+w form is fine too)
+            else:
                 p.add_(torch.randn_like(p) * 0.05)
+
+
+def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0, dtype=torch.float32) -> Path:
+    """Saves a tiny random model of the family to out_dir (config.json + model.safetensors)."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    cfg = make_config(family)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    randomize(model, std)
     model = model.to(dtype)
     model.save_pretrained(out_dir)
     return Path(out_dir)

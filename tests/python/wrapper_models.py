@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+import tiny_models
+
 TEXT = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=1024, head_dim=16)
 VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
@@ -101,14 +103,7 @@ def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     cfg = make_config(family)
     model = wrapper_class(cfg)(cfg).to(torch.float32).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.02)
-            else:
-                p.add_(torch.randn_like(p) * 0.05)
+    tiny_models.randomize(model, std)
     model.save_pretrained(out_dir)
     return Path(out_dir)
 
