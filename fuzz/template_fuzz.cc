@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "template/chat_template.h"
 
 namespace {
@@ -25,7 +25,7 @@ const char* const kDefaultContext = R"({"messages": [
 
 nlohmann::ordered_json context_of(std::string_view rest) {
   try {
-    auto j = fuselm::ir::parse_json_limited_as<nlohmann::ordered_json>(std::string(rest), 64);
+    auto j = fuselm::base::parse_json_limited_as<nlohmann::ordered_json>(std::string(rest), 64);
     if (j.is_object()) return j;
   } catch (const std::exception&) {
   }

@@ -9,7 +9,7 @@ fuselm::experts op over the per-expert weights stacked inside the graph.
 
 What is proven, on an fp64 probe (a copy of the block on random weights, so meta weights do not
 matter): each list member computes down(act(gate x) * up x) (or down(act(up x))) over its own
-2-D weights for one activation of ops._ACTIVATIONS; the block's other parameters are one linear
+2-D weights for one activation of activations.ACTIVATIONS; the block's other parameters are one linear
 router [E, H] (with or without a bias); and the block's output equals sum_j w_j * expert_{e_j}(x)
 for (e, w) = top-k of softmax or sigmoid of the router logits, the weights renormalised or not,
 for one k. Anything else is left as it is, with the reason kept in _fuselm_not_experts, so that
@@ -22,6 +22,8 @@ import itertools
 import types
 
 import torch
+
+from .activations import ACTIVATIONS
 
 _SCORES = {"softmax": lambda z: torch.softmax(z, dim=-1), "sigmoid": torch.sigmoid}
 
@@ -60,7 +62,6 @@ def _randomize(module: torch.nn.Module, gen: torch.Generator) -> torch.nn.Module
 def _expert_form(expert: torch.nn.Module, gen: torch.Generator) -> tuple[tuple[str, ...], str]:
     """((gate, up, down) or (up, down) parameter names, activation) that expert computes, proven on
     random inputs with its own (random probe) weights."""
-    from .ops import _ACTIVATIONS
     params = dict(_matrices(expert))
     h = None
     for p in params.values():  # the input width: a dimension every matrix has
@@ -75,7 +76,7 @@ def _expert_form(expert: torch.nn.Module, gen: torch.Generator) -> tuple[tuple[s
                                f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
     for names in itertools.permutations(params):
         w = [params[n] for n in names]
-        for act_name, act in _ACTIVATIONS.items():
+        for act_name, act in ACTIVATIONS.items():
             try:
                 if len(w) == 3:
                     want = (act(x @ w[0].T) * (x @ w[1].T)) @ w[2].T

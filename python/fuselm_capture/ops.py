@@ -14,6 +14,9 @@ import types
 
 import torch
 
+from .activations import ACTIVATIONS
+from .expert_lists import identify_listed_experts
+
 ATTENTION_NAME = "fuselm"
 
 
@@ -80,22 +83,14 @@ class ExpertsCaptureError(RuntimeError):
     """An experts module whose activation or gating function fuselm does not recognize."""
 
 
-_ACTIVATIONS = {
-    "silu": torch.nn.functional.silu,
-    "gelu": torch.nn.functional.gelu,
-    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "relu": torch.relu,
-}
-
-
 def _identify_activation(fn) -> str:
     """The name of the elementwise function `fn` computes, found by evaluating it on a probe."""
     x = torch.linspace(-8.0, 8.0, 257, dtype=torch.float64)
     y = fn(x)
-    for name, ref in _ACTIVATIONS.items():
+    for name, ref in ACTIVATIONS.items():
         if torch.allclose(y, ref(x), rtol=1e-9, atol=1e-9):
             return name
-    raise ExpertsCaptureError(f"activation {type(fn).__name__} is none of {', '.join(_ACTIVATIONS)}")
+    raise ExpertsCaptureError(f"activation {type(fn).__name__} is none of {', '.join(ACTIVATIONS)}")
 
 
 def _clamped_swiglu(gate_up, alpha, limit, concatenated):
@@ -207,7 +202,7 @@ def _prove_stacked_experts(module, gate_up: str, down: str) -> str:
     except Exception as err:  # noqa: BLE001 - any failure means the rule does not cover it
         first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
         raise ExpertsCaptureError(f"its forward fails on a probe of {e} stacked experts: {first}") from err
-    for name, act in _ACTIVATIONS.items():
+    for name, act in ACTIVATIONS.items():
         want = torch.zeros_like(x)
         for r in range(t):
             for j in range(k):
@@ -221,7 +216,7 @@ def _prove_stacked_experts(module, gate_up: str, down: str) -> str:
             return name
     kinds = "routed and zero-compute (identity) experts" if zero else "its stacked weights"
     raise ExpertsCaptureError(f"it does not compute sum_k w_k * down(act(gate x) * up x) over {kinds} "
-                              f"for act in {', '.join(_ACTIVATIONS)}")
+                              f"for act in {', '.join(ACTIVATIONS)}")
 
 
 def _stacked_experts_forward(self, hidden_states, top_k_index, top_k_weights):
@@ -273,7 +268,6 @@ def identify_experts(model: torch.nn.Module) -> None:
         module._fuselm_stacked = (pair[0], pair[1], activation)
         module.forward = types.MethodType(_stacked_experts_forward, module)
     # Experts as a list of per-expert MLP modules with data-dependent dispatch (expert_lists.py).
-    from .expert_lists import identify_listed_experts
     identify_listed_experts(model)
 
 

@@ -13,7 +13,7 @@
 
 #include "engine/file_lock.h"
 #include "engine/ir_cache.h"
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "ir/load.h"
 
 #ifndef FUSELM_SOURCE_DIR
@@ -49,7 +49,7 @@ std::string ir_stale_reason(const fs::path& model_dir, const fs::path& ir_dir) {
   try {
     std::ifstream in(ir);
     if (!in) return "the IR cannot be opened";
-    j = ir::parse_json_limited(in);
+    j = base::parse_json_limited(in);
   } catch (const std::exception& e) {
     std::string why = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
     if (auto at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);
@@ -73,8 +73,8 @@ std::string ir_stale_reason(const fs::path& model_dir, const fs::path& ir_dir) {
   // Compared parsed: a trailing newline, other whitespace or another key order is the same config.
   nlohmann::json recorded, current;
   try {
-    recorded = ir::parse_json_limited(config->get<std::string>());
-    current = ir::parse_json_limited(read_text(model_dir / "config.json"));
+    recorded = base::parse_json_limited(config->get<std::string>());
+    current = base::parse_json_limited(read_text(model_dir / "config.json"));
   } catch (const std::exception&) {
     return "config.json changed since capture";  // is no JSON now (capture will say what is wrong)
   }

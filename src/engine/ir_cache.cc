@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 
 namespace fuselm::engine {
 namespace fs = std::filesystem;
@@ -24,8 +24,8 @@ std::string canonical_config(const fs::path& config_json) {
   if (!in) throw std::runtime_error(config_json.string() + ": cannot be read");
   nlohmann::json j;
   try {
-    j = ir::parse_json_limited(in);
-  } catch (const std::exception&) {  // nlohmann's parse_error, or ir::JsonTooDeep
+    j = base::parse_json_limited(in);
+  } catch (const std::exception&) {  // nlohmann's parse_error, or base::JsonTooDeep
     throw std::runtime_error(config_json.string() + ": not valid JSON");
   }
   return j.dump();  // nlohmann keeps object keys sorted: the dump is canonical

@@ -1,6 +1,6 @@
 #include "ir/load.h"
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -123,10 +123,10 @@ Graph load(const std::filesystem::path& path) {
   if (!in) throw std::runtime_error(file + ": cannot open the IR (run capture first)");
   json j;
   try {
-    j = parse_json_limited(in);
+    j = base::parse_json_limited(in);
   } catch (const json::exception& e) {
     throw std::runtime_error(file + ": malformed IR JSON: " + e.what());
-  } catch (const JsonTooDeep& e) {
+  } catch (const base::JsonTooDeep& e) {
     throw std::runtime_error(file + ": malformed IR JSON: " + e.what());
   }
   if (!j.is_object() || !j.contains("format") || j["format"] != "fuselm-ir")

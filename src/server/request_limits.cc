@@ -2,7 +2,7 @@
 
 #include <fmt/core.h>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 
 namespace fuselm::server {
 namespace {
@@ -11,8 +11,8 @@ template <class Json>
 Json parse_body_as(const std::string& raw, const RequestLimits& limits) {
   Json body;
   try {
-    body = ir::parse_json_limited_as<Json>(raw, limits.max_json_depth);
-  } catch (const ir::JsonTooDeep&) {
+    body = base::parse_json_limited_as<Json>(raw, limits.max_json_depth);
+  } catch (const base::JsonTooDeep&) {
     throw ApiError(400, fmt::format("the request body nests JSON deeper than {} levels", limits.max_json_depth));
   } catch (const nlohmann::json::parse_error& e) {
     throw ApiError(400, std::string("malformed JSON in the request body: ") + e.what());

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/model.h"
 #include "tokenizer/decoder.h"
@@ -41,10 +41,10 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& source) {
   nlohmann::json doc;
   try {
-    doc = ir::parse_json_limited(json_text);
+    doc = base::parse_json_limited(json_text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
     throw std::runtime_error(source + ": malformed JSON: " + e.what());
-  } catch (const ir::JsonTooDeep& e) {
+  } catch (const base::JsonTooDeep& e) {
     throw std::runtime_error(source + ": " + e.what());
   }
   const Field root(doc, "", source);

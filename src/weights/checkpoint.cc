@@ -1,4 +1,4 @@
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "weights/checkpoint.h"
 
 #include <nlohmann/json.hpp>
@@ -33,10 +33,10 @@ nlohmann::json read_json(const fs::path& path) {
   if (!in) fail(path, "cannot open");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    return ir::parse_json_limited(text);
+    return base::parse_json_limited(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, fmt::format("not valid JSON: {}", one_line(e.what())));
-  } catch (const ir::JsonTooDeep& e) {
+  } catch (const base::JsonTooDeep& e) {
     fail(path, e.what());
   }
 }

@@ -1,9 +1,5 @@
 #include "weights/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -318,54 +314,17 @@ class GgufParser {
 GgufFile GgufFile::open(const std::filesystem::path& path) {
   GgufFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    fail(path, st.st_mode && !S_ISREG(st.st_mode) ? "not a regular file"
-                                                   : fmt::format("cannot stat: {}", std::strerror(err)));
+  try {
+    f.map_ = base::MappedFile::open(path);
+  } catch (const base::MapError& e) {
+    fail(path, e.what());
   }
-  f.size_ = static_cast<uint64_t>(st.st_size);
-  if (f.size_ == 0) {
-    ::close(fd);
-    fail(path, "the file is empty (not a GGUF file)");
-  }
-  void* m = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file open
-  if (m == MAP_FAILED) fail(path, fmt::format("cannot mmap {} bytes: {}", f.size_, std::strerror(map_err)));
-  f.map_ = m;  // from here the destructor unmaps, also when a check throws
-  GgufParser(f, static_cast<const unsigned char*>(m)).parse();
+  f.size_ = f.map_.size();
+  if (f.size_ == 0) fail(path, "the file is empty (not a GGUF file)");
+  GgufParser(f, f.map_.data()).parse();
   return f;
 }
 
-GgufFile::GgufFile(GgufFile&& o) noexcept { *this = std::move(o); }
-
-GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
-  if (this != &o) {
-    unmap();
-    path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-    version_ = o.version_;
-    data_offset_ = o.data_offset_;
-    alignment_ = o.alignment_;
-    keys_ = std::move(o.keys_);
-    values_ = std::move(o.values_);
-    tensors_ = std::move(o.tensors_);
-    tensor_index_ = std::move(o.tensor_index_);
-  }
-  return *this;
-}
-
-GgufFile::~GgufFile() { unmap(); }
-
-void GgufFile::unmap() noexcept {
-  if (map_ != nullptr) ::munmap(map_, size_);
-  map_ = nullptr;
-}
 
 const GgufValue* GgufFile::find_value(std::string_view key) const {
   auto it = values_.find(key);

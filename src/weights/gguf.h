@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/mapped_file.h"
+
 namespace fuselm::weights {
 
 /// Metadata value types (gguf's GGUFValueType / ggml's gguf_type).
@@ -90,11 +92,10 @@ class GgufFile {
   /// the end of the file; tensors whose bytes overlap.
   static GgufFile open(const std::filesystem::path& path);
 
-  GgufFile(GgufFile&& other) noexcept;
-  GgufFile& operator=(GgufFile&& other) noexcept;
+  GgufFile(GgufFile&& other) noexcept = default;
+  GgufFile& operator=(GgufFile&& other) noexcept = default;
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
-  ~GgufFile();
 
   const std::filesystem::path& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -126,12 +127,11 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void unmap() noexcept;
   friend class GgufParser;
 
   std::filesystem::path path_;
-  void* map_ = nullptr;
-  uint64_t size_ = 0;
+  base::MappedFile map_;
+  uint64_t size_ = 0;  // map_.size()
   uint32_t version_ = 0;
   uint64_t data_offset_ = 0;
   uint64_t alignment_ = 32;

@@ -1,9 +1,5 @@
 #include "weights/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,7 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "weights/error.h"
 
 namespace fuselm::weights {
@@ -101,31 +97,17 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, const O
   SafetensorsFile f;
   f.path_ = path;
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(path, fmt::format("cannot stat: {}", std::strerror(err)));
+  try {
+    f.map_ = base::MappedFile::open(path);
+  } catch (const base::MapError& e) {
+    fail(path, e.what());
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
-  f.size_ = static_cast<uint64_t>(st.st_size);
-  if (f.size_ < 8) {
-    ::close(fd);
+  f.size_ = f.map_.size();
+  if (f.size_ < 8)
     fail(path, fmt::format("the file has {} bytes, fewer than the 8-byte header length (truncated?)", f.size_));
-  }
-  void* m = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file open
-  if (m == MAP_FAILED) fail(path, fmt::format("cannot mmap {} bytes: {}", f.size_, std::strerror(map_err)));
-  f.map_ = m;  // from here the destructor unmaps, also when a check below throws
-  const auto* base = static_cast<const unsigned char*>(m);
+  const unsigned char* bytes = f.map_.data();
 
-  const uint64_t header_len = read_le_u64(base);
+  const uint64_t header_len = read_le_u64(bytes);
   if (header_len > kMaxHeaderBytes)
     fail(path, fmt::format("header length {} exceeds the safetensors limit of {} bytes (not a safetensors file?)",
                            header_len, kMaxHeaderBytes));
@@ -145,19 +127,19 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, const O
     return true;
   };
   nlohmann::json header;
-  const auto* hbegin = reinterpret_cast<const char*>(base + 8);
+  const auto* hbegin = reinterpret_cast<const char*>(bytes + 8);
   try {
-    header = ir::parse_json_limited(hbegin, hbegin + header_len, kMaxHeaderDepth, cb);
+    header = base::parse_json_limited(hbegin, hbegin + header_len, kMaxHeaderDepth, cb);
   } catch (const nlohmann::json::exception& e) {
     fail(path, fmt::format("the {}-byte header is not valid JSON: {}", header_len, one_line(e.what())));
-  } catch (const ir::JsonTooDeep& e) {
+  } catch (const base::JsonTooDeep& e) {
     fail(path, fmt::format("the {}-byte header is not a safetensors header: {}", header_len, e.what()));
   }
   if (!header.is_object()) fail(path, fmt::format("the header is JSON {}, not an object of tensors", header.type_name()));
   if (!duplicate.empty()) fail(path, fmt::format("tensor '{}' appears twice in the header", duplicate));
 
   const uint64_t data_bytes = f.size_ - f.data_offset_;
-  const auto* data = reinterpret_cast<const std::byte*>(base + f.data_offset_);
+  const auto* data = reinterpret_cast<const std::byte*>(bytes + f.data_offset_);
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) fail(path, "\"__metadata__\" in the header is not an object");
@@ -174,37 +156,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, const O
     t.bytes = std::span<const std::byte>(data + begin, end - begin);
     f.tensors_.emplace(name, std::move(t));
   }
-  if (options.willneed) ::madvise(f.map_, f.size_, MADV_WILLNEED);  // a hint; failure is harmless
+  if (options.willneed) f.map_.will_need();
   return f;
 }
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)),
-      map_(std::exchange(o.map_, nullptr)),
-      size_(std::exchange(o.size_, 0)),
-      data_offset_(std::exchange(o.data_offset_, 0)),
-      tensors_(std::move(o.tensors_)),
-      metadata_(std::move(o.metadata_)) {}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
-  if (this != &o) {
-    unmap();
-    path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-    data_offset_ = std::exchange(o.data_offset_, 0);
-    tensors_ = std::move(o.tensors_);
-    metadata_ = std::move(o.metadata_);
-  }
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() { unmap(); }
-
-void SafetensorsFile::unmap() noexcept {
-  if (map_ != nullptr) ::munmap(map_, size_);
-  map_ = nullptr;
-}
 
 const TensorInfo* SafetensorsFile::find(std::string_view name) const {
   auto it = tensors_.find(name);

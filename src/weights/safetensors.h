@@ -18,6 +18,8 @@
 
 #include "weights/file_dtype.h"
 
+#include "base/mapped_file.h"
+
 namespace fuselm::weights {
 
 /// One tensor of a safetensors file: dtype, shape and its bytes inside the mapping.
@@ -55,11 +57,10 @@ class SafetensorsFile {
   /// the end of the file (truncated). Tensors may overlap; none may leave the file.
   static SafetensorsFile open(const std::filesystem::path& path, const OpenOptions& options = {});
 
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  SafetensorsFile(SafetensorsFile&& other) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-  ~SafetensorsFile();
 
   const std::filesystem::path& path() const { return path_; }
   /// Size of the file in bytes.
@@ -78,11 +79,10 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  void unmap() noexcept;
 
   std::filesystem::path path_;
-  void* map_ = nullptr;
-  uint64_t size_ = 0;
+  base::MappedFile map_;
+  uint64_t size_ = 0;  // map_.size()
   uint64_t data_offset_ = 0;
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   nlohmann::json metadata_;

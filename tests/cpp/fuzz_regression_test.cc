@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "ir/load.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
@@ -122,7 +122,7 @@ TEST(FuzzRegression, TemplateInputs) {
     const std::string in = read_bytes(f);
     const size_t nul = in.find('\0');
     ASSERT_NE(nul, std::string::npos) << f;
-    const auto context = ir::parse_json_limited_as<nlohmann::ordered_json>(in.substr(nul + 1), 64);
+    const auto context = base::parse_json_limited_as<nlohmann::ordered_json>(in.substr(nul + 1), 64);
     try {
       (void)tmpl::render(in.substr(0, nul), context);
     } catch (const tmpl::TemplateError&) {

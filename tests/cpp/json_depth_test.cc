@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "ir/json_depth.h"
+#include "base/json_limited.h"
 #include "ir/load.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/checkpoint.h"
@@ -38,9 +38,9 @@ std::string message_of(Fn&& fn) {
 }
 
 TEST(JsonDepth, LimitIsExactAndShallowJsonParses) {
-  EXPECT_EQ(ir::parse_json_limited(std::string("[[1]]"), 2), nlohmann::json::parse("[[1]]"));
-  EXPECT_THROW(ir::parse_json_limited(std::string("[[[1]]]"), 2), ir::JsonTooDeep);
-  EXPECT_EQ(ir::parse_json_limited(std::string(R"({"a": {"b": [1, {"c": 2}]}})")),
+  EXPECT_EQ(base::parse_json_limited(std::string("[[1]]"), 2), nlohmann::json::parse("[[1]]"));
+  EXPECT_THROW(base::parse_json_limited(std::string("[[[1]]]"), 2), base::JsonTooDeep);
+  EXPECT_EQ(base::parse_json_limited(std::string(R"({"a": {"b": [1, {"c": 2}]}})")),
             nlohmann::json::parse(R"({"a": {"b": [1, {"c": 2}]}})"));
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace fuselm::ir {
+namespace fuselm::base {
 
 inline constexpr int kMaxJsonDepth = 256;
 
@@ -70,4 +70,4 @@ nlohmann::json parse_json_limited(It begin, It end, int max_depth, const nlohman
   return detail::checked(std::move(j), too_deep, max_depth);
 }
 
-}  // namespace fuselm::ir
+}  // namespace fuselm::base
