@@ -44,70 +44,91 @@ struct ParamEntry {
   int64_t experts = 0, parts = 0, concat_dim = -1;
 };
 
-ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
-  auto bad = [&](const std::string& what) -> void {
-    throw WeightsError(fmt::format("IR parameter '{}': {}", target, what));
-  };
-  ParamEntry e;
-  if (!p.is_object()) bad("the entry is not an object");
+[[noreturn]] void bad_entry(const std::string& target, const std::string& what) {
+  throw WeightsError(fmt::format("IR parameter '{}': {}", target, what));
+}
+
+/// The entry's "shape": a list of non-negative integers.
+std::vector<int64_t> parse_shape(const std::string& target, const nlohmann::json& p) {
   auto sh = p.find("shape");
-  if (sh == p.end() || !sh->is_array()) bad("has no \"shape\" list");
+  if (sh == p.end() || !sh->is_array()) bad_entry(target, "has no \"shape\" list");
+  std::vector<int64_t> shape;
   for (const auto& d : *sh) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
-      bad(fmt::format("has shape {}, which is not a list of non-negative integers", sh->dump()));
-    e.shape.push_back(d.get<int64_t>());
+      bad_entry(target, fmt::format("has shape {}, which is not a list of non-negative integers", sh->dump()));
+    shape.push_back(d.get<int64_t>());
   }
-  auto ck = p.find("checkpoint");
-  if (ck == p.end() || !ck->is_object()) bad("has no \"checkpoint\" object");
-  auto conv = ck->find("converter");
-  auto stack = ck->find("stack");
-  if (stack != ck->end() && !stack->is_null()) {
-    auto keys = ck->find("keys");
-    auto int_of = [&](const char* name) -> int64_t {
-      auto it = stack->find(name);
-      if (it == stack->end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return -1;
-      return it->get<int64_t>();
-    };
-    if (!stack->is_object() || keys == ck->end() || !keys->is_array()) bad("has a malformed checkpoint \"stack\"");
-    e.experts = int_of("experts");
-    e.parts = int_of("parts");
-    auto cd = stack->find("concat_dim");
-    e.concat_dim = cd == stack->end() || cd->is_null() ? -1 : cd->is_number_integer() ? cd->get<int64_t>() : -2;
-    if (e.experts <= 0 || e.parts <= 0 || e.concat_dim == -2 || e.concat_dim == 0 ||
-        static_cast<int64_t>(keys->size()) != e.experts * e.parts || (e.concat_dim < 0 && e.parts != 1) ||
-        e.shape.empty() || e.shape[0] != e.experts || e.concat_dim >= static_cast<int64_t>(e.shape.size()))
-      bad(fmt::format("has checkpoint stack {} that does not fit {} keys and shape {}", stack->dump(), keys->size(),
-                      format_shape(e.shape)));
-    for (const auto& k : *keys) {
-      if (!k.is_string()) bad("has a checkpoint key that is not a string");
-      e.keys.push_back(k.get<std::string>());
-    }
-    e.key = e.keys.front();
-    return e;
+  return shape;
+}
+
+/// A stacked entry: checkpoint "keys" (experts × parts) and "stack" {experts, parts, concat_dim}
+/// that fit the entry's shape [E, ...].
+void parse_stack(const std::string& target, const nlohmann::json& ck, const nlohmann::json& stack, ParamEntry& e) {
+  auto keys = ck.find("keys");
+  auto int_of = [&](const char* name) -> int64_t {
+    auto it = stack.find(name);
+    if (it == stack.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return -1;
+    return it->get<int64_t>();
+  };
+  if (!stack.is_object() || keys == ck.end() || !keys->is_array())
+    bad_entry(target, "has a malformed checkpoint \"stack\"");
+  e.experts = int_of("experts");
+  e.parts = int_of("parts");
+  auto cd = stack.find("concat_dim");
+  e.concat_dim = cd == stack.end() || cd->is_null() ? -1 : cd->is_number_integer() ? cd->get<int64_t>() : -2;
+  if (e.experts <= 0 || e.parts <= 0 || e.concat_dim == -2 || e.concat_dim == 0 ||
+      static_cast<int64_t>(keys->size()) != e.experts * e.parts || (e.concat_dim < 0 && e.parts != 1) ||
+      e.shape.empty() || e.shape[0] != e.experts || e.concat_dim >= static_cast<int64_t>(e.shape.size()))
+    bad_entry(target, fmt::format("has checkpoint stack {} that does not fit {} keys and shape {}", stack.dump(),
+                                  keys->size(), format_shape(e.shape)));
+  for (const auto& k : *keys) {
+    if (!k.is_string()) bad_entry(target, "has a checkpoint key that is not a string");
+    e.keys.push_back(k.get<std::string>());
   }
-  if (conv != ck->end() && !conv->is_null())
-    throw WeightsError(fmt::format("parameter {} needs checkpoint conversion '{}', which this engine does not support yet",
-                                   target, conv->is_string() ? conv->get<std::string>() : conv->dump()));
-  auto keys = ck->find("keys");
-  if (keys == ck->end() || !keys->is_array()) bad("has no checkpoint \"keys\" list");
+  e.key = e.keys.front();
+}
+
+/// A one-key entry: the key and what capture recorded of it (dtype, file, tie, shape).
+void parse_single(const std::string& target, const nlohmann::json& ck, ParamEntry& e) {
+  auto keys = ck.find("keys");
+  if (keys == ck.end() || !keys->is_array()) bad_entry(target, "has no checkpoint \"keys\" list");
   if (keys->size() != 1 || !(*keys)[0].is_string())
-    bad(fmt::format("maps to checkpoint keys {} without a converter; exactly one key is supported", keys->dump()));
+    bad_entry(target,
+              fmt::format("maps to checkpoint keys {} without a converter; exactly one key is supported", keys->dump()));
   e.key = (*keys)[0].get<std::string>();
   auto str_field = [&](const char* name) -> std::optional<std::string> {
-    auto it = ck->find(name);
-    if (it == ck->end() || it->is_null()) return std::nullopt;
-    if (!it->is_string()) bad(fmt::format("checkpoint \"{}\" is {}, not a string", name, it->dump()));
+    auto it = ck.find(name);
+    if (it == ck.end() || it->is_null()) return std::nullopt;
+    if (!it->is_string()) bad_entry(target, fmt::format("checkpoint \"{}\" is {}, not a string", name, it->dump()));
     return it->get<std::string>();
   };
   e.recorded_dtype = str_field("dtype");
   e.recorded_file = str_field("file").value_or("");
   e.tied_to = str_field("tied_to").value_or("");
-  if (auto rs = ck->find("shape"); rs != ck->end() && rs->is_array()) {
+  if (auto rs = ck.find("shape"); rs != ck.end() && rs->is_array()) {
     std::vector<int64_t> shape;
     for (const auto& d : *rs)
       if (d.is_number_integer()) shape.push_back(d.get<int64_t>());
     if (shape.size() == rs->size()) e.recorded_shape = std::move(shape);
   }
+}
+
+ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
+  ParamEntry e;
+  if (!p.is_object()) bad_entry(target, "the entry is not an object");
+  e.shape = parse_shape(target, p);
+  auto ck = p.find("checkpoint");
+  if (ck == p.end() || !ck->is_object()) bad_entry(target, "has no \"checkpoint\" object");
+  auto stack = ck->find("stack");
+  if (stack != ck->end() && !stack->is_null()) {
+    parse_stack(target, *ck, *stack, e);
+    return e;
+  }
+  auto conv = ck->find("converter");
+  if (conv != ck->end() && !conv->is_null())
+    throw WeightsError(fmt::format("parameter {} needs checkpoint conversion '{}', which this engine does not support yet",
+                                   target, conv->is_string() ? conv->get<std::string>() : conv->dump()));
+  parse_single(target, *ck, e);
   return e;
 }
 

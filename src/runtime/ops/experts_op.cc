@@ -30,33 +30,28 @@ kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
   return weight_storage(c, w, "expert weight");
 }
 
-void experts(OpCall& c) {
-  const Tensor& x = c.tensor("hidden");
-  const Tensor& ids = c.tensor("top_k_index");
-  const Tensor& wts = c.tensor("top_k_weights");
-  const Tensor& gate_up = c.tensor("gate_up");
-  const Tensor& down = c.tensor("down");
-  const bool concatenated = c.boolean("is_concatenated"), transposed = c.boolean("is_transposed"),
-             has_gate = c.boolean("has_gate");
+/// The routed experts' activation and gating (k.act, k.gate) from the op's string arguments.
+void read_activation(OpCall& c, kernels::ExpertsArgs& k, bool has_gate) {
   const Value& act = c.arg("activation");
   if (act.kind != Value::Kind::string || !act.s) c.fail("activation is not a string");
   const std::string a = act.s;
-
-  kernels::ExpertsArgs k;
-  if (a == "silu") k.act = kernels::ExpertsAct::silu;
-  else if (a == "gelu") k.act = kernels::ExpertsAct::gelu;
-  else if (a == "gelu_tanh") k.act = kernels::ExpertsAct::gelu_tanh;
-  else if (a == "relu") k.act = kernels::ExpertsAct::relu;
-  else if (a == "clamped_swiglu") k.gate = kernels::ExpertsGate::clamped_swiglu;
+  if (a == "clamped_swiglu") k.gate = kernels::ExpertsGate::clamped_swiglu;
+  else if (a == "silu" || a == "gelu" || a == "gelu_tanh" || a == "relu") k.act = act_named(c, a);
   else c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu, clamped_swiglu");
   if (!has_gate) {
     if (k.gate == kernels::ExpertsGate::clamped_swiglu) c.fail("clamped_swiglu needs a gate");
     k.gate = kernels::ExpertsGate::act_only;
   }
-  k.interleaved = !concatenated;
-  k.alpha = static_cast<float>(c.real("alpha"));
-  k.limit = static_cast<float>(c.real("limit"));
+}
 
+/// Checks the shapes of hidden [T, H], the top-k [T, k] tensors and the stacked expert weights
+/// and fills the sizes and weight pointers of k; returns n_up (the gate/up rows per expert).
+int64_t read_weights(OpCall& c, kernels::ExpertsArgs& k, bool transposed, bool has_gate) {
+  const Tensor& x = c.tensor("hidden");
+  const Tensor& ids = c.tensor("top_k_index");
+  const Tensor& wts = c.tensor("top_k_weights");
+  const Tensor& gate_up = c.tensor("gate_up");
+  const Tensor& down = c.tensor("down");
   if (x.ndim != 2) c.fail("hidden states must be [T, H], got " + x.describe());
   if (ids.ndim != 2 || ids.shape[0] != x.shape[0] || wts.ndim != 2 || wts.shape[0] != x.shape[0] ||
       wts.shape[1] != ids.shape[1])
@@ -80,47 +75,68 @@ void experts(OpCall& c) {
   k.layout = transposed ? kernels::WeightLayout::kn : kernels::WeightLayout::nk;
   k.gate_up = gate_up.data;
   k.down = down.data;
+  return n_up;
+}
 
-  Scratch sx(c.ctx), si(c.ctx), sw(c.ctx), sb1(c.ctx), sb2(c.ctx);
-  Tensor xc = contiguous_as(x, DType::f32, sx);
-  Tensor ic = contiguous_as(ids, DType::i64, si);
-  Tensor wc = contiguous_as(wts, DType::f32, sw);
+/// The optional per-expert biases as f32 (held by the scratches until the kernel has run).
+void read_biases(OpCall& c, kernels::ExpertsArgs& k, int64_t n_up, Scratch& s_up, Scratch& s_down) {
   if (c.has("gate_up_bias")) {
-    Tensor b = contiguous_as(c.tensor("gate_up_bias"), DType::f32, sb1);
+    Tensor b = contiguous_as(c.tensor("gate_up_bias"), DType::f32, s_up);
     if (b.numel() != k.e * n_up) c.fail("gate_up bias " + b.describe() + " is not [E, n_up]");
     k.gate_up_bias = b.ptr<float>();
   }
   if (c.has("down_bias")) {
-    Tensor b = contiguous_as(c.tensor("down_bias"), DType::f32, sb2);
+    Tensor b = contiguous_as(c.tensor("down_bias"), DType::f32, s_down);
     if (b.numel() != k.e * k.h) c.fail("down bias " + b.describe() + " is not [E, H]");
     k.down_bias = b.ptr<float>();
   }
-  if (c.node.op == "fuselm.experts_shared.default") {  // the block's shared expert
-    const Tensor& up = c.tensor("shared_up");
-    const Tensor& dn = c.tensor("shared_down");
-    const Value& sa = c.arg("shared_activation");
-    if (sa.kind != Value::Kind::string || !sa.s) c.fail("shared activation is not a string");
-    k.shared_act = act_named(c, sa.s);
-    k.shared_i = up.ndim == 2 ? up.shape[0] : -1;
-    auto check = [&](const Tensor& w, int64_t rows, int64_t cols, const char* what) {
-      if (w.ndim != 2 || w.shape[0] != rows || w.shape[1] != cols || !w.is_contiguous() || w.dtype != up.dtype)
-        c.fail(std::string("shared ") + what + " weight " + w.describe() + " is not a contiguous [" +
-               std::to_string(rows) + ", " + std::to_string(cols) + "] of the up weight's dtype");
-    };
-    check(up, k.shared_i, k.h, "up");
-    check(dn, k.h, k.shared_i, "down");
-    if (c.has("shared_gate")) {
-      check(c.tensor("shared_gate"), k.shared_i, k.h, "gate");
-      k.shared_gate = c.tensor("shared_gate").data;
-    }
-    if (c.has("shared_scale")) {
-      check(c.tensor("shared_scale"), 1, k.h, "scale");
-      k.shared_scale = c.tensor("shared_scale").data;
-    }
-    k.shared_dtype = weight_kind(c, up, dn);
-    k.shared_up = up.data;
-    k.shared_down = dn.data;
+}
+
+/// fuselm.experts_shared's shared expert (gate?, up, down, scale?, activation) into k.
+void read_shared(OpCall& c, kernels::ExpertsArgs& k) {
+  const Tensor& up = c.tensor("shared_up");
+  const Tensor& dn = c.tensor("shared_down");
+  const Value& sa = c.arg("shared_activation");
+  if (sa.kind != Value::Kind::string || !sa.s) c.fail("shared activation is not a string");
+  k.shared_act = act_named(c, sa.s);
+  k.shared_i = up.ndim == 2 ? up.shape[0] : -1;
+  auto check = [&](const Tensor& w, int64_t rows, int64_t cols, const char* what) {
+    if (w.ndim != 2 || w.shape[0] != rows || w.shape[1] != cols || !w.is_contiguous() || w.dtype != up.dtype)
+      c.fail(std::string("shared ") + what + " weight " + w.describe() + " is not a contiguous [" +
+             std::to_string(rows) + ", " + std::to_string(cols) + "] of the up weight's dtype");
+  };
+  check(up, k.shared_i, k.h, "up");
+  check(dn, k.h, k.shared_i, "down");
+  if (c.has("shared_gate")) {
+    check(c.tensor("shared_gate"), k.shared_i, k.h, "gate");
+    k.shared_gate = c.tensor("shared_gate").data;
   }
+  if (c.has("shared_scale")) {
+    check(c.tensor("shared_scale"), 1, k.h, "scale");
+    k.shared_scale = c.tensor("shared_scale").data;
+  }
+  k.shared_dtype = weight_kind(c, up, dn);
+  k.shared_up = up.data;
+  k.shared_down = dn.data;
+}
+
+void experts(OpCall& c) {
+  const bool concatenated = c.boolean("is_concatenated"), transposed = c.boolean("is_transposed"),
+             has_gate = c.boolean("has_gate");
+  kernels::ExpertsArgs k;
+  read_activation(c, k, has_gate);
+  k.interleaved = !concatenated;
+  k.alpha = static_cast<float>(c.real("alpha"));
+  k.limit = static_cast<float>(c.real("limit"));
+  const int64_t n_up = read_weights(c, k, transposed, has_gate);
+
+  const Tensor& x = c.tensor("hidden");
+  Scratch sx(c.ctx), si(c.ctx), sw(c.ctx), sb1(c.ctx), sb2(c.ctx);
+  Tensor xc = contiguous_as(x, DType::f32, sx);
+  Tensor ic = contiguous_as(c.tensor("top_k_index"), DType::i64, si);
+  Tensor wc = contiguous_as(c.tensor("top_k_weights"), DType::f32, sw);
+  read_biases(c, k, n_up, sb1, sb2);
+  if (c.node.op == "fuselm.experts_shared.default") read_shared(c, k);  // the block's shared expert
   k.x = xc.ptr<float>();
   k.ids = ic.ptr<int64_t>();
   k.weights = wc.ptr<float>();
