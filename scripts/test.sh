@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test: set up, prepare the default model, the function-length check (lizard: no function in
-# src/ over 120 lines), then the C++ unit tests (ctest) and the Python tests that compare fuselm
+# Every test: set up, prepare the default model, the function-size check (lizard: no function in
+# src/ over 120 lines or cyclomatic complexity 40), then the C++ unit tests (ctest) and the Python tests that compare fuselm
 # with transformers and the tokenizers library (pytest).
 #   scripts/test.sh [PYTEST ARGS]   the tests, on the Release build (build/)
 #   scripts/test.sh --sanitize      long mode: the C++ unit tests, then the bad-input tests against
@@ -47,9 +47,9 @@ if [ "${1:-}" = "--long" ]; then
   echo "test: soak test (tests/soak/soak.py)"
   exec .venv/bin/python tests/soak/soak.py --seconds "${2:-120}"
 fi
-echo "test: function length (no function in src/ over 120 lines)"
-.venv/bin/python -m lizard -L 120 -C 100000 -a 1000 -w src
+echo "test: function size (no function in src/ over 120 lines or over cyclomatic complexity 40)"
+.venv/bin/python -m lizard -L 120 -C 40 -a 1000 -w src
 echo "test: C++ unit tests"
 ctest --test-dir build --output-on-failure -j2
 echo "test: Python tests (parity with transformers, tokenizer, bad input)"
-.venv/bin/python -m pytest -q tests/python "$@"
+.venv/bin/python -m pytest -q --durations=15 tests/python "$@"
