@@ -59,7 +59,14 @@ std::span<const OpDef> op_defs() {
         "renorm_eps", "scaling"}},
       {"fuselm.all_reduce.default", {"input"}},  // dist_ops.cc; the TP sharding plan (src/dist)
       {"fuselm.all_gather.default", {"input"}},  // dist_ops.cc; the vocab-parallel LM head (src/dist)
-      {"fuselm.vocab_embedding.default", {"weight", "indices", "first"}},  // matmul_ops.cc; vocab-parallel table
+      // matmul_ops.cc; the vocab-parallel table: a lookup that may read a quantized table.
+      {"fuselm.vocab_embedding.default", {"weight", "indices", "first"}, OpSource::fusers, KvRows::none, "",
+       [] {
+         OpTraits t;
+         t.quant_weight = 0;
+         t.lookup = true;
+         return t;
+       }()},
       {"fuselm.rms_norm_split.default",  // dist_ops.cc; an RMSNorm over a width split across ranks
        {"input", "weight", "eps", "weight_offset", "width"}},
       {"fuselm.select_rows.default", {"input"}},  // select_rows_op.cc; inserted by the engine before the LM head

@@ -64,6 +64,12 @@ constexpr OpTraits rule(std::string_view name, TpRule tp) {
   t.tp = tp;
   return t;
 }
+// An op that may read a block-quantized weight in argument `arg` (a lookup: a table's rows).
+constexpr OpTraits quantizable(OpTraits t, int8_t arg, bool lookup) {
+  t.quant_weight = arg;
+  t.lookup = lookup;
+  return t;
+}
 // Creation ops, scalar ops of symbolic shapes and everything else nothing is declared about.
 constexpr OpTraits plain(std::string_view name) { return OpTraits{name}; }
 
@@ -193,14 +199,14 @@ std::vector<OpTraits> other_aten_ops() {
       reduction("aten.amax.default", 1, T::reduce),
       reduction("aten.max.dim", 1, T::replicate),  // a (values, indices) tuple
       // Products.
-      product("aten.linear.default", T::linear),
+      quantizable(product("aten.linear.default", T::linear), 1, false),
       product("aten.matmul.default", T::replicate),
       rule("aten.addmm.default", T::addmm),
       plain("aten.mm.default"),
       plain("aten.bmm.default"),
       plain("aten.baddbmm.default"),
       // Indexing, joining, normalizing, the rest of ATen.
-      rule("aten.embedding.default", T::embedding),
+      quantizable(rule("aten.embedding.default", T::embedding), 0, true),
       rule("aten.cat.default", T::cat),
       plain("aten.concat.default"),
       plain("aten.stack.default"),
