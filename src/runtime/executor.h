@@ -34,6 +34,9 @@ class Executor {
   const Tensor& run(std::span<const Tensor> inputs, const Batch& batch);
 
   const Batch& batch() const { return ctx_.batch(); }
+  /// The communicator the graph's collectives use (tensor parallelism; op_context.h). Must
+  /// outlive the executor.
+  void set_comm(dist::Communicator* c) { ctx_.set_comm(c); }
   const SymbolValues& symbols() const { return symbols_; }
   const ir::Graph& graph() const { return graph_; }
   BufferPool& pool() { return pool_; }

@@ -1,4 +1,4 @@
-#include "dist/shard_plan.h"
+#include "passes/shard_plan.h"
 
 #include <fmt/core.h>
 
@@ -10,7 +10,7 @@
 
 #include "ir/op_defs.h"
 
-namespace fuselm::dist {
+namespace fuselm::passes {
 namespace {
 
 using fusers::HeadSection;
@@ -972,4 +972,4 @@ std::string format_shard_plan(const ShardPlan& p) {
   return s;
 }
 
-}  // namespace fuselm::dist
+}  // namespace fuselm::passes
