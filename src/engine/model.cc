@@ -1,6 +1,6 @@
 #include "engine/model.h"
 
-#include "engine/logit_rows.h"
+#include "passes/logit_rows.h"
 #include "kv/pool_sizing.h"
 
 #include <fmt/core.h>
@@ -225,7 +225,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     }
   }
   m->vocab_size_ = required_size(m->graph_.model, "vocab_size", ir_dir);
-  m->selects_rows_ = select_sampled_rows(m->graph_, m->vocab_size_, m->select_rows_note_);
+  m->selects_rows_ = passes::select_sampled_rows(m->graph_, m->vocab_size_, m->select_rows_note_);
   m->executor_ = std::make_unique<runtime::Executor>(m->graph_, params, constants);
   m->executor_->set_comm(options.comm);
   for (const auto& target : m->executor_->input_targets()) {

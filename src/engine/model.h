@@ -65,7 +65,7 @@ class Model {
   const runtime::Tensor& forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
                                  std::span<const runtime::SequenceSlice> sequences,
                                  std::optional<std::span<const int64_t>> logit_rows = std::nullopt);
-  /// Whether the LM head runs on the selected rows only (engine/logit_rows.h); when not,
+  /// Whether the LM head runs on the selected rows only (passes/logit_rows.h); when not,
   /// select_rows_note() says why.
   bool selects_rows() const { return selects_rows_; }
   const std::string& select_rows_note() const { return select_rows_note_; }

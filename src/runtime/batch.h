@@ -22,7 +22,7 @@ struct Batch {
   std::span<const SequenceSlice> sequences;
   kv::PagedKvCache* kv = nullptr;
   /// Rows of the token batch whose logits the step needs, in the order wanted: fuselm.select_rows
-  /// (inserted before the LM head, engine/logit_rows.h) keeps only these. All rows when
+  /// (inserted before the LM head, passes/logit_rows.h) keeps only these. All rows when
   /// `select_rows` is false (perplexity and logit-parity runs read every row).
   bool select_rows = false;
   std::span<const int64_t> logit_rows;

@@ -1,6 +1,6 @@
 // fuselm.select_rows(x [1, T, H]) -> [1, R, H]: the rows of the token batch whose logits the step
 // samples (Batch::logit_rows, in that order), or x itself when the batch selects none. The engine
-// puts it before the graph's final product over the vocabulary (engine/logit_rows.h), so a
+// puts it before the graph's final product over the vocabulary (passes/logit_rows.h), so a
 // prefill chunk of T tokens costs one LM-head row per sequence instead of T.
 #include "ir/dtype.h"
 #include "kernels/cpu/copy.h"

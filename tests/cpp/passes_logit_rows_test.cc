@@ -8,10 +8,10 @@
 #include <map>
 #include <vector>
 
-#include "engine/logit_rows.h"
+#include "passes/logit_rows.h"
 #include "runtime/executor.h"
 
-namespace fuselm::engine {
+namespace fuselm::passes {
 namespace {
 
 constexpr int64_t kVocab = 11, kHidden = 5, kTable = 7;
@@ -137,4 +137,4 @@ TEST(LogitRows, SelectedRowsEqualThoseRowsOfTheFullLogits) {
 }
 
 }  // namespace
-}  // namespace fuselm::engine
+}  // namespace fuselm::passes

@@ -1,23 +1,18 @@
-#include "engine/logit_rows.h"
+#include "passes/logit_rows.h"
 
 #include <fmt/core.h>
 
 #include <functional>
-#include <set>
 
-namespace fuselm::engine {
+#include "ir/op_traits.h"
+
+namespace fuselm::passes {
 namespace {
 
-// Ops that act on each row (token) on its own and keep the row count: selecting rows before them
-// equals selecting after. Their other arguments must be literals (checked by the caller).
-const std::set<std::string, std::less<>>& rowwise_ops() {
-  static const std::set<std::string, std::less<>> ops = {
-      "aten.alias.default",   "aten.to.dtype",        "aten._to_copy.default", "aten.clone.default",
-      "aten.tanh.default",    "aten.mul.Tensor",      "aten.div.Tensor",       "aten.add.Tensor",
-      "aten.sub.Tensor",      "aten.mul.Scalar",      "aten.div.Scalar",       "aten.contiguous.default",
-      "aten.to.dtype_layout", "aten.type_as.default"};
-  return ops;
-}
+// The shard plan's gather of a vocab-parallel head's logits (ir/op_defs.h).
+constexpr std::string_view kAllGather = "fuselm.all_gather.default";
+// What this pass puts in.
+constexpr std::string_view kSelectRows = "fuselm.select_rows.default";
 
 bool has_ref(const ir::Arg& a) {
   if (a.kind == ir::Arg::Kind::ref) return true;
@@ -78,15 +73,16 @@ int find_head(const ir::Graph& g, const std::string& tok, int64_t vocab, std::st
       why = fmt::format("node '{}' ({}) is not [1, {}, {}]", n.name, n.op, tok, vocab);
       return -1;
     }
-    if (n.op == "aten.linear.default" || n.op == "aten.matmul.default") {
+    const ir::OpTraits& t = ir::op_traits(n.op);
+    if (t.row_product) {
       if (count_users(g, cur) == 1) return cur;
       why = fmt::format("the head's output '{}' is also read elsewhere", n.name);
       return -1;
     }
-    // A vocab-parallel LM head (src/dist) gathers its local logits into the vocabulary: the
-    // product behind it gives this rank's columns.
-    if (n.op == "fuselm.all_gather.default") vocab = -1;
-    else if (!rowwise_ops().contains(n.op)) {
+    // A vocab-parallel LM head (the shard plan) gathers its local logits into the vocabulary:
+    // the product behind it gives this rank's columns.
+    if (n.op == kAllGather) vocab = -1;
+    else if (!t.rowwise) {
       why = fmt::format("node '{}' ({}) between the head and the output is not known to act row by row", n.name, n.op);
       return -1;
     }
@@ -127,7 +123,7 @@ bool select_sampled_rows(ir::Graph& g, int64_t vocab_size, std::string& why) {
     return false;
   }
   const auto& x = g.nodes[h.args[0].ref];
-  if (x.op == "fuselm.select_rows.default") return true;
+  if (x.op == kSelectRows) return true;
   if (x.out_kind != ir::Node::Out::tensor || !is_token_rows(x.out, tok, -1)) {
     why = fmt::format("the head's input '{}' is not [1, {}, hidden]", x.name, tok);
     return false;
@@ -139,7 +135,7 @@ bool select_sampled_rows(ir::Graph& g, int64_t vocab_size, std::string& why) {
     }
   // Insert the selection right before the head: later indices (and refs to them) move up by one.
   ir::Node sel;
-  sel.op = "fuselm.select_rows.default";
+  sel.op = kSelectRows;
   sel.name = "fuselm_select_rows";
   while (g.index_by_name.contains(sel.name)) sel.name += "_";
   sel.args.resize(1);
@@ -160,8 +156,8 @@ bool select_sampled_rows(ir::Graph& g, int64_t vocab_size, std::string& why) {
     g.nodes[i].index = static_cast<int>(i);
     g.index_by_name[g.nodes[i].name] = static_cast<int>(i);
   }
-  g.op_args["fuselm.select_rows.default"] = {"input"};
+  g.op_args[std::string(kSelectRows)] = {"input"};
   return true;
 }
 
-}  // namespace fuselm::engine
+}  // namespace fuselm::passes
