@@ -23,13 +23,10 @@ struct Roles {
   int mul = -1;
 };
 
-// Elementwise ops a plain MLP's activation may be spelled with.
+// An elementwise op a plain MLP's activation may be spelled with (ir::OpTraits::pointwise).
 bool is_elementwise(const ir::Node& n) {
-  static constexpr std::string_view kOps[] = {
-      "aten.mul.Tensor", "aten.add.Tensor", "aten.pow.Tensor_Scalar", "aten.tanh.default", "aten.gelu.default",
-      "aten.silu.default", "aten.relu.default", "aten.sigmoid.default", "aten.div.Tensor", "aten.sub.Tensor",
-      "aten.erf.default", "aten.dropout.default"};
-  return std::find(std::begin(kOps), std::end(kOps), n.op) != std::end(kOps) || is_float_cast(n);
+  const ir::OpTraits& t = ir::op_traits(n.op);
+  return (t.pointwise && !t.in_place) || is_float_cast(n);
 }
 
 class GluFuser final : public Fuser {
@@ -39,7 +36,7 @@ class GluFuser final : public Fuser {
   std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
     const ir::Graph& g = *sg.graph;
     std::vector<Roles> cands;
-    for (int m : sg.own_of("aten.mul.Tensor")) {
+    for (int m : sg.own_of(ops::mul)) {
       const ir::Node& n = g.nodes[m];
       for (int order = 0; order < 2; ++order) {
         const int a = ref_arg(n, order), b = ref_arg(n, 1 - order);
@@ -104,7 +101,7 @@ class GluFuser final : public Fuser {
     f.nodes.push_back(am);
     if (r.gate.kn) {
       NewNode v;
-      v.op = "aten.view.default";
+      v.op = ops::view;
       v.args = {ref(new_ref(static_cast<int>(f.nodes.size()) - 1)), shape_arg(mul.out)};
       v.out = mul.out;
       f.nodes.push_back(v);

@@ -82,7 +82,7 @@ std::optional<int64_t> stack_down_projections(const ir::Graph& g, const Roles& r
   const auto gemm = stacked_linear(g, f, parts, "__fused_q_kv_down", why);
   if (!gemm) return std::nullopt;
   NewNode sp;
-  sp.op = "aten.split_with_sizes.default";
+  sp.op = ops::split_with_sizes;
   ir::Arg sizes;
   sizes.kind = ir::Arg::Kind::list;
   sizes.list = {integer(nq), integer(linear_out_width(g, r.down))};
@@ -94,7 +94,7 @@ std::optional<int64_t> stack_down_projections(const ir::Graph& g, const Roles& r
   const int outs[2] = {r.q_down->out, r.down.out};
   for (int i = 0; i < 2; ++i) {
     NewNode gi;
-    gi.op = "getitem";
+    gi.op = ops::getitem;
     gi.args = {ref(sref), integer(i)};
     gi.out = g.nodes[outs[i]].out;
     f.nodes.push_back(gi);

@@ -30,13 +30,36 @@ namespace fuselm::fusers {
 namespace {
 
 bool is_view_node(const ir::Node& n) {
-  return is_float_cast(n) || n.op == "aten.view.default" || n.op == "aten.reshape.default" ||
-         n.op == "aten._unsafe_view.default";
+  return is_float_cast(n) || is_reshape(n);
 }
 
 int shared_root(const ir::Graph& g, int i) {
   while (i >= 0 && is_view_node(g.nodes[i])) i = ref_arg(g.nodes[i], 0);
   return i;
+}
+
+// The experts op this module reads the router of: the deepest module holding the experts op and
+// its top-k (their module stacks part here), or -1.
+int find_experts(const Subgraph& sg) {
+  const ir::Graph& g = *sg.graph;
+  int experts = -1;
+  for (int i : sg.nodes) {
+    if (g.nodes[i].op != "fuselm.experts.default") continue;
+    const ir::Node* ids = node_of(g, ref_arg(g.nodes[i], 1));
+    const int topk = ids && is_getitem(*ids, 1) ? ref_arg(*ids, 0) : -1;
+    const auto& se = g.nodes[i].module_stack;
+    const auto depth = std::find(se.begin(), se.end(), sg.module) - se.begin();
+    if (topk < 0 || !sg.contains(topk)) {
+      // No top-k to read: report it once, at the experts module's parent (the MoE block).
+      if (se.size() == static_cast<size_t>(depth) + 2) experts = i;
+      continue;
+    }
+    const auto& st = g.nodes[topk].module_stack;
+    const bool deeper_e = static_cast<size_t>(depth) + 1 < se.size(), deeper_t = static_cast<size_t>(depth) + 1 < st.size();
+    if (deeper_e && deeper_t && se[depth + 1] == st[depth + 1]) continue;  // a child holds both
+    experts = i;
+  }
+  return experts;
 }
 
 class MoeFuser final : public Fuser {
@@ -45,24 +68,7 @@ class MoeFuser final : public Fuser {
 
   std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
     const ir::Graph& g = *sg.graph;
-    int experts = -1;
-    for (int i : sg.nodes) {
-      if (g.nodes[i].op != "fuselm.experts.default") continue;
-      // The deepest module holding the experts op and its top-k: their module stacks part here.
-      const ir::Node* ids = node_of(g, ref_arg(g.nodes[i], 1));
-      const int topk = ids && is_getitem(*ids, 1) ? ref_arg(*ids, 0) : -1;
-      const auto& se = g.nodes[i].module_stack;
-      const auto depth = std::find(se.begin(), se.end(), sg.module) - se.begin();
-      if (topk < 0 || !sg.contains(topk)) {
-        // No top-k to read: report it once, at the experts module's parent (the MoE block).
-        if (se.size() == static_cast<size_t>(depth) + 2) experts = i;
-        continue;
-      }
-      const auto& st = g.nodes[topk].module_stack;
-      const bool deeper_e = static_cast<size_t>(depth) + 1 < se.size(), deeper_t = static_cast<size_t>(depth) + 1 < st.size();
-      if (deeper_e && deeper_t && se[depth + 1] == st[depth + 1]) continue;  // a child holds both
-      experts = i;
-    }
+    const int experts = find_experts(sg);
     if (experts < 0) return why.not_applicable();
     auto r = read_router(g, sg, experts, why);
     if (!r) return std::nullopt;
@@ -94,7 +100,7 @@ class MoeFuser final : public Fuser {
     ir::Arg x_arg = ref(x);
     if (x != r->x) {
       NewNode v;
-      v.op = "aten.view.default";
+      v.op = ops::view;
       v.args = {ref(x), shape_arg(g.nodes[r->x].out)};
       v.out = g.nodes[r->x].out;
       f.nodes.push_back(v);
@@ -114,7 +120,7 @@ class MoeFuser final : public Fuser {
     f.nodes.push_back(route);
     for (int k = 0; k < 2; ++k) {
       NewNode gi;
-      gi.op = "getitem";
+      gi.op = ops::getitem;
       gi.args = {ref(new_ref(base)), integer(k)};
       gi.out = route.outs[k];
       f.nodes.push_back(gi);
@@ -138,7 +144,7 @@ class MoeFuser final : public Fuser {
       ex.out = old.out;
       f.nodes.push_back(ex);
       NewNode v;
-      v.op = "aten.view.default";
+      v.op = ops::view;
       v.args = {ref(new_ref(base + 3)), shape_arg(g.nodes[sh.add].out)};
       v.out = g.nodes[sh.add].out;
       f.nodes.push_back(v);

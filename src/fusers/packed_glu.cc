@@ -27,20 +27,20 @@ std::optional<Piece> half_of(const ir::Graph& g, int v) {
     const auto rank = static_cast<double>(x.out.shape.size());
     return d && (*d == -1 || *d == rank - 1);
   };
-  if (n.op == "getitem") {
+  if (n.op == ops::getitem) {
     const int s = ref_arg(n, 0);
     const auto k = number_arg(n, 1);
     if (s < 0 || !k) return std::nullopt;
     const ir::Node& sp = g.nodes[s];
     const int y = ref_arg(sp, 0);
     if (y < 0 || !as_linear(g, y) || as_linear(g, y)->out != y || sp.outs.size() != 2) return std::nullopt;
-    const bool two = (sp.op == "aten.chunk.default" && number_arg(sp, 1) == 2.0 && last(g.nodes[y], number_arg(sp, 2))) ||
-                     ((sp.op == "aten.split.Tensor" || sp.op == "aten.split_with_sizes.default") &&
+    const bool two = (sp.op == ops::chunk && number_arg(sp, 1) == 2.0 && last(g.nodes[y], number_arg(sp, 2))) ||
+                     ((sp.op == ops::split || sp.op == ops::split_with_sizes) &&
                       last(g.nodes[y], number_arg(sp, 2)));
     if (!two) return std::nullopt;
     return Piece{y, static_cast<int>(*k)};
   }
-  if (n.op == "aten.slice.Tensor") {
+  if (n.op == ops::slice) {
     const int y = ref_arg(n, 0);
     if (y < 0 || !as_linear(g, y) || as_linear(g, y)->out != y || !last(g.nodes[y], number_arg(n, 1)) ||
         number_arg(n, 4).value_or(1) != 1)
@@ -58,7 +58,7 @@ class PackedGluFuser final : public Fuser {
 
   std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
     const ir::Graph& g = *sg.graph;
-    for (int m : sg.own_of("aten.mul.Tensor")) {
+    for (int m : sg.own_of(ops::mul)) {
       const ir::Node& mul = g.nodes[m];
       for (int order = 0; order < 2; ++order) {
         const int a = ref_arg(mul, order), b = ref_arg(mul, 1 - order);

@@ -27,18 +27,12 @@ namespace {
 
 constexpr const char* kRole[] = {"q", "k", "v"};
 
-bool is_view_like(const ir::Node& n) {
-  return n.op == "aten.view.default" || n.op == "aten.reshape.default" || n.op == "aten._unsafe_view.default";
-}
-
 // Ops between the projection and the cut that keep every row's columns as they are.
 bool keeps_columns(const ir::Node& n, const ir::Node& input) {
   const auto w_in = static_dim(input.out, -1), w_out = static_dim(n.out, -1);
   if (n.out_kind != ir::Node::Out::tensor || !w_in || !w_out || *w_in != *w_out) return false;
-  if (is_view_like(n) || is_float_cast(n) || n.op == "aten.alias.default" || n.op == "aten.clone.default" ||
-      n.op == "aten.contiguous.default")
-    return true;
-  if (n.op == "aten.unsqueeze.default") {
+  if (is_view_of(n, {ir::ViewKind::reshape, ir::ViewKind::alias, ir::ViewKind::copy}) || is_float_cast(n)) return true;
+  if (is_view_of(n, {ir::ViewKind::unsqueeze})) {
     const int64_t rank = static_cast<int64_t>(input.out.shape.size());
     const int64_t d = number_arg(n, 1) ? static_cast<int64_t>(*number_arg(n, 1)) : rank;
     return d != rank && d != -1;
@@ -68,7 +62,7 @@ std::optional<int> cut_input(const Subgraph& sg, const LinearLike& lin, Why& why
       x = us[0];
       continue;
     }
-    if (is_view_like(u) && u.out.shape.size() > g.nodes[x].out.shape.size())
+    if (is_reshape(u) && u.out.shape.size() > g.nodes[x].out.shape.size())
       return why.reject("the projection is viewed per head ([..., {}, {}]) before it is split: interleaved per "
                         "head, not packed QKV", dim_text(u.out.shape.end()[-2]), dim_text(u.out.shape.back()));
     break;
@@ -78,7 +72,7 @@ std::optional<int> cut_input(const Subgraph& sg, const LinearLike& lin, Why& why
 }
 
 bool is_split(const ir::Node& n) {
-  return n.op == "aten.split_with_sizes.default" || n.op == "aten.split.Tensor" || n.op == "aten.chunk.default";
+  return n.op == ops::split_with_sizes || n.op == ops::split || n.op == ops::chunk;
 }
 
 // The pieces x is cut into along its last dim, (first column, value) in column order, tiling it.
@@ -89,7 +83,7 @@ std::optional<std::vector<std::pair<int64_t, int>>> cut_pieces(const Subgraph& s
   std::vector<std::pair<int64_t, int>> pieces;
   const auto& us = sg.users_of(x);
   const bool all_slices =
-      std::all_of(us.begin(), us.end(), [&](int u) { return is_op(g.nodes[u], "aten.slice.Tensor"); });
+      std::all_of(us.begin(), us.end(), [&](int u) { return is_op(g.nodes[u], ops::slice); });
   if (all_slices) {
     for (int u : us) {
       const ir::Node& s = g.nodes[u];
@@ -106,7 +100,7 @@ std::optional<std::vector<std::pair<int64_t, int>>> cut_pieces(const Subgraph& s
     for (int u : sg.users_of(us[0])) {
       const auto k = number_arg(g.nodes[u], 1);
       const bool once = k && *k >= 0 && *k < static_cast<double>(item.size()) && item[static_cast<size_t>(*k)] < 0;
-      if (!is_op(g.nodes[u], "getitem") || !once)
+      if (!is_op(g.nodes[u], ops::getitem) || !once)
         return why.reject("the split's pieces are not each read once through getitem");
       item[static_cast<size_t>(*k)] = u;
     }
@@ -181,7 +175,7 @@ class PackedQkvFuser final : public Fuser {
 
     Fusion f;
     NewNode sp;
-    sp.op = "aten.split_with_sizes.default";
+    sp.op = ops::split_with_sizes;
     ir::Arg sizes;
     sizes.kind = ir::Arg::Kind::list;
     for (size_t k = 0; k < pieces.size(); ++k) sizes.list.push_back(integer(0));  // validate: this instance's
@@ -191,7 +185,7 @@ class PackedQkvFuser final : public Fuser {
     f.nodes.push_back(sp);
     for (size_t k = 0; k < pieces.size(); ++k) {
       NewNode gi;
-      gi.op = "getitem";
+      gi.op = ops::getitem;
       gi.args = {ref(new_ref(0)), integer(static_cast<int64_t>(k))};
       f.nodes.push_back(gi);
       f.replaces.push_back({pieces[k].second, new_ref(static_cast<int>(k) + 1)});
@@ -230,7 +224,7 @@ class PackedQkvFuser final : public Fuser {
     for (size_t k = 0; k < f.replaces.size(); ++k) {
       const ir::Node& piece = g.nodes[f.replaces[k].first];
       const auto w = static_dim(piece.out, -1);
-      if (is_op(piece, "aten.slice.Tensor") && number_arg(piece, 2) != static_cast<double>(col))
+      if (is_op(piece, ops::slice) && number_arg(piece, 2) != static_cast<double>(col))
         return why.reject("the pieces do not tile the projection (a gap or overlap at column {})", col);
       col += w.value_or(0);
     }

@@ -23,10 +23,15 @@ std::optional<double> number_arg(const ir::Node& n, size_t i) {
 bool is_op(const ir::Node& n, std::string_view op) { return n.op == op; }
 
 bool is_float_cast(const ir::Node& n) {
-  static constexpr std::string_view kCasts[] = {"aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
-                                                "aten._to_copy.default", "aten.type_as.default"};
-  if (std::find(std::begin(kCasts), std::end(kCasts), n.op) == std::end(kCasts)) return false;
+  if (!ir::op_traits(n.op).cast) return false;
   return n.out_kind == ir::Node::Out::tensor && ir::is_floating(n.out.dtype) && ref_arg(n, 0) >= 0;
+}
+
+bool is_reshape(const ir::Node& n) { return is_view_of(n, {ir::ViewKind::reshape}); }
+
+bool is_view_of(const ir::Node& n, std::initializer_list<ir::ViewKind> kinds) {
+  const ir::ViewKind k = ir::op_traits(n.op).view;
+  return k != ir::ViewKind::none && std::find(kinds.begin(), kinds.end(), k) != kinds.end() && ref_arg(n, 0) >= 0;
 }
 
 int strip_casts(const ir::Graph& g, int i, const Subgraph* sg, std::vector<int>* covered) {
@@ -50,17 +55,11 @@ std::optional<int64_t> static_dim(const ir::TensorMeta& t, int d) {
   return t.shape[d].value;
 }
 
-namespace {
-bool is_view(const ir::Node& n) {
-  return n.op == "aten.view.default" || n.op == "aten.reshape.default" || n.op == "aten._unsafe_view.default";
-}
-}  // namespace
-
 std::optional<LinearLike> as_linear(const ir::Graph& g, int i) {
   if (i < 0) return std::nullopt;
   const ir::Node& n = g.nodes[i];
   LinearLike l;
-  if (n.op == "aten.linear.default") {
+  if (n.op == ops::linear) {
     l.out = i;
     l.x = ref_arg(n, 0);
     l.weight = ref_arg(n, 1);
@@ -71,8 +70,8 @@ std::optional<LinearLike> as_linear(const ir::Graph& g, int i) {
     return l;
   }
   int addmm = i;
-  if (is_view(n)) addmm = ref_arg(n, 0);
-  if (addmm < 0 || g.nodes[addmm].op != "aten.addmm.default") return std::nullopt;
+  if (is_reshape(n)) addmm = ref_arg(n, 0);
+  if (addmm < 0 || g.nodes[addmm].op != ops::addmm) return std::nullopt;
   const ir::Node& mm = g.nodes[addmm];
   if (number_arg(mm, 3).value_or(0) != 1.0 || number_arg(mm, 4).value_or(0) != 1.0) return std::nullopt;
   l.kn = true;
@@ -83,7 +82,7 @@ std::optional<LinearLike> as_linear(const ir::Graph& g, int i) {
   const int x2 = ref_arg(mm, 1);
   if (x2 < 0 || !is_parameter(g, l.weight) || !is_parameter(g, l.bias)) return std::nullopt;
   if (g.nodes[l.weight].out.shape.size() != 2) return std::nullopt;
-  if (is_view(g.nodes[x2])) {
+  if (is_reshape(g.nodes[x2])) {
     l.x_view = x2;
     l.x = ref_arg(g.nodes[x2], 0);
   } else {
@@ -104,8 +103,8 @@ int64_t linear_in_width(const ir::Graph& g, const LinearLike& l) {
 }
 
 std::optional<std::string> act_and_mul_activation(const ir::Node& an, Why& why) {
-  if (an.op == "aten.silu.default") return std::string("silu");
-  if (an.op == "aten.gelu.default") {
+  if (an.op == ops::silu) return std::string("silu");
+  if (an.op == ops::gelu) {
     const std::string approx = an.args.size() > 1 && an.args[1].kind == ir::Arg::Kind::string ? an.args[1].s : "none";
     if (approx == "none") return std::string("gelu");
     if (approx == "tanh") return std::string("gelu_tanh");
@@ -191,11 +190,11 @@ std::optional<int> stacked_linear(const ir::Graph& g, Fusion& f, std::span<const
   const ir::Arg b = p0.bias >= 0 ? add("bias", bs, {total}) : none();
   NewNode gemm;
   if (!p0.kn) {
-    gemm.op = "aten.linear.default";
+    gemm.op = ops::linear;
     gemm.args = {ref(p0.x), w, b};
     gemm.out = g.nodes[p0.out].out;
   } else {
-    gemm.op = "aten.addmm.default";
+    gemm.op = ops::addmm;
     gemm.args = {b, ref(p0.x_view >= 0 ? p0.x_view : p0.x), w, integer(1), integer(1)};
     gemm.out = g.nodes[p0.addmm].out;
   }

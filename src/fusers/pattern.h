@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "fusers/fuser.h"
+#include "fusers/pattern_ops.h"
+#include "ir/op_traits.h"
 
 namespace fuselm::fusers {
 
@@ -18,9 +20,14 @@ int ref_arg(const ir::Node& n, size_t i);
 std::optional<double> number_arg(const ir::Node& n, size_t i);
 bool is_op(const ir::Node& n, std::string_view op);
 
-/// A value-preserving cast to a floating dtype (to.dtype, to.dtype_layout, to.device, _to_copy,
-/// type_as); argument 0 is its input.
+/// A value-preserving cast (ir::OpTraits::cast: to, _to_copy, type_as) to a floating dtype that
+/// reads a tensor in argument 0.
 bool is_float_cast(const ir::Node& n);
+/// A reshape (ir::ViewKind::reshape: view, reshape, _unsafe_view; argument 1 is the new sizes)
+/// reading a tensor in argument 0.
+bool is_reshape(const ir::Node& n);
+/// A view-like op (ir/op_traits.h) of one of `kinds` reading a tensor in argument 0.
+bool is_view_of(const ir::Node& n, std::initializer_list<ir::ViewKind> kinds);
 /// Follows casts back from node i (with sg given, only casts sg owns: it stops at sg's inputs);
 /// appends the casts that sg owns to `covered` when given.
 int strip_casts(const ir::Graph& g, int i, const Subgraph* sg = nullptr, std::vector<int>* covered = nullptr);

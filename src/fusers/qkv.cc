@@ -59,7 +59,7 @@ class QkvFuser final : public Fuser {
     const auto gemm = stacked_linear(g, f, lin, "__fused_qkv", why);
     if (!gemm) return std::nullopt;
     NewNode sp;
-    sp.op = "aten.split_with_sizes.default";
+    sp.op = ops::split_with_sizes;
     ir::Arg sizes;
     sizes.kind = ir::Arg::Kind::list;
     sizes.list = {integer(n[0]), integer(n[1]), integer(n[2])};
@@ -70,7 +70,7 @@ class QkvFuser final : public Fuser {
     const int sref = new_ref(static_cast<int>(f.nodes.size()) - 1);
     for (int r = 0; r < 3; ++r) {
       NewNode gi;
-      gi.op = "getitem";
+      gi.op = ops::getitem;
       gi.args = {ref(sref), integer(r)};
       gi.out = g.nodes[lin[r].out].out;
       f.nodes.push_back(gi);

@@ -5,6 +5,7 @@
 
 #include "fusers/driver.h"
 #include "ir/op_defs.h"
+#include "ir/op_traits.h"
 
 namespace fuselm::fusers::driver {
 namespace {
@@ -116,19 +117,11 @@ ir::Graph rewrite(const ir::Graph& g, std::vector<Accepted>& accepted, std::vect
 
 namespace {
 
-// An in-place ATen op (copy_, scatter_, add_, ...): its name ends in '_' before the overload.
-bool in_place(const std::string& op) {
-  const auto dot = op.rfind('.');
-  return op.rfind("aten.", 0) == 0 && dot != std::string::npos && dot > 5 && op[dot - 1] == '_' && op[5] != '_';
-}
-
-// The base a view reads (through views), where an in-place op's write lands.
+// The base a view reads (through views that alias their input, ir::OpTraits::aliases), where an
+// in-place op's write lands.
 int view_base(const ir::Graph& g, int r) {
-  static const std::set<std::string> kViews = {"aten.slice.Tensor", "aten.view.default", "aten.transpose.int",
-                                               "aten.select.int", "aten.unsqueeze.default", "aten.permute.default",
-                                               "aten.alias.default", "aten.narrow.default", "aten.squeeze.dim",
-                                               "aten.expand.default", "aten.as_strided.default"};
-  while (kViews.count(g.nodes[r].op) && !g.nodes[r].args.empty() && g.nodes[r].args[0].kind == ir::Arg::Kind::ref)
+  while (ir::op_traits(g.nodes[r].op).aliases && !g.nodes[r].args.empty() &&
+         g.nodes[r].args[0].kind == ir::Arg::Kind::ref)
     r = g.nodes[r].args[0].ref;
   return r;
 }
@@ -152,7 +145,7 @@ void remove_dead(ir::Graph& out) {
   }
   for (int i = static_cast<int>(out.nodes.size()) - 1; i >= 0; --i) {
     const auto& node = out.nodes[i];
-    if (!live[i] && in_place(node.op) && !node.args.empty() && node.args[0].kind == ir::Arg::Kind::ref &&
+    if (!live[i] && ir::op_traits(node.op).in_place && !node.args.empty() && node.args[0].kind == ir::Arg::Kind::ref &&
         live[view_base(out, node.args[0].ref)])
       live[i] = 1;
     if (live[i])  // a read through a view (transpose(key) built before the copies) keeps its base too

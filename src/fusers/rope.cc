@@ -43,7 +43,7 @@ std::optional<int64_t> int_arg(const ir::Node& n, size_t i, int64_t dflt) {
 std::optional<SliceArgs> as_slice(const Subgraph& sg, int i) {
   if (i < 0 || !sg.owns(i)) return std::nullopt;
   const ir::Node& n = sg.node(i);
-  if (n.op != "aten.slice.Tensor") return std::nullopt;
+  if (n.op != ops::slice) return std::nullopt;
   SliceArgs s;
   s.x = ref_arg(n, 0);
   const auto dim = int_arg(n, 1, 0), start = int_arg(n, 2, 0), end = int_arg(n, 3, INT64_MAX), step = int_arg(n, 4, 1);
@@ -101,7 +101,7 @@ bool looks_rotation(const Subgraph& sg, int n) {
   const ir::Node& c = sg.node(n);
   if (c.args.empty() || c.args[0].kind != ir::Arg::Kind::list || c.args[0].list.size() != 2) return false;
   const auto& first = c.args[0].list[0];
-  if (first.kind != ir::Arg::Kind::ref || !sg.owns(first.ref) || sg.node(first.ref).op != "aten.neg.default") return false;
+  if (first.kind != ir::Arg::Kind::ref || !sg.owns(first.ref) || sg.node(first.ref).op != ops::neg) return false;
   return as_slice(sg, ref_arg(sg.node(first.ref), 0)).has_value();
 }
 
@@ -116,7 +116,7 @@ struct Rotation {
 std::optional<Rotation> rotation(const Subgraph& sg, int anchor, Why& why) {
   const ir::Graph& g = *sg.graph;
   const ir::Node& c = sg.node(anchor);
-  const bool stack = c.op == "aten.stack.default";
+  const bool stack = c.op == ops::stack;
   const auto& pieces = c.args[0].list;
   const auto neg = as_slice(sg, ref_arg(sg.node(pieces[0].ref), 0));
   const auto pos = pieces[1].kind == ir::Arg::Kind::ref ? as_slice(sg, pieces[1].ref) : std::nullopt;
@@ -143,8 +143,8 @@ std::optional<Rotation> rotation(const Subgraph& sg, int anchor, Why& why) {
   if (stack) {  // [..., d/2, 2] back to [..., d]: flatten(-2, -1) or a view of x's shape
     const auto& us = sg.users_of(anchor);
     const ir::Node* f = us.size() == 1 && sg.owns(us[0]) ? &g.nodes[us[0]] : nullptr;
-    const bool flat = f && (f->op == "aten.flatten.using_ints" || f->op == "aten.view.default" ||
-                            f->op == "aten.reshape.default");
+    const bool flat = f && (f->op == ops::flatten || f->op == ops::view ||
+                            f->op == ops::reshape);
     if (!flat || !same_shape(f->out, xm)) return why.reject("the stacked pairs are not flattened back to the rotated shape");
     r.rotated = us[0];
   }
@@ -161,14 +161,14 @@ std::optional<Site> rope_site(const Subgraph& sg, int anchor, Why& why) {
   s.pairing = r->pairing;
   const ir::TensorMeta& xm = g.nodes[s.x].out;
   // rotate(x) · sin, the sum, x · cos.
-  const int mul_sin = only_user(sg, r->rotated, "aten.mul.Tensor");
+  const int mul_sin = only_user(sg, r->rotated, ops::mul);
   if (mul_sin < 0) return why.reject("rotate(x) is read by something else than one product");
   s.sin = other_operand(g.nodes[mul_sin], r->rotated);
-  const int add = only_user(sg, mul_sin, "aten.add.Tensor");
+  const int add = only_user(sg, mul_sin, ops::add);
   if (s.sin < 0 || add < 0) return why.reject("rotate(x) · sin is not added once");
   if (number_arg(g.nodes[add], 2).value_or(1.0) != 1.0) return why.reject("the sum has alpha != 1");
   const int mul_cos = other_operand(g.nodes[add], mul_sin);
-  if (mul_cos < 0 || !sg.owns(mul_cos) || g.nodes[mul_cos].op != "aten.mul.Tensor")
+  if (mul_cos < 0 || !sg.owns(mul_cos) || g.nodes[mul_cos].op != ops::mul)
     return why.reject("rotate(x) · sin is not added to a product");
   s.cos = other_operand(g.nodes[mul_cos], s.x);
   if (s.cos < 0) return why.reject("rotate(x) · sin is added to a product that does not read x");
@@ -189,7 +189,7 @@ class RopeFuser final : public Fuser {
 
   std::optional<Fusion> match(const Subgraph& sg, Why& why) const override {
     std::vector<int> cats;
-    for (const char* op : {"aten.cat.default", "aten.stack.default"})
+    for (std::string_view op : {ops::cat, ops::stack})
       for (int c : sg.own_of(op))
         if (looks_rotation(sg, c)) cats.push_back(c);
     if (cats.empty()) return why.not_applicable();

@@ -2,12 +2,16 @@
 // The fuselm ops, defined once: each op's named arguments, what it does besides computing its
 // output, and which argument is its layer. The fusers build nodes by these names, the driver
 // writes the schemas into the rewritten graph and keeps ops with effects alive, the runtime reads
-// arguments by name and the engine sizes the KV cache from the layer and row layout. Adding a
-// fused op is one entry in op_defs.cc (docs/fusers.md has the recipe).
+// arguments by name and the engine sizes the KV cache from the layer and row layout. Each entry
+// also declares the op's traits (ir/op_traits.h: row-wise, its tensor-parallel rule, ...), which
+// the traits table takes from here. Adding a fused op is one entry in op_defs.cc (docs/fusers.md
+// has the recipe).
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
+
+#include "ir/op_traits.h"
 
 namespace fuselm::ir {
 
@@ -29,6 +33,7 @@ struct OpDef {
   OpSource source = OpSource::fusers;
   KvRows kv = KvRows::none;             // writes the KV cache of its layer
   std::string_view layer;               // the argument holding the layer index ("" when none)
+  OpTraits traits;                      // what the passes need; its name is this op's (op_traits())
 
   /// Index of argument `name`; throws std::logic_error naming the op when it has none (a
   /// programming error: callers name arguments of this table).

@@ -1,5 +1,7 @@
 #include "ir/op_traits.h"
 
+#include "ir/op_defs.h"
+
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -62,10 +64,10 @@ constexpr OpTraits rule(std::string_view name, TpRule tp) {
   t.tp = tp;
   return t;
 }
-constexpr OpTraits rowwise(std::string_view name, TpRule tp) {
-  OpTraits t{name};
-  t.rowwise = true;
-  t.tp = tp;
+// An op that may read a block-quantized weight in argument `arg` (a lookup: a table's rows).
+constexpr OpTraits quantizable(OpTraits t, int8_t arg, bool lookup) {
+  t.quant_weight = arg;
+  t.lookup = lookup;
   return t;
 }
 // Creation ops, scalar ops of symbolic shapes and everything else nothing is declared about.
@@ -74,9 +76,10 @@ constexpr OpTraits plain(std::string_view name) { return OpTraits{name}; }
 // The tensor-parallel rules are those the shard plan has been proven on: an op that is
 // pointwise by its semantics but not listed with T::pointwise (aten.log, aten.where, ...) still
 // replicates a split that reaches it.
-const std::vector<OpTraits>& table() {
-  static const std::vector<OpTraits> kTable = {
-      // Views (docs/ir.md): the values of argument 0, laid out differently.
+
+// Views (docs/ir.md): the values of argument 0, laid out differently; casts.
+std::vector<OpTraits> views_and_casts() {
+  return {
       view("aten.view.default", V::reshape, true, T::reshape),
       view("aten.reshape.default", V::reshape, false, T::reshape),
       view("aten._unsafe_view.default", V::reshape, true, T::reshape),
@@ -112,7 +115,12 @@ const std::vector<OpTraits>& table() {
       cast("aten._to_copy.default", T::pointwise),
       cast("aten.type_as.default", T::pointwise),
       cast("aten.to.other", T::replicate),
-      // Elementwise arithmetic and activations.
+  };
+}
+
+// Elementwise arithmetic, activations, comparisons; the in-place ones.
+std::vector<OpTraits> elementwise_ops() {
+  return {
       elementwise("aten.add.Tensor", T::pointwise),
       elementwise("aten.add.Scalar", T::pointwise),
       elementwise("aten.sub.Tensor", T::pointwise),
@@ -179,20 +187,26 @@ const std::vector<OpTraits>& table() {
       elementwise_in_place("aten.clamp_.default"),
       in_place("aten.copy_.default"),
       in_place("aten.scatter_.value"),
+  };
+}
+
+// Reductions, products, indexing, creation and the rest of ATen.
+std::vector<OpTraits> other_aten_ops() {
+  return {
       // Reductions (argument 1 lists the dims).
       reduction("aten.mean.dim", 1, T::reduce),
       reduction("aten.sum.dim_IntList", 1, T::reduce),
       reduction("aten.amax.default", 1, T::reduce),
       reduction("aten.max.dim", 1, T::replicate),  // a (values, indices) tuple
       // Products.
-      product("aten.linear.default", T::linear),
+      quantizable(product("aten.linear.default", T::linear), 1, false),
       product("aten.matmul.default", T::replicate),
       rule("aten.addmm.default", T::addmm),
       plain("aten.mm.default"),
       plain("aten.bmm.default"),
       plain("aten.baddbmm.default"),
       // Indexing, joining, normalizing, the rest of ATen.
-      rule("aten.embedding.default", T::embedding),
+      quantizable(rule("aten.embedding.default", T::embedding), 0, true),
       rule("aten.cat.default", T::cat),
       plain("aten.concat.default"),
       plain("aten.stack.default"),
@@ -220,21 +234,12 @@ const std::vector<OpTraits>& table() {
       plain("aten.new_empty.default"),
       plain("aten.new_zeros.default"),
       plain("aten.new_ones.default"),
-      // The fuselm ops (their schemas: op_defs.cc).
-      rule("fuselm.attention.default", T::attention),
-      rule("fuselm.experts.default", T::experts),
-      rule("fuselm.experts_shared.default", T::experts),
-      rowwise("fuselm.rms_norm.default", T::rms_norm),  // over the last dim
-      rowwise("fuselm.act_and_mul.default", T::act_and_mul),  // halves of the last dim
-      rule("fuselm.rope.default", T::rope),
-      rule("fuselm.mla_attention.default", T::mla_attention),
-      plain("fuselm.moe_route.default"),
-      plain("fuselm.all_reduce.default"),  // put in by the shard plan, after it has walked
-      plain("fuselm.all_gather.default"),
-      plain("fuselm.vocab_embedding.default"),
-      plain("fuselm.rms_norm_split.default"),
-      plain("fuselm.select_rows.default"),  // put in by LM-head row selection
-      // Tuples and the scalar ops of symbolic shapes.
+  };
+}
+
+// getitem and the scalar ops of symbolic shapes.
+std::vector<OpTraits> tuple_and_scalar_ops() {
+  return {
       rule("getitem", T::getitem),
       plain("operator.add"),
       plain("operator.sub"),
@@ -251,6 +256,20 @@ const std::vector<OpTraits>& table() {
       plain("torch.sym_max"),
       plain("torch.sym_min"),
   };
+}
+
+const std::vector<OpTraits>& table() {
+  static const std::vector<OpTraits> kTable = [] {
+    std::vector<OpTraits> all;
+    for (auto part : {views_and_casts(), elementwise_ops(), other_aten_ops(), tuple_and_scalar_ops()})
+      all.insert(all.end(), part.begin(), part.end());
+    // The fuselm ops declare theirs beside their schemas (op_defs.cc).
+    for (const auto& def : op_defs()) {
+      all.push_back(def.traits);
+      all.back().name = def.name;
+    }
+    return all;
+  }();
   return kTable;
 }
 

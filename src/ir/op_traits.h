@@ -90,6 +90,12 @@ struct OpTraits {
   /// A reduction: the index of the argument listing the reduced dims (-1: not a reduction); the
   /// argument after it, when present, is keepdim.
   int8_t reduce_axes = -1;
+  /// The argument where a weight stored block-quantized (GGUF) may be read: linear's W [N, K],
+  /// an embedding's table [V, H] (-1: none; the op reads every argument as a plain tensor).
+  int8_t quant_weight = -1;
+  /// A row lookup: argument quant_weight is a table whose rows the op gathers by token ids
+  /// (aten.embedding, fuselm.vocab_embedding).
+  bool lookup = false;
   TpRule tp = TpRule::replicate;
 
   bool is_view() const { return view != ViewKind::none; }

@@ -76,7 +76,7 @@ TEST(OpTraits, RowSelection) {
   for (const char* op : {"aten.alias.default", "aten.to.dtype", "aten._to_copy.default", "aten.clone.default",
                          "aten.tanh.default", "aten.mul.Tensor", "aten.div.Tensor", "aten.add.Tensor", "aten.sub.Tensor",
                          "aten.mul.Scalar", "aten.div.Scalar", "aten.contiguous.default", "aten.to.dtype_layout",
-                         "aten.type_as.default"})
+                         "aten.type_as.default", "fuselm.rms_norm.default", "fuselm.act_and_mul.default"})
     EXPECT_TRUE(op_traits(op).rowwise) << op;
   for (const char* op : {"aten.softmax.int", "aten.add_.Tensor", "aten.linear.default", "aten.view.default",
                          "aten.cumsum.default", "fuselm.select_rows.default", "aten.mean.dim"})
@@ -84,6 +84,19 @@ TEST(OpTraits, RowSelection) {
   EXPECT_TRUE(op_traits("aten.linear.default").row_product);
   EXPECT_TRUE(op_traits("aten.matmul.default").row_product);
   EXPECT_FALSE(op_traits("aten.bmm.default").row_product);
+}
+
+// The engine's quantized weights (engine/quant_weights.cc): where a block-quantized weight may
+// be read, and which ops look rows up in a table.
+TEST(OpTraits, QuantizedWeightsAndLookups) {
+  std::map<std::string, std::pair<int, bool>> want = {{"aten.linear.default", {1, false}},
+                                                      {"aten.embedding.default", {0, true}},
+                                                      {"fuselm.vocab_embedding.default", {0, true}}};
+  for (const auto& t : op_traits_table()) {
+    const auto it = want.find(std::string(t.name));
+    EXPECT_EQ(t.quant_weight, it == want.end() ? -1 : it->second.first) << t.name;
+    EXPECT_EQ(t.lookup, it != want.end() && it->second.second) << t.name;
+  }
 }
 
 // The shard plan's rule for every op it follows; every other op replicates a split reaching it.

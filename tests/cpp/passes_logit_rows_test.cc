@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "ir/op_traits.h"
 #include "passes/logit_rows.h"
 #include "runtime/executor.h"
 
@@ -64,6 +65,8 @@ ir::Graph toy(const std::string& tail_op) {
   if (tail_op == "softmax")
     out = add(g, "softmax", "aten._softmax.default", {ref(out), ir::Arg{ir::Arg::Kind::integer, false, -1}},
               meta({one, s0, v}));
+  else if (!tail_op.empty() && tail_op != "div")  // any op: the tensor, then a literal
+    out = add(g, "tail", tail_op, {ref(out), real(2.0)}, meta({one, s0, v}));
   g.outputs = {out};
   return g;
 }
@@ -101,6 +104,44 @@ TEST(LogitRows, LeavesGraphsItCannotProveAlone) {
   head_shared.outputs.push_back(head_shared.index_by_name.at("linear"));
   EXPECT_FALSE(select_sampled_rows(head_shared, kVocab, why));
   EXPECT_NE(why.find("also read"), std::string::npos) << why;
+}
+
+// The pass walks through exactly the ops the row-wise trait names (ir/op_traits.h), with no list
+// of its own: every row-wise op of the table, and none of a sample of ops that are not.
+TEST(LogitRows, FollowsTheRowWiseTrait) {
+  std::string why;
+  int rowwise = 0;
+  for (const auto& t : ir::op_traits_table()) {
+    if (!t.rowwise) continue;
+    ++rowwise;
+    ir::Graph g = toy(std::string(t.name));
+    EXPECT_TRUE(select_sampled_rows(g, kVocab, why)) << t.name << ": " << why;
+  }
+  EXPECT_GE(rowwise, 14);
+  for (const char* op : {"aten.cumsum.default", "aten.softmax.int", "aten.add_.Tensor", "aten.layer_norm.default",
+                         "aten.view.default", "aten.no_such_op.default"}) {
+    ir::Graph g = toy(op);
+    EXPECT_FALSE(select_sampled_rows(g, kVocab, why)) << op;
+    EXPECT_NE(why.find("not known to act row by row"), std::string::npos) << op << ": " << why;
+  }
+}
+
+// The head is a row product (linear or matmul); a vocab-parallel head's all-gather widens its
+// local logits to the vocabulary.
+TEST(LogitRows, FindsMatmulAndVocabParallelHeads) {
+  std::string why;
+  ir::Graph mm = toy("");
+  mm.nodes[mm.index_by_name.at("linear")].op = "aten.matmul.default";
+  EXPECT_TRUE(select_sampled_rows(mm, kVocab, why)) << why;
+  ir::Graph bmm = toy("");
+  bmm.nodes[bmm.index_by_name.at("linear")].op = "aten.bmm.default";
+  EXPECT_FALSE(select_sampled_rows(bmm, kVocab, why));
+  ir::Graph gathered = toy("");
+  const int lin = gathered.index_by_name.at("linear");
+  ir::TensorMeta full = gathered.nodes[lin].out;
+  gathered.nodes[lin].out.shape[2].value = kVocab - 3;  // this rank's columns
+  gathered.outputs = {add(gathered, "gather", "fuselm.all_gather.default", {ref(lin)}, full)};
+  EXPECT_TRUE(select_sampled_rows(gathered, kVocab, why)) << why;
 }
 
 TEST(LogitRows, SelectedRowsEqualThoseRowsOfTheFullLogits) {

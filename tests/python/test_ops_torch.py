@@ -463,7 +463,7 @@ ELSEWHERE = {
     "fuselm.rope.default": "put in by the rope fuser: test_fusers fused vs unfused logits, runtime_ops_test",
     "fuselm.moe_route.default": "put in by the MoE fuser: test_moe against transformers, kernels_moe_route_test",
     "fuselm.experts_shared.default": "put in by the MoE fuser: test_moe against transformers",
-    "fuselm.select_rows.default": "put in by logit_rows: engine_logit_rows_test, parity tests",
+    "fuselm.select_rows.default": "put in by logit_rows: passes_logit_rows_test, parity tests",
     "fuselm.all_gather.default": "needs an MPI communicator: test_tensor_parallel, runtime_ops_test",
     "fuselm.vocab_embedding.default": "put in by the sharding plan (a rank's vocabulary slice): test_tensor_parallel, runtime_ops_test",
     "fuselm.rms_norm_split.default": "put in by the sharding plan (a norm over a split width, with an all-reduce): test_tensor_parallel, runtime_ops_test",
