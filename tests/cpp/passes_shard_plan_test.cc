@@ -229,6 +229,68 @@ TEST(ShardPlan, FollowsAReductionOverAnotherDim) {
   EXPECT_EQ(b.plan.graph.nodes[s].out.shape[1].value, 8);
 }
 
+TEST(ShardPlan, FollowsAPointwiseChain) {
+  // up -> cast -> times a per-token scale [1, T, 1] (whole: size 1 on the split dim) -> neg -> down.
+  Builder b;
+  const int x = b.placeholder("input", "x", {dim(1), kTokens, dim(8)});
+  const int scale = b.placeholder("input", "scale", {dim(1), kTokens, dim(1)});
+  const int w1 = b.param("up.weight", {dim(16), dim(8)});
+  const int w2 = b.param("down.weight", {dim(8), dim(16)});
+  const int h = b.linear(x, w1, {dim(1), kTokens, dim(16)});
+  ir::Arg dt;
+  dt.kind = ir::Arg::Kind::dtype;
+  const int c = b.op("aten.to.dtype", {ref(h), dt}, {dim(1), kTokens, dim(16)});
+  const int m = b.op("aten.mul.Tensor", {ref(c), ref(scale)}, {dim(1), kTokens, dim(16)});
+  const int ng = b.op("aten.neg.default", {ref(m)}, {dim(1), kTokens, dim(16)});
+  b.output(b.linear(ng, w2, {dim(1), kTokens, dim(8)}));
+  b.note(w1, Shard::column, 0, {HeadSection{"up", 16, 1, false}});
+  b.note(w2, Shard::row, 1);
+  const ShardPlan p = shard_plan(b.plan, 2, 0);
+  ASSERT_TRUE(p.replicated.empty()) << p.replicated.front();
+  EXPECT_EQ(p.all_reduces, 1);
+  for (int i : {h, c, m, ng}) EXPECT_EQ(b.plan.graph.nodes[i].out.shape[2].value, 8) << i;
+}
+
+TEST(ShardPlan, ReplicatesAnOpWithoutARule) {
+  // aten.log has no tensor-parallel rule in the op traits: a split value reaching it is refused.
+  Builder b;
+  const int x = b.placeholder("input", "x", {dim(1), kTokens, dim(8)});
+  const int w1 = b.param("up.weight", {dim(16), dim(8)});
+  const int w2 = b.param("down.weight", {dim(8), dim(16)});
+  const int h = b.linear(x, w1, {dim(1), kTokens, dim(16)});
+  const int l = b.op("aten.log.default", {ref(h)}, {dim(1), kTokens, dim(16)});
+  b.output(b.linear(l, w2, {dim(1), kTokens, dim(8)}));
+  b.note(w1, Shard::column, 0, {HeadSection{"up", 16, 1, false}});
+  b.note(w2, Shard::row, 1);
+  const ShardPlan p = shard_plan(b.plan, 2, 0);
+  ASSERT_EQ(p.replicated.size(), 2u);
+  EXPECT_NE(p.replicated[0].find("aten.log.default"), std::string::npos) << p.replicated[0];
+  EXPECT_EQ(p.all_reduces, 0);
+}
+
+TEST(ShardPlan, NormalizesOverASplitWidthWithOneAllReduce) {
+  // fuselm.rms_norm over the split last dim (OLMoE's full-width q norm): it becomes
+  // fuselm.rms_norm_split with the global width, and its weight is sliced as its input.
+  Builder b;
+  const int x = b.placeholder("input", "x", {dim(1), kTokens, dim(8)});
+  const int w1 = b.param("up.weight", {dim(16), dim(8)});
+  const int w2 = b.param("down.weight", {dim(8), dim(16)});
+  const int nw = b.param("norm.weight", {dim(16)});
+  const int h = b.linear(x, w1, {dim(1), kTokens, dim(16)});
+  const int n = b.op("fuselm.rms_norm.default", {ref(h), ref(nw), real(1e-6), real(0.0)}, {dim(1), kTokens, dim(16)});
+  b.output(b.linear(n, w2, {dim(1), kTokens, dim(8)}));
+  b.note(w1, Shard::column, 0, {HeadSection{"up", 16, 1, false}});
+  b.note(w2, Shard::row, 1);
+  const ShardPlan p = shard_plan(b.plan, 2, 1);
+  ASSERT_TRUE(p.replicated.empty()) << p.replicated.front();
+  EXPECT_EQ(p.all_reduces, 2);  // the norm's sum of squares and the row-parallel projection
+  const auto& norm = b.plan.graph.nodes[n];
+  EXPECT_EQ(norm.op, "fuselm.rms_norm_split.default");
+  EXPECT_EQ(norm.args.at(4).i, 16);
+  EXPECT_EQ(p.params.at("norm.weight").pieces, (std::vector<std::pair<int64_t, int64_t>>{{8, 8}}));
+  EXPECT_EQ(b.plan.graph.op_args.at("fuselm.rms_norm_split.default").size(), 5u);
+}
+
 TEST(ShardPlan, RejectsHeadsThatDoNotDivide) {
   Builder b = mlp();
   b.plan.shards[0].sections = {HeadSection{"q", 3, 8, false}};
