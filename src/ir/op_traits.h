@@ -1,11 +1,11 @@
 #pragma once
-// What the graph passes need to know about an op, declared once per op (op_traits.cc): whether it
-// is a view and of which kind, whether it is pointwise, row-wise (safe for LM-head row
-// selection), a cast, a reduction (and where its axes are), in place, and how a tensor-parallel
-// split on its inputs propagates. The fusers, the shard plan and the row-selection pass read
-// these instead of keeping their own op-name lists; tests/cpp/ir_op_traits_test.cc fails when an
-// op the runtime registers has no entry, or when a trait the passes rely on is removed.
-// The schema of the fuselm ops (their named arguments, KV effects) stays in op_defs.h.
+// What the graph passes need to know about an op, declared once per op (op_traits.cc; a fuselm
+// op's beside its schema, in op_defs.cc): whether it is a view and of which kind, whether it is
+// pointwise, row-wise (safe for LM-head row selection), a cast, a reduction (and where its axes
+// are), in place, where it may read a quantized weight, and how a tensor-parallel split on its
+// inputs propagates. The fusers, the shard plan and the row-selection pass read these instead of
+// keeping their own op-name lists; tests/cpp/ir_op_traits_test.cc fails when an op the runtime
+// registers has no entry, or when a trait the passes rely on is removed.
 #include <cstdint>
 #include <span>
 #include <string_view>
