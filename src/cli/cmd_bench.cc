@@ -24,7 +24,6 @@
 #include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
-#include "dist/communicator.h"
 #include "kernels/cpu/isa.h"
 #include "bench/probe.h"
 #include "kv/paged_kv_cache.h"
@@ -191,7 +190,8 @@ void run_test(engine::Model& m, const BenchArgs& a, BenchRow& row) {
 }
 
 /// Every test of one weight dtype: threads x depth x (pp tests, then tg tests), as llama-bench.
-void bench_dtype(const BenchArgs& a, const std::string& dtype, BenchPrinter& out, std::vector<BenchRow>& rows) {
+void bench_dtype(const BenchArgs& a, const std::string& dtype, bool first, BenchPrinter& out,
+                 std::vector<BenchRow>& rows) {
   int64_t longest = 0;
   for (int64_t d : a.n_depth)
     for (int64_t n : a.n_prompt) longest = std::max(longest, d + n + 1);
@@ -204,6 +204,7 @@ void bench_dtype(const BenchArgs& a, const std::string& dtype, BenchPrinter& out
   ma.tensor_parallel_size = a.tensor_parallel_size;
   ma.max_context = longest + 16;  // the KV cache holds the longest test only
   auto loaded = load_model(ma);
+  if (first) out.header();
   engine::Model& m = *loaded.model;
   if (longest > m.max_context())
     throw std::runtime_error(fmt::format("a test needs {} positions but the model's context is {} (lower -d, -p or -n)",
@@ -294,9 +295,9 @@ void add_bench_command(CLI::App& app) {
     check_args(*a);
     BenchPrinter out(parse_bench_format(a->output), stdout);
     std::vector<BenchRow> rows;
-    // Under TP only rank 0 reports (the others follow its steps inside load_model and never return).
-    if (dist::init_world(a->tensor_parallel_size).rank() == 0) out.header();
-    for (const auto& d : a->dtypes) bench_dtype(*a, d, out, rows);
+    // The header comes after the first load: under TP only rank 0 returns from it (the others
+    // follow its steps inside load_model), so only rank 0 reports.
+    for (const auto& d : a->dtypes) bench_dtype(*a, d, &d == &a->dtypes.front(), out, rows);
     out.footer(rows);
   });
 }

@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_args.h"
-#include "dist/shard_plan.h"
+#include "passes/shard_plan.h"
 #include "engine/capture_runner.h"
 #include "engine/model.h"
 #include "fusers/plan.h"
@@ -86,7 +86,7 @@ void run(const InspectArgs& a) {
   // Rank 0's plan under --tensor-parallel-size N: what is sharded, what is replicated and why.
   std::string tp;
   if (a.tensor_parallel_size > 1 && plan.report.errors.empty())
-    tp = dist::format_shard_plan(dist::shard_plan(plan, a.tensor_parallel_size, 0));
+    tp = passes::format_shard_plan(passes::shard_plan(plan, a.tensor_parallel_size, 0));
   const auto kv = kv_cache_json(plan.graph, g);
   if (a.json) {
     auto j = fusers::report_json(plan.report);

@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/step.h"
 #include "engine/capture_runner.h"
 #include "engine/ir_cache.h"
+#include "engine/tp_session.h"
 #include "fusers/plan.h"
 
 namespace fuselm::cli {
@@ -37,34 +37,6 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
                  "split the model over N ranks of an MPI job (mpirun -np N fuselm ...); docs/tensor-parallel.md")
       ->check(CLI::Range(1, 1 << 16));
 }
-
-namespace {
-
-// Ranks other than 0 run rank 0's steps until it ends; a failure ends the whole job at once.
-[[noreturn]] void follow_rank0(dist::Communicator& world, engine::Model& model) {
-  try {
-    dist::follow(world, [&](const dist::Step& s) {
-      if (s.logit_rows) model.forward(s.ids, s.positions, s.slices, std::span<const int64_t>(*s.logit_rows));
-      else model.forward(s.ids, s.positions, s.slices);
-    });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuselm: error: rank %d: %s\n", world.rank(), e.what());
-    world.abort(1);
-  }
-  std::exit(0);
-}
-
-void stop_followers() {
-  dist::send_stop(dist::world());
-  const auto& st = dist::stats();
-  std::fprintf(stderr, "fuselm: tensor parallel: rank 0 spent %.3f s in %lld all-reduces (%.1f us each)\n",
-               st.all_reduce_seconds, st.all_reduces, st.all_reduces ? 1e6 * st.all_reduce_seconds / st.all_reduces : 0.0);
-  if (st.all_gathers)
-    std::fprintf(stderr, "fuselm: tensor parallel: rank 0 spent %.3f s in %lld all-gathers of logits (%.1f us each)\n",
-                 st.all_gather_seconds, st.all_gathers, 1e6 * st.all_gather_seconds / st.all_gathers);
-}
-
-}  // namespace
 
 void add_fuser_options(CLI::App& cmd, FuserArgs& a) {
   cmd.add_flag("--no-fuse", a.no_fuse, "run the captured graph as is, without fusers");
@@ -139,20 +111,13 @@ LoadedModel load_model(const ModelArgs& a) {
   mo.kv_dtype_auto = a.kv_dtype_auto;
   mo.fusers = a.fusers.options();
   mo.allow_unused_weights = a.allow_unused_weights;
-  auto& world = dist::init_world(a.tensor_parallel_size);
-  mo.tp_size = world.size();
-  mo.tp_rank = world.rank();
   LoadedModel out;
+  out.tp = std::make_unique<engine::TpSession>(a.tensor_parallel_size);
+  out.tp->configure(mo);
   out.dir = dir;
   out.model = engine::Model::load(dir, ir_dir, mo);
-  if (world.size() > 1) {
-    if (world.rank() != 0) follow_rank0(world, *out.model);
-    out.model->set_before_forward([&world](auto ids, auto pos, auto seqs, auto rows) {
-      dist::send_step(world, ids, pos, seqs, rows);
-    });
-    std::atexit(stop_followers);  // runs before MPI's finalize (registered earlier)
-    std::fputs(out.model->shard_report().c_str(), stderr);
-  }
+  out.tp->attach(*out.model);  // ranks other than 0 follow rank 0's steps here and never return
+  if (out.tp->size() > 1) std::fputs(out.model->shard_report().c_str(), stderr);
   out.tokenizer = load_prompt_tokenizer(dir);
   std::fprintf(stderr, "fuselm: loaded %zu graph nodes, %.1f MB of weights in %.2f s\n", out.model->graph().nodes.size(),
                out.model->weight_bytes() / 1e6, std::chrono::duration<double>(clock::now() - t0).count());

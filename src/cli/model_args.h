@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "engine/tp_session.h"
 #include "tokenizer/prompt_tokenizer.h"
 
 namespace fuselm::cli {
@@ -36,6 +37,9 @@ struct ModelArgs {
 };
 
 struct LoadedModel {
+  /// This process's part in the TP job (one rank of 1 without TP). Declared first so it dies last:
+  /// rank 0 stops the other ranks when the command is done with the model.
+  std::unique_ptr<engine::TpSession> tp;
   std::filesystem::path dir;  // the model directory loaded (model_dir_of)
   std::unique_ptr<engine::Model> model;
   std::optional<tokenizer::PromptTokenizer> tokenizer;  // with the model's special-token rule (model_tokenizer.h)
@@ -61,7 +65,8 @@ std::filesystem::path gguf_model_dir(const std::filesystem::path& gguf);
 
 /// Resolves the model directory (model_dir_of), captures if needed, loads weights, KV cache and tokenizer,
 /// printing progress to stderr. Under tensor parallelism every rank loads its shards; ranks other
-/// than 0 then follow rank 0's steps and exit when it ends (this call returns on rank 0 only).
+/// than 0 then follow rank 0's steps and exit when it ends (this call returns on rank 0 only), which
+/// is when the returned LoadedModel (its TpSession) is destroyed.
 LoadedModel load_model(const ModelArgs& a);
 
 }  // namespace fuselm::cli

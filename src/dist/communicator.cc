@@ -22,17 +22,7 @@ class SingleProcess final : public Communicator {
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
 
-std::unique_ptr<Communicator>& slot() {
-  static std::unique_ptr<Communicator> w;
-  return w;
-}
-
 }  // namespace
-
-CollectiveStats& stats() {
-  static CollectiveStats s;
-  return s;
-}
 
 std::unique_ptr<Communicator> make_single_process() { return std::make_unique<SingleProcess>(); }
 
@@ -47,23 +37,10 @@ std::unique_ptr<Communicator> make_mpi(int expected);  // mpi_communicator.cc
 bool have_mpi() { return true; }
 #endif
 
-Communicator& init_world(int tensor_parallel_size) {
+std::unique_ptr<Communicator> make_communicator(int tensor_parallel_size) {
   if (tensor_parallel_size < 1)
     throw std::runtime_error(fmt::format("--tensor-parallel-size {} is not a positive number", tensor_parallel_size));
-  auto& w = slot();
-  if (w) {
-    if (w->size() != tensor_parallel_size)
-      throw std::runtime_error("the tensor-parallel world was initialised twice with different sizes");
-    return *w;
-  }
-  w = tensor_parallel_size == 1 ? make_single_process() : make_mpi(tensor_parallel_size);
-  return *w;
-}
-
-Communicator& world() {
-  auto& w = slot();
-  if (!w) w = make_single_process();
-  return *w;
+  return tensor_parallel_size == 1 ? make_single_process() : make_mpi(tensor_parallel_size);
 }
 
 }  // namespace fuselm::dist

@@ -15,8 +15,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "dist/communicator.h"
-#include "dist/shard_plan.h"
+#include "passes/shard_plan.h"
 #include "engine/quant_weights.h"
 #include "weights/stack.h"
 #include "weights/unused_tensors.h"
@@ -42,9 +41,9 @@ nlohmann::json read_json(const std::filesystem::path& p) {
 }
 
 // The fusions' stacked weights as the weights pipeline makes them (weights/stack.h).
-// Under TP each source is cut to this rank's slice first (dist::ShardPlan::stacked).
+// Under TP each source is cut to this rank's slice first (passes::ShardPlan::stacked).
 std::vector<weights::StackSpec> stack_specs(const std::vector<fusers::WeightTransform>& transforms,
-                                            const dist::ShardPlan& shards) {
+                                            const passes::ShardPlan& shards) {
   std::vector<weights::StackSpec> specs;
   for (const auto& w : transforms) {
     weights::StackSpec s{w.target, w.source_targets, w.axis, w.shape, {}};
@@ -55,6 +54,12 @@ std::vector<weights::StackSpec> stack_specs(const std::vector<fusers::WeightTran
     specs.push_back(std::move(s));
   }
   return specs;
+}
+
+// The communicator of a model loaded under tensor parallelism (ModelOptions::comm, required then).
+dist::Communicator& tp_comm(const ModelOptions& options) {
+  if (!options.comm) throw std::logic_error("Model::load: tensor parallel size > 1 without a communicator");
+  return *options.comm;
 }
 
 std::vector<kv::LayerShape> to_layer_shapes(const std::vector<fusers::KvLayer>& layers) {
@@ -148,8 +153,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   for (const auto& w : plan.report.warnings) std::fprintf(stderr, "fuselm: warning: %s\n", w.c_str());
   if (!plan.report.errors.empty()) throw std::runtime_error(plan.report.errors.front());
   // TP: the plan rewritten for this rank; widths that do not divide fail here, before any weight.
-  const auto shards = dist::shard_plan(plan, options.tp_size, options.tp_rank);
-  if (options.tp_size > 1) m->shard_report_ = dist::format_shard_plan(shards);
+  const auto shards = passes::shard_plan(plan, options.tp_size, options.tp_rank);
+  if (options.tp_size > 1) m->shard_report_ = passes::format_shard_plan(shards);
   m->graph_ = std::move(plan.graph);
   if (options.fusers.enabled) m->fusion_report_ = std::move(plan.report);
   const auto fused_weights = std::move(plan.weights);
@@ -226,7 +231,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   }
   m->vocab_size_ = required_size(m->graph_.model, "vocab_size", ir_dir);
   m->selects_rows_ = passes::select_sampled_rows(m->graph_, m->vocab_size_, m->select_rows_note_);
-  m->executor_ = std::make_unique<runtime::Executor>(m->graph_, params, constants);
+  m->executor_ = std::make_unique<runtime::Executor>(m->graph_, params, constants, options.comm);
   for (const auto& target : m->executor_->input_targets()) {
     if (target == "input_ids") m->input_roles_.push_back(0);
     else if (target == "position_ids") m->input_roles_.push_back(1);
@@ -256,7 +261,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   const kv::KvDType kv_dtype = options.kv_dtype_auto ? kv_dtype_for_weights(seen, seen_type) : options.kv_dtype;
   int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers, kv_dtype), m->max_context_,
                                    options.kv_block_size);
-  if (options.tp_size > 1) blocks = static_cast<int32_t>(dist::world().all_min(blocks));
+  if (options.tp_size > 1) blocks = static_cast<int32_t>(tp_comm(options).all_min(blocks));
   m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size, kv_dtype);
   return m;
 }

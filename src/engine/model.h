@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "fusers/plan.h"
 #include "ir/graph.h"
 #include "ir/load.h"
@@ -41,9 +42,12 @@ struct ModelOptions {
   /// (--allow-unused-weights; weights/unused_tensors.h).
   bool allow_unused_weights = false;
   /// Tensor parallelism (src/dist): this process is rank tp_rank of tp_size; each rank holds its
-  /// shards of the weights and KV cache (dist/shard_plan.h). The KV pool size is agreed over the
+  /// shards of the weights and KV cache (passes/shard_plan.h). The KV pool size is agreed over the
   /// ranks (the smallest), since rank 0's slots are used by all.
   int64_t tp_size = 1, tp_rank = 0;
+  /// The job's communicator (engine/tp_session.h sets these three); required when tp_size > 1,
+  /// it must outlive the model.
+  dist::Communicator* comm = nullptr;
 };
 
 class Model {

@@ -16,8 +16,9 @@ void for_each_ref(const ir::Arg& a, const std::function<void(int)>& f) {
 }  // namespace
 
 Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,
-                   const std::map<std::string, Tensor>& constants)
+                   const std::map<std::string, Tensor>& constants, dist::Communicator* comm)
     : graph_(graph) {
+  ctx_.set_comm(comm);
   const auto& reg = OpRegistry::builtin();
   const size_t n = graph.nodes.size();
   fns_.assign(n, nullptr);

@@ -21,9 +21,10 @@ class Executor {
   /// params/constants: placeholder target -> tensor (weights may be bf16/f16; the memory must
   /// outlive the executor). f32 and bf16 weights of linear/addmm are packed here, once, for the linear
   /// kernels where the ISA path has a packed layout (kernels::PackedLinearWeights). Throws std::runtime_error naming the first op the engine lacks, with
-  /// its module path, or a placeholder without a tensor.
+  /// its module path, or a placeholder without a tensor. comm: the communicator of the graph's
+  /// collectives under tensor parallelism (op_context.h; it must outlive the executor), or nullptr.
   Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,
-           const std::map<std::string, Tensor>& constants);
+           const std::map<std::string, Tensor>& constants, dist::Communicator* comm = nullptr);
 
   /// Graph inputs in the order run() takes them ("input_ids", "position_ids", ...).
   std::vector<std::string> input_targets() const;
@@ -34,6 +35,9 @@ class Executor {
   const Tensor& run(std::span<const Tensor> inputs, const Batch& batch);
 
   const Batch& batch() const { return ctx_.batch(); }
+  /// The communicator the graph's collectives use (tensor parallelism; op_context.h). Must
+  /// outlive the executor.
+  void set_comm(dist::Communicator* c) { ctx_.set_comm(c); }
   const SymbolValues& symbols() const { return symbols_; }
   const ir::Graph& graph() const { return graph_; }
   BufferPool& pool() { return pool_; }

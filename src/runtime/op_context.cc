@@ -22,6 +22,11 @@ std::string OpContext::module_of(const ir::Node& node) const {
   return path.empty() ? "<root>" : path;
 }
 
+dist::Communicator& OpContext::comm(const ir::Node& node) const {
+  if (!comm_) fail(node, "a collective outside tensor parallelism (the model was loaded without a communicator)");
+  return *comm_;
+}
+
 void OpContext::fail(const ir::Node& node, const std::string& msg) const {
   throw std::runtime_error(fmt::format("op {} in module {} (node '{}'): {}", node.op, module_of(node), node.name, msg));
 }

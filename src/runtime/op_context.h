@@ -1,7 +1,8 @@
 #pragma once
 // What an op may use besides its arguments: an allocator on the device it runs on, the batch of
-// sequences (for the ops that see sequences: attention), and the error context that names the
-// op, its module and node. Ops never see the Executor.
+// sequences (for the ops that see sequences: attention), the tensor-parallel communicator (for the
+// collectives the shard plan inserts), and the error context that names the op, its module and
+// node. Ops never see the Executor.
 #include <memory>
 #include <span>
 #include <string>
@@ -13,6 +14,10 @@
 #include "runtime/buffer_pool.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
+
+namespace fuselm::dist {
+class Communicator;
+}
 
 namespace fuselm::runtime {
 
@@ -30,6 +35,11 @@ class OpContext {
   /// The sequences of the running step.
   const Batch& batch() const { return batch_; }
   void set_batch(const Batch& b) { batch_ = b; }
+  /// The communicator of this rank's tensor-parallel job (set by the model that owns the executor
+  /// under TP). Throws std::runtime_error naming the op when none was set: a graph with
+  /// collectives run outside tensor parallelism.
+  dist::Communicator& comm(const ir::Node& node) const;
+  void set_comm(dist::Communicator* c) { comm_ = c; }
   /// "model.layers.0.self_attn" (innermost module of the node) or "<root>".
   std::string module_of(const ir::Node& node) const;
   /// Throws std::runtime_error "op X in module M (node 'N'): msg".
@@ -49,6 +59,7 @@ class OpContext {
   BufferPool& pool_;
   const ir::Graph& graph_;
   Batch batch_;
+  dist::Communicator* comm_ = nullptr;
   std::unordered_map<const void*, std::unique_ptr<kernels::PackedLinearWeights>> packed_;
 };
 

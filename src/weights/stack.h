@@ -4,7 +4,7 @@
 //   stack  a fusion's stacked weight: concat(sources, axis) in the sources' storage dtype, into an
 //          owned 64-byte aligned buffer ([Q;K;V], [gate;up], [q_down;kv_down]); experts' per-expert
 //          tensors are stacked by load_parameters itself (capture's "stack" entries)
-//   shard  one rank's share under tensor parallelism (src/dist/shard_plan.h says which pieces):
+//   shard  one rank's share under tensor parallelism (src/passes/shard_plan.h says which pieces):
 //          slice() cuts a parameter; a stacked weight is cut per source before stacking
 //          ([q_r; k_r; v_r] from q_r, k_r, v_r), so no rank builds the full stack
 // Conversion is per element, so converting before stacking gives the bytes stacking first would.

@@ -1571,7 +1571,7 @@ void add_fused_cases(Cases& m) {
     EXPECT_CONTAINS(run_error(op, {{x}, {c}, {c}}, [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("every_two")}; },
                               DType::f32, {1, 2, 3, 8}), "pairing 'every_two'");
   };
-  // One process (dist::world() without MPI): the sum over one rank is the input; the MPI sum is
+  // One process (a single-process communicator): the sum over one rank is the input; the MPI sum is
   // tested under mpirun (tests/python/test_tensor_parallel.py).
   m["fuselm.all_reduce.default"] = [] {
     const std::string op = "fuselm.all_reduce.default";

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "ir/graph.h"
 #include "kernels/cpu/dtype.h"
 #include "runtime/executor.h"
@@ -392,6 +393,8 @@ class OpGraph {
   /// returns its output. last_output_contiguous() tells whether it came back as a dense tensor.
   Host run(const Batch& batch = {}) {
     Executor ex(graph_, params(), {});
+    const auto one_rank = dist::make_single_process();  // the collectives' communicator: one process
+    ex.set_comm(one_rank.get());
     std::vector<Tensor> in;
     for (const auto& s : inputs_) in.push_back(s.tensor());
     const Tensor& out = ex.run(in, batch);

@@ -2,7 +2,8 @@
 --tensor-parallel-size N` must give transformers' greedy tokens and logits (fp32, the parity
 tolerance) and the same tokens as one process, on tiny random models of each family; inspect says
 what the plan shards and what it replicates and why; widths that do not divide fail in one line.
-Skipped when mpirun is missing (a build without MPI runs TP size 1 only).
+The plan checks (`fuselm inspect --tensor-parallel-size N`, one process) run everywhere; the runs
+under mpirun are skipped when it is missing (a build without MPI runs TP size 1 only).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import parity
 import tiny_models
 
 MPIRUN = shutil.which("mpirun")
-pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="mpirun is missing (apt-get install openmpi-bin libopenmpi-dev)")
 
 PROMPT = [3, 17, 101, 7, 42, 250, 9]
 NEW = 12
@@ -77,12 +78,14 @@ def inspect_tp(fuselm_bin, model_dir: Path, n: int) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=600, env=ENV)
 
 
+@needs_mpirun
 @pytest.mark.parametrize("family", ["llama", "gpt_bigcode_mqa", "qwen2", "qwen3", "phi3", "gemma2", "mixtral", "olmoe",
                                     "v3_style", "qwen2_moe", "deepseek_v3", "deepseek_v2"])
 def test_tp2_matches_tp1_and_transformers(family, fuselm_bin, model_cache, tmp_path):
     check_family(family, 2, fuselm_bin, model_cache, tmp_path)
 
 
+@needs_mpirun
 @pytest.mark.parametrize("family", ["llama_kv4", "llama"])
 def test_tp4(family, fuselm_bin, model_cache, tmp_path):
     """4 ranks: 4 KV heads split one per rank; 2 KV heads replicated over pairs of ranks."""
@@ -150,16 +153,23 @@ def test_plan_shards_a_tied_table_once(fuselm_bin, model_cache):
     assert "1 all-gathers per forward" in proc.stdout
 
 
-def test_vocab_that_does_not_divide_stays_replicated(fuselm_bin, model_cache, tmp_path):
+tiny_models.FAMILIES.setdefault("llama_v513", ("LlamaConfig", {"vocab_size": 513}))
+
+
+def test_vocab_that_does_not_divide_stays_replicated(fuselm_bin, model_cache):
     """513 vocabulary rows over 2 ranks: the table and LM head stay whole on every rank (inspect
-    says why) and the model still runs as TP 1 and transformers do."""
-    tiny_models.FAMILIES.setdefault("llama_v513", ("LlamaConfig", {"vocab_size": 513}))
+    says why)."""
     proc = inspect_tp(fuselm_bin, build("llama_v513", model_cache), 2)
     assert proc.returncode == 0, proc.stderr
     assert ("replicated  model.embed_tokens.weight: its 513 vocabulary rows do not divide among 2 ranks"
             in proc.stdout)
     assert "replicated  lm_head.weight: its 513 vocabulary rows do not divide among 2 ranks" in proc.stdout
     assert "0 all-gathers" in proc.stdout
+
+
+@needs_mpirun
+def test_replicated_vocab_runs_as_tp1(fuselm_bin, model_cache, tmp_path):
+    """... and the model still runs as TP 1 and transformers do."""
     check_family("llama_v513", 2, fuselm_bin, model_cache, tmp_path)
 
 
@@ -183,14 +193,18 @@ def test_plan_shards_full_width_qk_norm(fuselm_bin, model_cache):
             "its sum of squares is all-reduced)") in out
 
 
-def test_heads_that_do_not_divide_fail_in_one_line(fuselm_bin, model_cache, tmp_path):
-    model_dir = build("llama", model_cache)
-    proc = inspect_tp(fuselm_bin, model_dir, 3)
+def test_heads_that_do_not_divide_fail_in_one_line(fuselm_bin, model_cache):
+    proc = inspect_tp(fuselm_bin, build("llama", model_cache), 3)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert lines[-1] == ("fuselm: error: tensor parallel size 3: model.layers.0.self_attn.__fused_qkv.weight (q) has "
                          "4 heads x 16 = 64 columns, which do not divide among 3 ranks")
-    # The same under mpirun, before any weight is read.
+
+
+@needs_mpirun
+def test_heads_that_do_not_divide_fail_under_mpirun(fuselm_bin, model_cache):
+    """The same under mpirun, before any weight is read."""
+    model_dir = build("llama", model_cache)
     proc = subprocess.run([MPIRUN, "--oversubscribe", "-np", "3", str(fuselm_bin), "generate", str(model_dir),
                            "--prompt-ids", "1,2", "--max-tokens", "1", "--tensor-parallel-size", "3"],
                           capture_output=True, text=True, timeout=600, env=ENV)
@@ -199,6 +213,7 @@ def test_heads_that_do_not_divide_fail_in_one_line(fuselm_bin, model_cache, tmp_
     assert "loaded" not in proc.stderr
 
 
+@needs_mpirun  # a build without MPI says so instead
 def test_world_size_must_match(fuselm_bin, model_cache):
     proc = subprocess.run([str(fuselm_bin), "generate", str(build("llama", model_cache)), "--prompt-ids", "1,2",
                            "--max-tokens", "1", "--tensor-parallel-size", "2"],
@@ -228,6 +243,7 @@ def tiny_with_tokenizer(model_cache: Path, tokenizer_dir: Path) -> Path:
     return out
 
 
+@needs_mpirun
 def test_serve_under_mpirun_answers_as_tp1(fuselm_bin, model_cache, smollm2_dir, tmp_path):  # noqa: F811
     """`mpirun -np 2 fuselm serve --tensor-parallel-size 2` answers the openai client with the greedy
     text of `fuselm serve` alone, which is transformers' greedy text."""

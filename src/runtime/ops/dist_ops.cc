@@ -1,5 +1,5 @@
 // fuselm.all_reduce(input): the sum over the tensor-parallel ranks of each rank's partial result
-// (inserted by the sharding plan after every row-parallel projection, src/dist/shard_plan.h).
+// (inserted by the sharding plan after every row-parallel projection, src/passes/shard_plan.h).
 // In place: the input is the projection's own output and its only reader is this op.
 #include <algorithm>
 #include <array>
@@ -13,17 +13,26 @@
 #include "runtime/ops/common.h"
 
 namespace fuselm::runtime::ops {
+namespace {
+
+// The all-reduce of data[0..n) over the ranks of the op's communicator, timed into its stats.
+void timed_all_reduce(OpCall& c, float* data, size_t n) {
+  auto& comm = c.ctx.comm(c.node);
+  const auto t0 = std::chrono::steady_clock::now();
+  comm.all_reduce_sum(data, n);
+  auto& st = comm.stats();
+  st.all_reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++st.all_reduces;
+}
+
+}  // namespace
 
 void register_dist_ops(OpRegistry& r) {
   r.add("fuselm.all_reduce.default", [](OpCall& c) {
     const Tensor& t = c.tensor(0);
     if (t.dtype != DType::f32) c.fail("all-reduce of a non-f32 tensor (run the model with --dtype f32 under TP)");
     if (!t.is_contiguous()) c.fail("all-reduce of a non-contiguous tensor");
-    const auto t0 = std::chrono::steady_clock::now();
-    dist::world().all_reduce_sum(t.ptr<float>(), static_cast<size_t>(t.numel()));
-    auto& st = dist::stats();
-    st.all_reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++st.all_reduces;
+    timed_all_reduce(c, t.ptr<float>(), static_cast<size_t>(t.numel()));
     set_out(c, t);
   });
   // fuselm.rms_norm_split(x [..., w], weight [w]?, eps, weight_offset, width): fuselm.rms_norm of a
@@ -46,11 +55,7 @@ void register_dist_ops(OpRegistry& r) {
     const float* xp = xc.ptr<float>();
     float* sp = sums.ptr<float>();
     kernels::row_sum_squares(xp, rows, w, sp);
-    const auto t0 = std::chrono::steady_clock::now();
-    dist::world().all_reduce_sum(sp, static_cast<size_t>(rows));
-    auto& st = dist::stats();
-    st.all_reduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++st.all_reduces;
+    timed_all_reduce(c, sp, static_cast<size_t>(rows));
     const float eps = static_cast<float>(c.real("eps")), off = static_cast<float>(c.real("weight_offset"));
     Tensor y = c.alloc(DType::f32, x.sizes());
     kernels::rms_scale_rows(xp, rows, w, sp, width, eps, wt, off, y.ptr<float>());
@@ -69,7 +74,7 @@ void register_dist_ops(OpRegistry& r) {
     const Tensor& t = c.tensor(0);
     if (t.dtype != DType::f32) c.fail("all-gather of a non-f32 tensor (run the model with --dtype f32 under TP)");
     if (!t.is_contiguous() || t.ndim < 1) c.fail("all-gather of a non-contiguous tensor");
-    auto& comm = dist::world();
+    auto& comm = c.ctx.comm(c.node);
     const int64_t n = comm.size(), w = t.shape[t.ndim - 1], rows = t.numel() / std::max<int64_t>(w, 1);
     std::array<int64_t, kMaxDims> shape{};
     for (int d = 0; d < t.ndim; ++d) shape[d] = t.shape[d];
@@ -80,7 +85,7 @@ void register_dist_ops(OpRegistry& r) {
     Tensor recv = s.alloc(DType::f32, std::span<const int64_t>(&total, 1));
     const auto t0 = std::chrono::steady_clock::now();
     comm.all_gather(t.ptr<float>(), static_cast<size_t>(rows * w), recv.ptr<float>());
-    auto& st = dist::stats();
+    auto& st = comm.stats();
     st.all_gather_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++st.all_gathers;
     // [rank][row][w] -> [row][rank][w]: recv read as [row, rank, w] through permuted strides

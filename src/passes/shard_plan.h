@@ -21,7 +21,7 @@
 
 #include "fusers/plan.h"
 
-namespace fuselm::dist {
+namespace fuselm::passes {
 
 /// One rank's share of a parameter: the pieces (offset, length) along `axis`, concatenated in
 /// order; `zero` for a row-parallel projection's bias on ranks other than 0 (added once).
@@ -51,4 +51,4 @@ ShardPlan shard_plan(fusers::Plan& plan, int64_t size, int64_t rank);
 /// inspect's lines: what is sharded, what is replicated and why.
 std::string format_shard_plan(const ShardPlan& p);
 
-}  // namespace fuselm::dist
+}  // namespace fuselm::passes
