@@ -67,8 +67,8 @@ std::string reply(engine::Engine& eng, engine::Request req) {
     text += e.text;
     if (e.finished) break;
   }
-  if (e.finish_reason == "error") throw std::runtime_error("generation failed: " + e.error);
-  std::fputs(e.finish_reason == "abort" ? " [stopped]\n" : "\n", stdout);
+  if (e.finish_reason == engine::FinishReason::error) throw std::runtime_error("generation failed: " + e.error);
+  std::fputs(e.finish_reason == engine::FinishReason::abort ? " [stopped]\n" : "\n", stdout);
   return text;
 }
 
