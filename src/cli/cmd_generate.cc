@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <limits>
 #include <optional>
 #include <memory>
 #include <sstream>
+#include <functional>
+#include <span>
 
 #include "cli/chat_renderer.h"
 #include "cli/commands.h"
