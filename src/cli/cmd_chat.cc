@@ -27,8 +27,7 @@ struct ChatArgs {
   EngineArgs engine{1};  // one conversation: a pool of one context by default
   std::string system;
   int64_t max_tokens = 1024;
-  float temperature = 0.7f, top_p = 0.95f;
-  int64_t seed = -1;
+  SamplingArgs sampling{0.7f, 0, 0.95f};
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -68,8 +67,8 @@ std::string reply(engine::Engine& eng, engine::Request req) {
     text += e.text;
     if (e.finished) break;
   }
-  if (e.finish_reason == "error") throw std::runtime_error("generation failed: " + e.error);
-  std::fputs(e.finish_reason == "abort" ? " [stopped]\n" : "\n", stdout);
+  if (e.finish_reason == engine::FinishReason::error) throw std::runtime_error("generation failed: " + e.error);
+  std::fputs(e.finish_reason == engine::FinishReason::abort ? " [stopped]\n" : "\n", stdout);
   return text;
 }
 
@@ -85,7 +84,7 @@ void run(ChatArgs& a) {
   eng.start();
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(0);
-  std::mt19937_64 seeds(a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}());
+  std::mt19937_64 seeds(a.sampling.seed_or_random());  // one seed per reply
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   auto reset = [&] {
     messages = nlohmann::ordered_json::array();
@@ -107,9 +106,7 @@ void run(ChatArgs& a) {
     const int64_t room = std::min(loaded.model->max_context(), eng.pool_tokens()) - static_cast<int64_t>(req.prompt_ids.size());
     if (room < 1) throw std::runtime_error("the conversation no longer fits the context; /clear it");
     req.max_tokens = std::min(a.max_tokens, room);
-    req.sampling.temperature = a.temperature;
-    req.sampling.top_p = a.top_p;
-    req.sampling.seed = seeds();
+    req.sampling = a.sampling.params(seeds());
     messages.push_back({{"role", "assistant"}, {"content", reply(eng, std::move(req))}});
   }
   eng.shutdown(true);
@@ -124,9 +121,7 @@ void add_chat_command(CLI::App& app) {
   add_engine_options(*cmd, a->engine);
   cmd->add_option("--system", a->system, "system prompt");
   cmd->add_option("--max-tokens", a->max_tokens, "tokens per reply at most")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 2.0));
-  cmd->add_option("--top-p", a->top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.01, 1.0));
-  cmd->add_option("--seed", a->seed, "random seed (default: a random one)");
+  add_sampling_options(*cmd, a->sampling, false);
   cmd->callback([a] {
     run(*a);
   });

@@ -1,4 +1,5 @@
 // fuselm generate: load (capturing if needed) a model and generate from a prompt, streaming text.
+// The request runs on the serving engine (engine/generator.h), the loop `fuselm serve` runs.
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -7,19 +8,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <limits>
 #include <optional>
 #include <memory>
 #include <sstream>
+#include <functional>
+#include <span>
 
 #include "cli/chat_renderer.h"
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "cli/model_args.h"
 #include "cli/verify_stamp.h"
 #include "engine/generator.h"
 #include "engine/stop_matcher.h"
-#include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fuselm::cli {
@@ -30,10 +31,7 @@ struct GenerateArgs {
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 64;
-  float temperature = 0.f;
-  int32_t top_k = 0;
-  float top_p = 1.f;
-  uint64_t seed = 0;
+  SamplingArgs sampling;
   bool json = false;
   bool ignore_eos = false;
   bool chat = false;
@@ -81,17 +79,6 @@ std::string read_prompt_file(const std::string& path) {
   return ss.str();
 }
 
-/// A real-valued option check that also rejects NaN (CLI::Range lets NaN through).
-CLI::Validator real_in(double lo, double hi, bool lo_open) {
-  return CLI::Validator(
-      [=](std::string& in) -> std::string {
-        double v = 0;
-        const bool ok = CLI::detail::lexical_cast(in, v) && (lo_open ? v > lo : v >= lo) && v <= hi;
-        return ok ? std::string() : fmt::format("value {} is not in {}{}, {}]", in, lo_open ? "(" : "[", lo, hi);
-      },
-      fmt::format("in {}{}, {}]", lo_open ? "(" : "[", lo, hi));
-}
-
 /// With --max-context, the prompt and --max-tokens must fit the KV cache it sizes: say so naming
 /// the flags before any output, not when the cache runs out (generate reserves them up front).
 void check_kv_fits(const GenerateArgs& a, size_t n_prompt, int64_t model_context) {
@@ -103,11 +90,9 @@ void check_kv_fits(const GenerateArgs& a, size_t n_prompt, int64_t model_context
                                          a.model.max_context, n_prompt, a.max_tokens, want));
 }
 
-void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& prompt_ids) {
-  // Rendered before the model loads, so a template error shows at once.
-  const std::string text = prompt_ids ? std::string() : a.chat ? chat_prompt(a) : a.prompt;
-  auto loaded = load_model(a.model);
-  hint_verify_once(loaded.dir, a.model.model_dir);
+// The request from the flags and the prompt (ids, or text tokenized as given or chat-rendered).
+engine::GenerateRequest make_request(const GenerateArgs& a, const LoadedModel& loaded, const std::string& text,
+                                     const std::optional<std::vector<int64_t>>& prompt_ids) {
   engine::GenerateRequest req;
   if (prompt_ids) {
     req.prompt_ids = *prompt_ids;
@@ -117,21 +102,49 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
     req.prompt_ids.assign(ids.begin(), ids.end());
   }
   req.max_tokens = a.max_tokens;
-  req.sampling = {a.temperature, a.top_k, a.top_p, a.seed};
+  req.sampling = a.sampling.params(a.sampling.seed_or_random());
   req.stop_at_eos = !a.ignore_eos;
-  engine::StopMatcher stops(a.stop);  // --stop: the text stops before the first match
   if (!a.stop.empty() && !loaded.tokenizer) throw std::runtime_error("--stop needs a tokenizer.json in the model directory");
-  req.stop_requested = [&stops] { return stops.matched(); };
-  std::optional<tokenizer::StreamDecoder> stop_decoder;
-  if (!a.stop.empty()) stop_decoder.emplace(loaded.tokenizer->tokenizer(), true);
+  req.stop = a.stop;  // the text stops before the first match (the engine's stop strings)
+  if (loaded.tokenizer) req.tokenizer = &loaded.tokenizer->tokenizer();
+  return req;
+}
 
+// --json: one object; the text is the generated ids decoded whole, cut before a stop string.
+void print_json(const GenerateArgs& a, const LoadedModel& loaded, const engine::GenerateRequest& req,
+                const engine::GenerateResult& res) {
+  nlohmann::json j;
+  j["prompt_ids"] = req.prompt_ids;
+  j["token_ids"] = res.token_ids;
+  j["logprobs"] = res.logprobs;
+  j["finish_reason"] = engine::openai_name(res.finish_reason);
+  if (loaded.tokenizer) {
+    std::vector<uint32_t> ids(res.token_ids.begin(), res.token_ids.end());
+    j["text"] = loaded.tokenizer->tokenizer().decode(ids, true);
+    if (!a.stop.empty()) {  // the text before the first stop string
+      engine::StopMatcher cut(a.stop);
+      j["text"] = cut.feed(j["text"].get<std::string>()) + cut.flush();
+    }
+  } else {
+    j["text"] = nullptr;
+  }
+  j["prefill_seconds"] = res.prefill_seconds;
+  j["decode_seconds"] = res.decode_seconds;
+  j["pool_allocations_after_first_decode"] = res.pool_allocations_after_first_decode;
+  std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& prompt_ids) {
+  // Rendered before the model loads, so a template error shows at once.
+  const std::string text = prompt_ids ? std::string() : a.chat ? chat_prompt(a) : a.prompt;
+  auto loaded = load_model(a.model);
+  hint_verify_once(loaded.dir, a.model.model_dir);
+  const engine::GenerateRequest req = make_request(a, loaded, text, prompt_ids);
   check_kv_fits(a, req.prompt_ids.size(), loaded.model->max_context());  // before any output
 
-  std::unique_ptr<tokenizer::StreamDecoder> stream;
-  engine::StopMatcher shown(a.stop);  // the streamed text, cut the same way
+  const bool text_out = loaded.tokenizer && !a.json;  // the engine's streamed text is the output
   const bool ids_out = !loaded.tokenizer && !a.json;  // no tokenizer: the generated ids are the output
-  if (loaded.tokenizer && !a.json) {
-    stream = std::make_unique<tokenizer::StreamDecoder>(loaded.tokenizer->tokenizer(), true);
+  if (text_out) {
     if (!a.chat) std::fputs(a.prompt.c_str(), stdout);  // a chat prints only the reply
     std::fflush(stdout);
   }
@@ -141,54 +154,25 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
     logits_file = std::fopen(a.logits_out.c_str(), "wb");
     if (!logits_file) throw std::runtime_error(a.logits_out + ": cannot write");
   }
-  auto res = engine::generate(
-      *loaded.model, req,
-      [&](int64_t tok) {
-        if (stop_decoder) stops.feed(stop_decoder->step(static_cast<uint32_t>(tok)));
-        if (ids_out) {
-          std::printf("%s%lld", res_count++ ? "," : "", static_cast<long long>(tok));
-          std::fflush(stdout);
-        }
-        if (!stream) return;
-        std::string piece = stream->step(static_cast<uint32_t>(tok));
-        if (!stops.empty()) piece = shown.feed(piece);
-        std::fputs(piece.c_str(), stdout);
-        std::fflush(stdout);
-      },
-      [&](std::span<const float> row) {
-        if (logits_file) std::fwrite(row.data(), sizeof(float), row.size(), logits_file);
-      });
+  std::function<void(std::span<const float>)> on_logits;
+  if (logits_file)
+    on_logits = [logits_file](std::span<const float> row) { std::fwrite(row.data(), sizeof(float), row.size(), logits_file); };
+  const auto res = engine::generate(*loaded.model, req, [&](const engine::Event& e) {
+    for (const auto& t : e.tokens)
+      if (ids_out) std::printf("%s%lld", res_count++ ? "," : "", static_cast<long long>(t.id));
+    if (text_out) std::fputs(e.text.c_str(), stdout);
+    std::fflush(stdout);
+  }, on_logits);
   if (logits_file) std::fclose(logits_file);
-  if (stream) std::fputs((shown.feed(stream->flush()) + shown.flush() + "\n").c_str(), stdout);
-  if (ids_out) std::fputs("\n", stdout);
+  if (text_out || ids_out) std::fputs("\n", stdout);
   std::fflush(stdout);  // the stats line on stderr comes after the text, also when both are piped
 
+  if (a.json) print_json(a, loaded, req, res);
   const size_t n = res.token_ids.size();
-  if (a.json) {
-    nlohmann::json j;
-    j["prompt_ids"] = req.prompt_ids;
-    j["token_ids"] = res.token_ids;
-    j["logprobs"] = res.logprobs;
-    j["finish_reason"] = res.finish_reason;
-    if (loaded.tokenizer) {
-      std::vector<uint32_t> ids(res.token_ids.begin(), res.token_ids.end());
-      j["text"] = loaded.tokenizer->tokenizer().decode(ids, true);
-      if (!a.stop.empty()) {  // the text before the first stop string
-        engine::StopMatcher cut(a.stop);
-        j["text"] = cut.feed(j["text"].get<std::string>()) + cut.flush();
-      }
-    } else {
-      j["text"] = nullptr;
-    }
-    j["prefill_seconds"] = res.prefill_seconds;
-    j["decode_seconds"] = res.decode_seconds;
-    j["pool_allocations_after_first_decode"] = res.pool_allocations_after_first_decode;
-    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  }
   const double tps = n > 1 && res.decode_seconds > 0 ? (n - 1) / res.decode_seconds : 0.0;
   std::fprintf(stderr, "fuselm: prompt %zu tokens, prefill %.3f s (%.1f tok/s); generated %zu tokens, decode %.1f tok/s (%s)\n",
                req.prompt_ids.size(), res.prefill_seconds, req.prompt_ids.size() / std::max(res.prefill_seconds, 1e-9), n,
-               tps, res.finish_reason.c_str());
+               tps, engine::openai_name(res.finish_reason));
 }
 
 }  // namespace
@@ -201,10 +185,7 @@ void add_generate_command(CLI::App& app) {
   auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   p->excludes(ids);
   cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")->capture_default_str()->check(real_in(0.0, 100.0, false));
-  cmd->add_option("--top-k", a->top_k, "sample from the k most likely tokens; 0 = all")->capture_default_str()->check(CLI::Range(0, std::numeric_limits<int32_t>::max()));
-  cmd->add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1]")->capture_default_str()->check(real_in(0.0, 1.0, true));
-  auto* seed = cmd->add_option("--seed", a->seed, "random seed for sampling (default: a random one)");
+  add_sampling_options(*cmd, a->sampling, true);
   cmd->add_option("--stop", a->stop, "stop before this text (repeatable); it is not printed")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -218,8 +199,7 @@ void add_generate_command(CLI::App& app) {
   chat->excludes(ids);
   cmd->add_option("--logits-out", a->logits_out,
                   "write every logits row (prompt tokens, then each decode step) as raw f32 to this file");
-  cmd->callback([a, p, ids, pf, seed] {
-    if (seed->count() == 0) a->seed = std::random_device{}();  // unseeded sampling is random
+  cmd->callback([a, p, ids, pf] {
     if (pf->count() > 0) a->prompt = read_prompt_file(a->prompt_file);
     if (p->count() == 0 && ids->count() == 0 && pf->count() == 0)
       throw std::runtime_error("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3");

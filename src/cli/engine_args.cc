@@ -1,7 +1,10 @@
 #include "cli/engine_args.h"
 
+#include <fmt/core.h>
+
 #include <cctype>
 #include <limits>
+#include <random>
 #include <stdexcept>
 
 namespace fuselm::cli {
@@ -23,6 +26,45 @@ void add_engine_options(CLI::App& cmd, EngineArgs& a) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd.add_flag("--no-prefix-caching", a.no_prefix_caching, "do not reuse the KV of repeated prompt prefixes");
+}
+
+CLI::Validator in_range(const engine::ParamRange& r) {
+  return CLI::Validator(
+      [r](std::string& in) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(in, v) && r.contains(v);
+        return ok ? std::string() : fmt::format("value {} is not in {}", in, r.interval());
+      },
+      "in " + r.interval());
+}
+
+uint64_t SamplingArgs::seed_or_random() const {
+  return seed_option && seed_option->count() > 0 ? engine::seed_from_int(seed) : std::random_device{}();
+}
+
+engine::SamplingParams SamplingArgs::params(uint64_t s) const {
+  engine::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.seed = s;
+  return p;
+}
+
+void add_sampling_options(CLI::App& cmd, SamplingArgs& a, bool top_k) {
+  namespace R = engine::sampling_range;
+  cmd.add_option("--temperature", a.temperature,
+                 fmt::format("sampling temperature in {} (the server's OpenAI bounds); 0 = greedy", R::temperature.interval()))
+      ->capture_default_str()
+      ->check(in_range(R::temperature));
+  if (top_k)
+    cmd.add_option("--top-k", a.top_k, "sample from the k most likely tokens; 0 = all")
+        ->capture_default_str()
+        ->check(in_range(R::top_k));
+  cmd.add_option("--top-p", a.top_p, fmt::format("nucleus sampling mass in {}", R::top_p.interval()))
+      ->capture_default_str()
+      ->check(in_range(R::top_p));
+  a.seed_option = cmd.add_option("--seed", a.seed, "random seed for sampling, any 64-bit integer (default: a random one)");
 }
 
 int64_t parse_bytes(const std::string& s) {

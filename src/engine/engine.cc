@@ -2,32 +2,16 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <chrono>
 
 namespace fuselm::engine {
 
-using clock_type = std::chrono::steady_clock;
-
-struct Engine::Sequence {
-  std::shared_ptr<RequestStream> stream;
-  Request req;
-  std::vector<int64_t> tokens;  // prompt, then generated tokens
-  int64_t num_prompt = 0;
-  int64_t computed = 0;  // tokens whose KV is written
-  int64_t cached = 0;    // prompt tokens served by the prefix cache at first admission
-  bool admitted_once = false, done = false;
-  std::optional<kv::SequenceHandle> kv;
-  Sampler sampler;
-  StopMatcher stop;
-  std::optional<tokenizer::StreamDecoder> decoder;
-  clock_type::time_point arrival, first_token, last_token;
-  explicit Sequence(Request r) : req(std::move(r)), sampler(req.sampling), stop(req.stop) {}
-  int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
-};
-
 Engine::Engine(Backend& backend, const tokenizer::Tokenizer* tokenizer, EngineOptions options)
-    : backend_(backend), tok_(tokenizer), opt_(options) {
+    : backend_(backend),
+      tok_(tokenizer),
+      opt_(options),
+      scheduler_(backend.kv_cache(), {options.max_num_seqs, options.max_num_batched_tokens, options.prefix_caching}),
+      output_(tokenizer, backend.eos_token_ids(), backend.max_context()) {
   if (opt_.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
   if (opt_.max_num_batched_tokens < 1) throw std::invalid_argument("max_num_batched_tokens must be >= 1");
   metrics_.block_size = backend_.kv_cache().block_size();
@@ -42,7 +26,7 @@ void Engine::start() {
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
 }
 
-std::shared_ptr<RequestStream> Engine::submit(Request req) {
+void Engine::check(const Request& req) const {
   const int64_t n = static_cast<int64_t>(req.prompt_ids.size());
   if (n == 0) throw RequestError(400, "the prompt is empty");
   const int64_t vocab = backend_.vocab_size();
@@ -58,16 +42,19 @@ std::shared_ptr<RequestStream> Engine::submit(Request req) {
     throw RequestError(400, fmt::format("the prompt ({} tokens) plus max_tokens ({}) is more than the KV pool holds ({} tokens)",
                                         n, req.max_tokens, pool_tokens()));
   if (!req.stop.empty() && !tok_) throw RequestError(400, "stop strings need the model's tokenizer.json");
+}
+
+std::shared_ptr<RequestStream> Engine::submit(Request req) {
+  check(req);
   std::unique_ptr<Sequence> s;
   try {
     s = std::make_unique<Sequence>(std::move(req));
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::invalid_argument& e) {  // sampling parameters out of bounds
     throw RequestError(400, e.what());
   }
   s->tokens = s->req.prompt_ids;
-  s->num_prompt = n;
-  s->sampler.set_prompt(s->tokens);
-  if (tok_) s->decoder.emplace(*tok_, true);
+  s->num_prompt = static_cast<int64_t>(s->tokens.size());
+  output_.attach(*s);
   s->arrival = clock_type::now();
   std::shared_ptr<RequestStream> stream;
   {
@@ -86,19 +73,17 @@ std::shared_ptr<RequestStream> Engine::submit(Request req) {
 void Engine::drain_incoming() {
   std::lock_guard lock(mu_);
   while (!incoming_.empty()) {
-    waiting_.push_back(std::move(incoming_.front()));
+    scheduler_.add(std::move(incoming_.front()));
     incoming_.pop_front();
   }
 }
 
-void Engine::finish(Sequence& s, const std::string& reason, const std::string& error) {
+void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
   if (s.done) return;
   s.done = true;
+  const bool ended = reason != FinishReason::abort && reason != FinishReason::error;
   Event e;
-  if (reason != "abort" && reason != "error") {
-    if (s.decoder) e.text = s.stop.feed(s.decoder->flush());
-    e.text += s.stop.flush();
-  }
+  if (ended) e.text = OutputProcessor::flush(s);
   e.finished = true;
   e.finish_reason = reason;
   e.error = error;
@@ -109,7 +94,7 @@ void Engine::finish(Sequence& s, const std::string& reason, const std::string& e
   const auto now = clock_type::now();
   {
     std::lock_guard lock(mu_);
-    if (reason == "abort" || reason == "error") {
+    if (!ended) {
       ++metrics_.requests_aborted;
     } else {
       ++metrics_.requests_finished;
@@ -122,111 +107,26 @@ void Engine::finish(Sequence& s, const std::string& reason, const std::string& e
 }
 
 void Engine::reap_cancelled() {
-  for (auto& s : running_)
-    if (s->stream->cancelled()) finish(*s, "abort");
-  for (auto& s : waiting_)
-    if (s->stream->cancelled()) finish(*s, "abort");
-  remove_finished();
+  scheduler_.for_each([this](Sequence& s) {
+    if (s.stream->cancelled()) finish(s, FinishReason::abort);
+  });
+  scheduler_.remove_finished();
 }
 
-void Engine::remove_finished() {
-  std::erase_if(running_, [](const auto& s) { return s->done; });
-  std::erase_if(waiting_, [](const auto& s) { return s->done; });
-}
-
-void Engine::preempt(std::unique_ptr<Sequence>& s) {
-  // Recompute later: the KV goes, the tokens (and the sampler's state) stay.
-  s->kv.reset();
-  s->computed = 0;
-  waiting_.push_front(std::move(s));
+void Engine::count(const ScheduleCounts& c) {
   std::lock_guard lock(mu_);
-  ++metrics_.preemptions;
+  metrics_.preemptions += c.preemptions;
+  metrics_.prompt_tokens += c.admitted_prompt_tokens;
+  metrics_.cached_prompt_tokens += c.admitted_cached_tokens;
 }
 
-bool Engine::schedule(std::vector<std::pair<Sequence*, int64_t>>& out) {
-  int64_t budget = opt_.max_num_batched_tokens;
-  bool preempted = false;
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Sequence& s = *running_[i];
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
-    if (n <= 0) continue;
-    bool fits = s.kv->reserve(s.computed + n);
-    while (!fits && running_.size() - 1 > i) {  // preempt the newest other sequence
-      preempt(running_.back());
-      running_.pop_back();
-      preempted = true;
-      fits = s.kv->reserve(s.computed + n);
-    }
-    if (!fits) {  // it is the newest itself
-      preempt(running_[i]);
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      preempted = true;
-      break;
-    }
-    out.emplace_back(&s, n);
-    budget -= n;
-  }
-  if (!preempted) admit_waiting(budget, out);
-  return !out.empty();
-}
-
-bool Engine::admit_waiting(int64_t& budget, std::vector<std::pair<Sequence*, int64_t>>& out) {
-  bool any = false;
-  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < opt_.max_num_seqs) {
-    Sequence& s = *waiting_.front();
-    if (!s.kv) {
-      s.kv.emplace(backend_.kv_cache());
-      const int64_t total = static_cast<int64_t>(s.tokens.size());
-      s.computed = opt_.prefix_caching ? s.kv->match_prefix(s.tokens, total - 1) : 0;
-      if (!s.admitted_once) s.cached = s.computed;
-    }
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
-    if (!s.kv->reserve(s.computed + n)) {
-      s.kv.reset();  // FCFS: nothing behind it goes first; its prefix blocks stay cached
-      s.computed = 0;
-      break;
-    }
-    if (!s.admitted_once) {
-      s.admitted_once = true;
-      std::lock_guard lock(mu_);
-      metrics_.prompt_tokens += s.num_prompt;
-      metrics_.cached_prompt_tokens += s.cached;
-    }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    out.emplace_back(running_.back().get(), n);
-    budget -= n;
-    any = true;
-  }
-  return any;
-}
-
-void Engine::run_batch(const std::vector<std::pair<Sequence*, int64_t>>& batch) {
-  ids_.clear();
-  positions_.clear();
-  slices_.clear();
-  logit_rows_.clear();
-  sampling_.clear();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const auto& [s, n] = batch[i];
-    slices_.push_back({static_cast<int64_t>(ids_.size()), n, s->computed + n, s->kv->slots()});
-    for (int64_t p = s->computed; p < s->computed + n; ++p) {
-      ids_.push_back(s->tokens[p]);
-      positions_.push_back(p);
-    }
-    // Only a sequence that has read all its tokens after this step samples: its last row alone
-    // goes through the LM head.
-    if (s->computed + n == static_cast<int64_t>(s->tokens.size())) {
-      logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
-      sampling_.push_back(i);
-    }
-  }
-  if (logit_rows_.empty()) logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);  // one row, unread
+void Engine::run_batch(const std::vector<ScheduledSeq>& batch) {
+  batch_.build(batch);
   const runtime::Tensor* logits = nullptr;
   try {
-    logits = &backend_.forward(ids_, positions_, slices_, logit_rows_);
+    logits = &backend_.forward(batch_.ids(), batch_.positions(), batch_.slices(), batch_.logit_rows());
   } catch (const std::exception& e) {
-    for (const auto& [s, n] : batch) finish(*s, "error", e.what());
+    for (const auto& b : batch) finish(*b.seq, FinishReason::error, e.what());
     return;
   }
   const int64_t width = logits->shape[2];
@@ -234,50 +134,38 @@ void Engine::run_batch(const std::vector<std::pair<Sequence*, int64_t>>& batch) 
     s->computed += n;
     if (opt_.prefix_caching) s->kv->publish_full_blocks(s->tokens, s->computed);
   }
-  for (size_t r = 0; r < sampling_.size(); ++r)
-    on_token(*batch[sampling_[r]].first, logits->ptr<float>() + static_cast<int64_t>(r) * width, width);
+  const auto sampled = batch_.sampled();
+  for (size_t r = 0; r < sampled.size(); ++r)
+    on_row(*batch[sampled[r]].seq, {logits->ptr<float>() + static_cast<int64_t>(r) * width, static_cast<size_t>(width)});
 }
 
-void Engine::on_token(Sequence& s, const float* row, int64_t width) {
-  Sampled t = s.sampler.sample({row, static_cast<size_t>(width)}, s.req.logprobs);
-  s.tokens.push_back(t.token);
+void Engine::on_row(Sequence& s, std::span<const float> row) {
+  TokenStep t = output_.on_row(s, row);
   const auto now = clock_type::now();
-  if (s.num_output() == 1) {
-    s.first_token = now;
-    std::lock_guard lock(mu_);
-    metrics_.ttft.observe(std::chrono::duration<double>(now - s.arrival).count());
-  }
-  s.last_token = now;
   {
     std::lock_guard lock(mu_);
+    if (s.num_output() == 1) metrics_.ttft.observe(std::chrono::duration<double>(now - s.arrival).count());
     ++metrics_.generation_tokens;
   }
-  Event e;
-  if (s.req.logprobs) e.tokens.push_back({t.token, t.logprob, std::move(t.top)});
-  else e.tokens.push_back({t.token, 0.f, {}});
-  const auto& eos = backend_.eos_token_ids();
-  const bool is_eos = !s.req.ignore_eos && std::find(eos.begin(), eos.end(), t.token) != eos.end();
-  const bool is_stop_id = std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), t.token) !=
-                          s.req.stop_token_ids.end();
-  if (s.decoder && !is_eos && !is_stop_id) e.text = s.stop.feed(s.decoder->step(static_cast<uint32_t>(t.token)));
-  s.stream->push(std::move(e));
-  if (is_eos || is_stop_id || s.stop.matched()) finish(s, "stop");
-  else if (s.num_output() >= s.req.max_tokens || static_cast<int64_t>(s.tokens.size()) >= backend_.max_context())
-    finish(s, "length");
+  if (s.num_output() == 1) s.first_token = now;
+  s.last_token = now;
+  s.stream->push(std::move(t.event));
+  if (t.finish) finish(s, *t.finish);
 }
 
 bool Engine::step() {
   drain_incoming();
   reap_cancelled();
-  std::vector<std::pair<Sequence*, int64_t>> batch;
-  const bool work = schedule(batch);
-  if (work) run_batch(batch);
-  remove_finished();
+  ScheduleCounts counts;
+  const auto batch = scheduler_.schedule(counts);
+  count(counts);
+  if (!batch.empty()) run_batch(batch);
+  scheduler_.remove_finished();
   std::lock_guard lock(mu_);
-  metrics_.running = static_cast<int64_t>(running_.size());
-  metrics_.waiting = static_cast<int64_t>(waiting_.size());
+  metrics_.running = scheduler_.running();
+  metrics_.waiting = scheduler_.waiting();
   metrics_.pool = backend_.kv_cache().pool().stats();
-  return work;
+  return !batch.empty();
 }
 
 void Engine::loop() {
@@ -302,9 +190,8 @@ void Engine::shutdown(bool abort) {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   drain_incoming();
-  for (auto& s : running_) finish(*s, "abort");
-  for (auto& s : waiting_) finish(*s, "abort");
-  remove_finished();
+  scheduler_.for_each([this](Sequence& s) { finish(s, FinishReason::abort); });
+  scheduler_.remove_finished();
   std::lock_guard lock(mu_);
   metrics_.running = metrics_.waiting = 0;
   metrics_.pool = backend_.kv_cache().pool().stats();

@@ -1,12 +1,11 @@
 #pragma once
-// The serving engine: continuous batching over the paged KV cache (as vLLM's scheduler).
-// Requests wait in a FCFS queue. Every step forms one flattened token batch from the running
-// sequences (decodes, and prefill chunks of sequences still reading their prompt) and then from
-// waiting requests, bounded by max_num_batched_tokens and max_num_seqs (chunked prefill: a long
-// prompt is read over several steps and never stalls the decodes). When KV blocks run out the
-// newest running sequence is preempted: its blocks are freed and it is recomputed later from its
-// prompt and the tokens it had generated (its sampler state is kept, so the text is the same).
-// One engine thread runs the steps; submit() and the streams are thread-safe.
+// The serving engine: continuous batching over the paged KV cache. It ties three parts together,
+// each in its own file: the scheduling policy (scheduler.h: FCFS queue, chunked prefill,
+// preemption), batch assembly (batch_builder.h: the flattened model inputs) and output processing
+// (output_processor.h: sampling, detokenisation, stop strings, finish reasons). The engine owns
+// the thread, request admission, the per-request streams and the metrics. One engine thread runs
+// the steps; submit() and the streams are thread-safe. `fuselm serve`, `chat` and `generate` all
+// decode through it.
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -17,11 +16,11 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/batch_builder.h"
 #include "engine/metrics.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
-#include "engine/stop_matcher.h"
-#include "kv/sequence_handle.h"
-#include "tokenizer/stream_decoder.h"
+#include "engine/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fuselm::engine {
@@ -52,13 +51,14 @@ class Engine {
   /// Starts the engine thread (tests may instead call step() themselves).
   void start();
   /// Queues a request. Throws RequestError: 400 for an empty prompt, an id outside the
-  /// vocabulary, prompt + max_tokens past the context or the KV pool, bad sampling parameters,
-  /// stop strings without a tokenizer; 503 when the queue is full or the engine stopped.
+  /// vocabulary, prompt + max_tokens past the context or the KV pool, sampling parameters outside
+  /// their bounds (sampling_params.h), stop strings without a tokenizer; 503 when the queue is
+  /// full or the engine stopped.
   std::shared_ptr<RequestStream> submit(Request req);
   /// Runs one scheduling step; false when there was nothing to do.
   bool step();
-  /// Stops the thread; with `abort`, in-flight requests end at once ("abort"), else the thread
-  /// first finishes them. New submissions are refused from here on.
+  /// Stops the thread; with `abort`, in-flight requests end at once (FinishReason::abort), else
+  /// the thread first finishes them. New submissions are refused from here on.
   void shutdown(bool abort);
   /// A snapshot of the counters.
   EngineMetrics metrics() const;
@@ -67,27 +67,21 @@ class Engine {
   int64_t pool_tokens() const;
 
  private:
-  struct Sequence;
+  void check(const Request& req) const;
   void drain_incoming();
   void reap_cancelled();
-  bool schedule(std::vector<std::pair<Sequence*, int64_t>>& out);
-  bool admit_waiting(int64_t& budget, std::vector<std::pair<Sequence*, int64_t>>& out);
-  void preempt(std::unique_ptr<Sequence>& s);
-  void run_batch(const std::vector<std::pair<Sequence*, int64_t>>& batch);
-  void on_token(Sequence& s, const float* row, int64_t width);
-  void finish(Sequence& s, const std::string& reason, const std::string& error = {});
-  void remove_finished();
+  void run_batch(const std::vector<ScheduledSeq>& batch);
+  void on_row(Sequence& s, std::span<const float> row);
+  void finish(Sequence& s, FinishReason reason, const std::string& error = {});
+  void count(const ScheduleCounts& c);
   void loop();
 
   Backend& backend_;
   const tokenizer::Tokenizer* tok_;
   EngineOptions opt_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // oldest admission first
-  std::vector<int64_t> ids_, positions_;
-  std::vector<runtime::SequenceSlice> slices_;
-  std::vector<int64_t> logit_rows_;  // batch rows sampled this step
-  std::vector<size_t> sampling_;     // their sequences (indices into the step's batch)
+  Scheduler scheduler_;
+  BatchBuilder batch_;
+  OutputProcessor output_;
 
   mutable std::mutex mu_;  // guards incoming_, stopping_, metrics_
   std::condition_variable cv_;

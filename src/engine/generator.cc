@@ -6,11 +6,15 @@
 #include <chrono>
 #include <stdexcept>
 
-namespace fuselm::engine {
+#include "engine/engine.h"
+#include "engine/observed_backend.h"
 
-GenerateResult generate(Model& model, const GenerateRequest& req, const std::function<void(int64_t)>& on_token,
-                        const std::function<void(std::span<const float>)>& on_logits) {
-  using clock = std::chrono::steady_clock;
+namespace fuselm::engine {
+namespace {
+
+// The request as the engine takes it. max_tokens stops at the model's context; the rest of the
+// checks (and their messages) are generate's own, made before anything runs.
+Request engine_request(Model& model, const GenerateRequest& req) {
   const int64_t n_prompt = static_cast<int64_t>(req.prompt_ids.size());
   if (n_prompt == 0) throw std::runtime_error("the prompt is empty");
   if (n_prompt >= model.max_context())
@@ -20,62 +24,57 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   for (int64_t id : req.prompt_ids)
     if (id < 0 || id >= vocab)
       throw std::runtime_error(fmt::format("prompt token id {} is outside the vocabulary (0..{})", id, vocab - 1));
-  const int64_t limit = std::min(n_prompt + req.max_tokens, model.max_context());
+  Request r;
+  r.prompt_ids = req.prompt_ids;
+  r.max_tokens = std::min(req.max_tokens, model.max_context() - n_prompt);
+  if (n_prompt + r.max_tokens > model.kv_cache().num_slots())
+    throw std::runtime_error(fmt::format("the KV cache cannot hold {} tokens", n_prompt + r.max_tokens));
+  r.sampling = req.sampling;
+  r.stop = req.stop;
+  r.ignore_eos = !req.stop_at_eos;
+  r.logprobs = true;  // GenerateResult::logprobs (top_logprobs alternatives only when asked)
+  return r;
+}
 
-  kv::SequenceKv seq;
-  if (!seq.reserve(limit, model.kv_cache()))
-    throw std::runtime_error(fmt::format("the KV cache cannot hold {} tokens", limit));
-  Sampler sampler(req.sampling);
+}  // namespace
+
+GenerateResult generate(Model& model, const GenerateRequest& req, const std::function<void(const Event&)>& on_event,
+                        const std::function<void(std::span<const float>)>& on_logits) {
+  Request r = engine_request(model, req);
+  ObservedBackend backend(model, on_logits);
+  // One sequence, its prompt in one forward, nothing to share a prefix with.
+  const EngineOptions options{1, std::max<int64_t>(static_cast<int64_t>(r.prompt_ids.size()), 1), 1, false};
+  Engine eng(backend, req.tokenizer, options);
+  auto stream = eng.submit(std::move(r));
   GenerateResult res;
   res.token_ids.reserve(req.max_tokens);
   res.logprobs.reserve(req.max_tokens);
-  std::vector<int64_t> positions(n_prompt);
-  for (int64_t i = 0; i < n_prompt; ++i) positions[i] = i;
-  runtime::SequenceSlice slice{0, n_prompt, n_prompt, seq.slots()};
-
-  auto t0 = clock::now();
-  // Without on_logits only the last prompt row is sampled: only it goes through the LM head.
-  const int64_t last_row = n_prompt - 1;
-  const runtime::Tensor* logits =
-      on_logits ? &model.forward(req.prompt_ids, positions, {&slice, 1})
-                : &model.forward(req.prompt_ids, positions, {&slice, 1}, std::span<const int64_t>(&last_row, 1));
-  res.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  auto emit_rows = [&](const runtime::Tensor& l, int64_t from) {
-    if (!on_logits) return;
-    for (int64_t r = from; r < l.shape[1]; ++r)
-      on_logits({l.ptr<float>() + r * l.shape[2], static_cast<size_t>(l.shape[2])});
-  };
-  emit_rows(*logits, 0);
-  auto t1 = clock::now();
-  int64_t context = n_prompt;
-  int64_t token_buf[1], pos_buf[1];
-  int64_t allocs_at_step1 = -1;
-  res.finish_reason = "length";
-  for (int64_t step = 0; step < req.max_tokens; ++step) {
-    const int64_t rows = logits->shape[1], width = logits->shape[2];
-    const float* last = logits->ptr<float>() + (rows - 1) * width;
-    Sampled s = sampler.sample({last, static_cast<size_t>(width)});
-    res.token_ids.push_back(s.token);
-    res.logprobs.push_back(s.logprob);
-    if (on_token) on_token(s.token);
-    const auto& eos = model.eos_token_ids();
-    if ((req.stop_at_eos && std::find(eos.begin(), eos.end(), s.token) != eos.end()) ||
-        (req.stop_requested && req.stop_requested())) {
-      res.finish_reason = "stop";
-      break;
+  Event e;
+  for (;;) {
+    // The engine's steps, driven on this thread: `serve` runs the same step() on its engine
+    // thread (a thread per call would also start a new OpenMP team per call, inside the timings).
+    if (!stream->next(e, std::chrono::milliseconds(0))) {
+      const bool ran = eng.step();
+      if (!stream->next(e, std::chrono::milliseconds(0))) {
+        if (!ran) throw std::runtime_error("the engine cannot schedule the request");
+        continue;  // a prefill chunk: no token yet
+      }
     }
-    if (step + 1 == req.max_tokens || context + 1 > limit) break;
-    token_buf[0] = s.token;
-    pos_buf[0] = context;
-    ++context;
-    slice = {0, 1, context, seq.slots()};
-    logits = &model.forward({token_buf, 1}, {pos_buf, 1}, {&slice, 1});
-    emit_rows(*logits, 0);
-    if (step == 0) allocs_at_step1 = model.executor().pool().allocations();
+    for (const auto& t : e.tokens) {
+      res.token_ids.push_back(t.id);
+      res.logprobs.push_back(t.logprob);
+    }
+    if (on_event) on_event(e);
+    if (e.finished) break;
   }
-  res.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
-  if (allocs_at_step1 >= 0) res.pool_allocations_after_first_decode = model.executor().pool().allocations() - allocs_at_step1;
-  seq.release(model.kv_cache());
+  const auto end = std::chrono::steady_clock::now();
+  eng.shutdown(false);
+  if (e.finish_reason == FinishReason::error) throw std::runtime_error(e.error);
+  if (e.finish_reason == FinishReason::abort) throw std::runtime_error("the engine stopped the request");
+  res.finish_reason = e.finish_reason;
+  res.prefill_seconds = backend.first_forward_seconds();
+  res.decode_seconds = std::chrono::duration<double>(end - backend.first_forward_end()).count();
+  res.pool_allocations_after_first_decode = backend.allocations_after_first_decode();
   return res;
 }
 

@@ -145,20 +145,74 @@ std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g) {
   return to_layer_shapes(layers);
 }
 
+// Model::load's state between its steps: what each step makes and the next ones read.
+struct ModelLoader {
+  ModelLoader(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir, const ModelOptions& options)
+      : model_dir(model_dir), ir_dir(ir_dir), options(options), m(new Model()) {}
+
+  void fuse();
+  void shard();
+  void read_weights();
+  void slice_and_stack();
+  void quantize();
+  void read_constants();
+  void rewrite();
+  void make_executor();
+  void read_token_ids();
+  void size_kv();
+
+  const std::filesystem::path& model_dir;
+  const std::filesystem::path& ir_dir;
+  const ModelOptions& options;
+  std::unique_ptr<Model> m;
+  fusers::Plan plan;
+  passes::ShardPlan shards;
+  std::vector<fusers::WeightTransform> fused_weights;
+  std::vector<kv::LayerShape> kv_layers;
+  std::map<std::string, Tensor> params, constants;
+  std::map<const void*, int64_t> seen;
+  std::map<const void*, std::string> seen_type;  // storage type of each read weight
+  std::set<std::string, std::less<>> sliced;  // parameters this rank holds a slice of
+  std::map<std::string, weights::WeightView> quantized;  // target -> its blocks
+
+ private:
+  Tensor tensor_of(const std::string& target, const weights::WeightView& view);
+};
+
 std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const std::filesystem::path& ir_dir,
                                    const ModelOptions& options) {
-  std::unique_ptr<Model> m(new Model());
+  ModelLoader l(model_dir, ir_dir, options);
+  l.fuse();             // the fusion plan: rewritten graph, stacked weights, KV layers
+  l.shard();            // TP: the plan rewritten for this rank (before any weight is read)
+  l.read_weights();     // the checkpoint's (or GGUF's) parameters, converted to the dtype policy
+  l.slice_and_stack();  // this rank's slices, the fusions' stacked weights
+  l.quantize();         // packed copies of quantized weights; unread copies freed; bytes per token
+  l.read_constants();   // the capture's recomputed constants
+  l.rewrite();          // LM-head row selection
+  l.make_executor();    // the executor and the graph inputs the engine feeds
+  l.read_token_ids();   // context length, EOS and BOS ids
+  l.size_kv();          // the paged KV pool
+  return std::move(l.m);
+}
+
+void ModelLoader::fuse() {
   // The fusion plan is also the KV layout (its KV layers), with fusion on or off.
-  auto plan = fusers::apply(ir::load(ir_dir / "ir.json"), options.fusers);
+  plan = fusers::apply(ir::load(ir_dir / "ir.json"), options.fusers);
   for (const auto& w : plan.report.warnings) std::fprintf(stderr, "fuselm: warning: %s\n", w.c_str());
   if (!plan.report.errors.empty()) throw std::runtime_error(plan.report.errors.front());
+}
+
+void ModelLoader::shard() {
   // TP: the plan rewritten for this rank; widths that do not divide fail here, before any weight.
-  const auto shards = passes::shard_plan(plan, options.tp_size, options.tp_rank);
+  shards = passes::shard_plan(plan, options.tp_size, options.tp_rank);
   if (options.tp_size > 1) m->shard_report_ = passes::format_shard_plan(shards);
   m->graph_ = std::move(plan.graph);
   if (options.fusers.enabled) m->fusion_report_ = std::move(plan.report);
-  const auto fused_weights = std::move(plan.weights);
-  const auto kv_layers = to_layer_shapes(plan.kv);
+  fused_weights = std::move(plan.weights);
+  kv_layers = to_layer_shapes(plan.kv);
+}
+
+void ModelLoader::read_weights() {
   weights::LoadOptions lo;
   lo.dtype = options.dtype;
   const auto quantizable = quantizable_parameters(m->graph_, fused_weights);
@@ -171,17 +225,15 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     weights::check_unused_tensors(m->graph_.parameters, m->graph_.model.value("unread_modules", nlohmann::json()),
                                   checkpoint, options.allow_unused_weights);
   }
+}
 
-  std::map<std::string, Tensor> params, constants;
-  std::map<const void*, int64_t> seen;
-  std::map<const void*, std::string> seen_type;  // storage type of each read weight
-  std::set<std::string, std::less<>> sliced;  // parameters this rank holds a slice of
-  std::map<std::string, weights::WeightView> quantized;  // target -> its blocks
-  auto tensor_of = [&](const std::string& target, const weights::WeightView& view) {
-    if (view.quant) quantized[target] = view;
-    return view.quant ? Tensor::contiguous_view(const_cast<void*>(view.data), runtime::DType::u8, view.shape)
-                      : Tensor::contiguous_view(const_cast<void*>(view.data), view.dtype, view.shape);
-  };
+Tensor ModelLoader::tensor_of(const std::string& target, const weights::WeightView& view) {
+  if (view.quant) quantized[target] = view;
+  return view.quant ? Tensor::contiguous_view(const_cast<void*>(view.data), runtime::DType::u8, view.shape)
+                    : Tensor::contiguous_view(const_cast<void*>(view.data), view.dtype, view.shape);
+}
+
+void ModelLoader::slice_and_stack() {
   for (const auto& [target, v] : m->params_->views()) {
     weights::WeightView view = v;
     if (auto it = shards.params.find(target); it != shards.params.end()) {
@@ -194,6 +246,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   for (const auto& [target, view] : weights::stack_and_shard(stack_specs(fused_weights, shards), *m->params_,
                                                              weights::ShardSpec{}, m->fused_buffers_))
     params[target] = tensor_of(target, view);
+}
+
+void ModelLoader::quantize() {
   // Bytes read per token: every parameter the (rewritten) graph still reads, once.
   std::set<std::string, std::less<>> read;
   for (const auto& n : m->graph_.nodes) {
@@ -221,16 +276,24 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   free_packed_sources(params, embedding_tables(m->graph_), m->fused_buffers_);
   for (const auto& [p, bytes] : seen) m->weight_bytes_ += bytes;
   m->weight_types_ = weight_type_mix(seen, seen_type);
-  if (!m->graph_.constants.empty()) {
-    m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));
-    for (const auto& [target, info] : m->graph_.constants.items()) {
-      auto tv = m->constants_file_->at(target);
-      std::vector<int64_t> shape(tv.shape.begin(), tv.shape.end());
-      constants[target] = Tensor::contiguous_view(const_cast<void*>(tv.data), file_dtype(tv.dtype, target), shape);
-    }
+}
+
+void ModelLoader::read_constants() {
+  if (m->graph_.constants.empty()) return;
+  m->constants_file_.emplace(weights::Checkpoint::open(ir_dir / "constants.safetensors"));
+  for (const auto& [target, info] : m->graph_.constants.items()) {
+    auto tv = m->constants_file_->at(target);
+    std::vector<int64_t> shape(tv.shape.begin(), tv.shape.end());
+    constants[target] = Tensor::contiguous_view(const_cast<void*>(tv.data), file_dtype(tv.dtype, target), shape);
   }
+}
+
+void ModelLoader::rewrite() {
   m->vocab_size_ = required_size(m->graph_.model, "vocab_size", ir_dir);
   m->selects_rows_ = passes::select_sampled_rows(m->graph_, m->vocab_size_, m->select_rows_note_);
+}
+
+void ModelLoader::make_executor() {
   m->executor_ = std::make_unique<runtime::Executor>(m->graph_, params, constants, options.comm);
   for (const auto& target : m->executor_->input_targets()) {
     if (target == "input_ids") m->input_roles_.push_back(0);
@@ -239,7 +302,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
     else throw std::runtime_error("the graph takes an input '" + target + "' that the engine does not provide");
   }
   m->inputs_.resize(m->input_roles_.size());
+}
 
+void ModelLoader::read_token_ids() {
   const auto& model = m->graph_.model;
   m->max_context_ = required_size(model, "max_position_embeddings", ir_dir);
   auto config = read_json(model_dir / "config.json");
@@ -253,7 +318,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   };
   add_ids(token_id("eos_token_id"), m->eos_ids_);
   if (const auto bos = token_id("bos_token_id"); bos.is_number_integer()) m->bos_id_ = bos.get<int64_t>();
+}
 
+void ModelLoader::size_kv() {
   if (options.kv_tokens > m->max_context_)
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
                                          options.kv_tokens, m->max_context_));
@@ -263,7 +330,6 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
                                    options.kv_block_size);
   if (options.tp_size > 1) blocks = static_cast<int32_t>(tp_comm(options).all_min(blocks));
   m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size, kv_dtype);
-  return m;
 }
 
 const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,

@@ -94,6 +94,7 @@ class Model {
   std::optional<int64_t> bos_token_id() const { return bos_id_; }
 
  private:
+  friend struct ModelLoader;  // Model::load's steps (model.cc)
   Model() = default;
   ir::Graph graph_;
   std::optional<weights::LoadedParameters> params_;

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/sampling_params.h"
 
 namespace fuselm::engine {
 
@@ -24,6 +24,26 @@ struct Request {
   bool ignore_eos = false;
   bool logprobs = false;  // report each token's logprob (and sampling.top_logprobs alternatives)
 };
+
+/// Why a request ended. Only the edges (the server's JSON, generate's --json and stats line) spell
+/// it, with openai_name().
+enum class FinishReason {
+  stop,    // EOS, a stop token id or a stop string
+  length,  // max_tokens, or the model's context
+  abort,   // cancelled, or the engine shut down
+  error,   // the forward failed (Event::error says why)
+};
+
+/// "stop", "length", "abort", "error": OpenAI's finish_reason (vLLM's for the last two).
+constexpr const char* openai_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::abort: return "abort";
+    case FinishReason::error: return "error";
+  }
+  return "error";
+}
 
 /// One generated token as reported.
 struct TokenOut {
@@ -38,13 +58,13 @@ struct Event {
   std::vector<TokenOut> tokens;
   std::string text;
   bool finished = false;
-  std::string finish_reason;  // "stop" | "length" | "abort" | "error"
-  std::string error;          // for "error"
+  FinishReason finish_reason = FinishReason::stop;  // when finished
+  std::string error;                                // for FinishReason::error
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 
 /// The per-request channel. The engine pushes; a consumer pops with a timeout and may cancel,
-/// after which the engine frees the request's blocks at its next step and sends a final "abort".
+/// after which the engine frees the request's blocks at its next step and sends a final abort.
 class RequestStream {
  public:
   explicit RequestStream(uint64_t id) : id_(id) {}

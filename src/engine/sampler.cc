@@ -9,14 +9,7 @@
 namespace fuselm::engine {
 
 Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {
-  if (!(p_.temperature >= 0.f)) throw std::invalid_argument("temperature must be >= 0");
-  if (p_.top_k < 0) throw std::invalid_argument("top-k must be >= 0");
-  if (!(p_.top_p > 0.f && p_.top_p <= 1.f)) throw std::invalid_argument("top-p must be in (0, 1]");
-  if (!(p_.min_p >= 0.f && p_.min_p <= 1.f)) throw std::invalid_argument("min_p must be in [0, 1]");
-  if (!(p_.repetition_penalty > 0.f)) throw std::invalid_argument("repetition_penalty must be > 0");
-  if (!(p_.presence_penalty >= -2.f && p_.presence_penalty <= 2.f)) throw std::invalid_argument("presence_penalty must be in [-2, 2]");
-  if (!(p_.frequency_penalty >= -2.f && p_.frequency_penalty <= 2.f)) throw std::invalid_argument("frequency_penalty must be in [-2, 2]");
-  if (p_.top_logprobs < 0 || p_.top_logprobs > 20) throw std::invalid_argument("top_logprobs must be in [0, 20]");
+  validate(p_);
 }
 
 void Sampler::set_prompt(std::span<const int64_t> prompt) { prompt_.assign(prompt.begin(), prompt.end()); }

@@ -8,19 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/sampling_params.h"
+
 namespace fuselm::engine {
 
-struct SamplingParams {
-  float temperature = 0.f;  // 0: greedy (argmax, lowest id on ties)
-  int32_t top_k = 0;        // 0: all tokens
-  float top_p = 1.f;        // nucleus mass in (0, 1]
-  uint64_t seed = 0;
-  float min_p = 0.f;               // drop tokens below min_p x the top probability; [0, 1]
-  float repetition_penalty = 1.f;  // > 0; over prompt and output tokens: logit/p if > 0, else logit*p
-  float presence_penalty = 0.f;    // [-2, 2]; subtracted once from each token seen in the output
-  float frequency_penalty = 0.f;   // [-2, 2]; subtracted per occurrence in the output
-  int32_t top_logprobs = 0;        // alternatives reported per token, [0, 20]
-};
 
 struct Sampled {
   int64_t token = 0;
@@ -31,7 +22,7 @@ struct Sampled {
 /// Samples with its own generator seeded from params.seed, so a sequence's text does not depend
 /// on what else is in the batch; buffers are reused across calls, so steady-state sampling
 /// allocates nothing. Each sample() counts its token as output for the penalties. Throws
-/// std::invalid_argument (naming the parameter) on bad parameters.
+/// std::invalid_argument (naming the parameter) for parameters outside their bounds (validate()).
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);

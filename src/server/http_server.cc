@@ -206,7 +206,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
       for (auto& t : e.tokens) tokens.push_back(std::move(t));
       if (e.finished) break;
     }
-    if (e.finish_reason == "error") throw ApiError(500, "generation failed: " + e.error);
+    if (e.finish_reason == engine::FinishReason::error) throw ApiError(500, "generation failed: " + e.error);
     res.set_content(dump(rb->full(text, tokens, e)), "application/json");
     return;
   }
@@ -241,7 +241,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
           if (!ok) stream->cancel();
           return ok;
         }
-        if (e.finish_reason == "error") ok = write(dump(error_body(500, "generation failed: " + e.error)));
+        if (e.finish_reason == engine::FinishReason::error) ok = write(dump(error_body(500, "generation failed: " + e.error)));
         else ok = write(dump(rb->chunk(e.text, {}, finish_reason_json(e.finish_reason))));
         if (ok && usage) ok = write(dump(rb->usage_chunk(e)));
         if (ok) ok = write("[DONE]");

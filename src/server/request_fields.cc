@@ -36,6 +36,15 @@ std::optional<int64_t> get_int(const nlohmann::json& body, const char* name, int
   return x;
 }
 
+std::optional<double> get_number(const nlohmann::json& body, const engine::ParamRange& r) {
+  const auto* v = field(body, r.name.data());
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw ApiError(400, fmt::format("'{}' must be a number", r.name), std::string(r.name));
+  const double x = v->get<double>();
+  if (!r.contains(x)) throw ApiError(400, fmt::format("'{}' must be in {}, got {}", r.name, r.interval(), x), std::string(r.name));
+  return x;
+}
+
 std::optional<bool> get_bool(const nlohmann::json& body, const char* name) {
   const auto* v = field(body, name);
   if (!v) return std::nullopt;
@@ -89,6 +98,24 @@ void read_stops(const nlohmann::json& body, engine::Request& r) {
   }
 }
 
+// The sampling fields, each checked against engine::sampling_range (the bounds chat and generate
+// apply too).
+void read_sampling(const nlohmann::json& body, engine::SamplingParams& p, uint64_t random_seed) {
+  namespace R = engine::sampling_range;
+  p.temperature = static_cast<float>(get_number(body, R::temperature).value_or(1.0));
+  p.top_p = static_cast<float>(get_number(body, R::top_p).value_or(1.0));
+  // -1 is vLLM's "all tokens", as 0 is.
+  p.top_k = static_cast<int32_t>(std::max<int64_t>(0, get_int(body, "top_k", -1, static_cast<int64_t>(R::top_k.hi)).value_or(0)));
+  p.min_p = static_cast<float>(get_number(body, R::min_p).value_or(0));
+  p.presence_penalty = static_cast<float>(get_number(body, R::presence_penalty).value_or(0));
+  p.frequency_penalty = static_cast<float>(get_number(body, R::frequency_penalty).value_or(0));
+  p.repetition_penalty = static_cast<float>(get_number(body, R::repetition_penalty).value_or(1));
+  if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    p.seed = engine::seed_from_int(*seed);
+  else
+    p.seed = random_seed;
+}
+
 }  // namespace
 
 CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed) {
@@ -99,29 +126,21 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
   auto& p = r.sampling;
   constexpr int64_t big = int64_t{1} << 40;
   auto mt = get_int(body, "max_tokens", 1, big);
+  const auto top_logprobs_lo = static_cast<int64_t>(engine::sampling_range::top_logprobs.lo);
+  const auto top_logprobs_hi = static_cast<int64_t>(engine::sampling_range::top_logprobs.hi);
   if (chat) {
     if (auto mct = get_int(body, "max_completion_tokens", 1, big)) mt = mct;
   }
   c.max_tokens_given = mt.has_value();
   r.max_tokens = mt.value_or(16);
-  p.temperature = static_cast<float>(get_number(body, "temperature", 0, 2).value_or(1.0));
-  p.top_p = static_cast<float>(get_number(body, "top_p", 1e-9, 1).value_or(1.0));
-  p.top_k = static_cast<int32_t>(std::max<int64_t>(0, get_int(body, "top_k", -1, 1 << 30).value_or(0)));
-  p.min_p = static_cast<float>(get_number(body, "min_p", 0, 1).value_or(0));
-  p.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", -2, 2).value_or(0));
-  p.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", -2, 2).value_or(0));
-  p.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1e-6, 100).value_or(1));
-  if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
-    p.seed = static_cast<uint64_t>(*seed);
-  else
-    p.seed = random_seed;
+  read_sampling(body, p, random_seed);
   read_stops(body, r);
   r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   if (chat) {
     r.logprobs = get_bool(body, "logprobs").value_or(false);
-    p.top_logprobs = static_cast<int32_t>(get_int(body, "top_logprobs", 0, 20).value_or(0));
+    p.top_logprobs = static_cast<int32_t>(get_int(body, "top_logprobs", top_logprobs_lo, top_logprobs_hi).value_or(0));
     if (p.top_logprobs > 0 && !r.logprobs) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
-  } else if (auto lp = get_int(body, "logprobs", 0, 20)) {
+  } else if (auto lp = get_int(body, "logprobs", top_logprobs_lo, top_logprobs_hi)) {
     r.logprobs = true;
     p.top_logprobs = static_cast<int32_t>(*lp);
   }

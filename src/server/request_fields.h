@@ -8,12 +8,15 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/sampling_params.h"
 #include "server/api_error.h"
 
 namespace fuselm::server {
 
 /// The optional field `name` of `body` as a number in [lo, hi] (null counts as absent).
 std::optional<double> get_number(const nlohmann::json& body, const char* name, double lo, double hi);
+/// The optional number field `r.name` inside `r` (the shared sampling bounds).
+std::optional<double> get_number(const nlohmann::json& body, const engine::ParamRange& r);
 /// The optional integer field `name` in [lo, hi].
 std::optional<int64_t> get_int(const nlohmann::json& body, const char* name, int64_t lo, int64_t hi);
 std::optional<bool> get_bool(const nlohmann::json& body, const char* name);

@@ -14,7 +14,7 @@ nlohmann::json bytes_of(const std::string& s) {
 }
 }  // namespace
 
-nlohmann::json finish_reason_json(const std::string& reason) { return reason; }
+nlohmann::json finish_reason_json(engine::FinishReason reason) { return engine::openai_name(reason); }
 
 ResponseBuilder::ResponseBuilder(bool chat, std::string model, const tokenizer::Tokenizer* tok, bool logprobs)
     : chat_(chat),

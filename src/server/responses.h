@@ -39,7 +39,7 @@ class ResponseBuilder {
   bool logprobs_;
 };
 
-/// finish_reason as OpenAI spells it ("abort"/"error" become "abort"/"error" too; vLLM does so).
-nlohmann::json finish_reason_json(const std::string& reason);
+/// finish_reason as OpenAI spells it ("abort" and "error" as vLLM does).
+nlohmann::json finish_reason_json(engine::FinishReason reason);
 
 }  // namespace fuselm::server

@@ -85,3 +85,21 @@ TEST(Sampler, RejectsBadParameters) {
   EXPECT_THROW(Sampler(SamplingParams{1.0f, -2, 1.0f, 0}), std::invalid_argument);
   EXPECT_THROW(Sampler(SamplingParams{1.0f, 0, 0.0f, 0}), std::invalid_argument);
 }
+
+TEST(SamplingParams, OneSetOfBoundsTheServerAndTheCliShare) {
+  // OpenAI's: temperature [0, 2] (generate once took up to 100), top_p (0, 1].
+  EXPECT_NO_THROW(validate(SamplingParams{2.0f, 0, 1.0f, 0}));
+  EXPECT_THROW(validate(SamplingParams{2.5f, 0, 1.0f, 0}), std::invalid_argument);
+  EXPECT_THROW(validate(SamplingParams{std::nanf(""), 0, 1.0f, 0}), std::invalid_argument);
+  try {
+    validate(SamplingParams{1.0f, 0, 0.0f, 0});
+    FAIL() << "top_p 0 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "top_p must be in (0, 1], got 0");
+  }
+  SamplingParams lp;
+  lp.top_logprobs = 21;
+  EXPECT_THROW(validate(lp), std::invalid_argument);
+  EXPECT_EQ(fuselm::engine::sampling_range::temperature.interval(), "[0, 2]");
+  EXPECT_EQ(fuselm::engine::seed_from_int(-1), ~uint64_t{0});  // every int64 is a seed; negatives wrap as the server reads them
+}

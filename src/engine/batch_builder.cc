@@ -1,0 +1,29 @@
+#include "engine/batch_builder.h"
+
+namespace fuselm::engine {
+
+void BatchBuilder::build(std::span<const ScheduledSeq> batch) {
+  ids_.clear();
+  positions_.clear();
+  slices_.clear();
+  logit_rows_.clear();
+  sampled_.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Sequence& s = *batch[i].seq;
+    const int64_t n = batch[i].tokens;
+    slices_.push_back({static_cast<int64_t>(ids_.size()), n, s.computed + n, s.kv->slots()});
+    for (int64_t p = s.computed; p < s.computed + n; ++p) {
+      ids_.push_back(s.tokens[p]);
+      positions_.push_back(p);
+    }
+    // Only a sequence that has read all its tokens after this step samples: its last row alone
+    // goes through the LM head.
+    if (s.computed + n == static_cast<int64_t>(s.tokens.size())) {
+      logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
+      sampled_.push_back(i);
+    }
+  }
+  if (logit_rows_.empty()) logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);  // one row, unread
+}
+
+}  // namespace fuselm::engine

@@ -1,0 +1,49 @@
+#pragma once
+// One request inside the engine: its tokens (prompt, then generated), how many have their KV
+// written, its KV blocks, its sampler and its output state (detokeniser, stop strings). The
+// scheduler moves it between the waiting queue and the running batch; the batch assembler reads
+// its tokens; the output processor appends to them.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "kv/sequence_handle.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace fuselm::engine {
+
+using clock_type = std::chrono::steady_clock;
+
+struct Sequence {
+  std::shared_ptr<RequestStream> stream;
+  Request req;
+  std::vector<int64_t> tokens;  // prompt, then generated tokens
+  int64_t num_prompt = 0;
+  int64_t computed = 0;  // tokens whose KV is written
+  int64_t cached = 0;    // prompt tokens served by the prefix cache at first admission
+  bool admitted_once = false, done = false;
+  std::optional<kv::SequenceHandle> kv;
+  Sampler sampler;
+  StopMatcher stop;
+  std::optional<tokenizer::StreamDecoder> decoder;  // none without a tokenizer: no text
+  clock_type::time_point arrival, first_token, last_token;
+
+  /// Throws std::invalid_argument for sampling parameters out of their bounds (Sampler).
+  explicit Sequence(Request r) : req(std::move(r)), sampler(req.sampling), stop(req.stop) {}
+  int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
+  /// Tokens still to compute (their KV unwritten).
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+};
+
+/// One sequence's share of a step: `tokens` of its pending tokens, from `seq->computed` on.
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int64_t tokens = 0;
+};
+
+}  // namespace fuselm::engine
