@@ -19,8 +19,9 @@
 //   avx2        AVX2 + FMA + F16C (Haswell, Zen 1 and later): quant on vpmaddubsw
 //   avx512      AVX-512 F/BW/VL/DQ (Skylake-SP and later, Zen 4): every family on 16-lane vectors;
 //               quant keeps the avx2 bodies
-//   avx512bf16  avx512 + AVX512_VNNI + AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4): quant on
-//               vpdpbusd, and linear with bf16 weights rounds the activations to bf16 and multiplies with
+//   avx512vnni  avx512 + AVX512_VNNI (Cascade Lake, Ice Lake): quant on vpdpbusd
+//   avx512bf16  avx512vnni + AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4): as avx512vnni, and
+//               linear with bf16 weights rounds the activations to bf16 and multiplies with
 //               vdpbf16ps (see linear.h)
 //   amx         avx512bf16 + AMX-TILE/BF16/INT8 with the OS's permission for tile data (Sapphire
 //               Rapids and later): as avx512bf16, and bf16 linear with more than 8 rows (prefill)
@@ -38,6 +39,7 @@
   X(generic, "")                                                                                      \
   X(avx2, "avx2,fma,f16c")                                                                            \
   X(avx512, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")                                       \
+  X(avx512vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")                        \
   X(avx512bf16, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")             \
   X(amx, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,amx-tile,amx-bf16,amx-int8")
 

@@ -1,10 +1,10 @@
 // quant_linear's per-ISA table (internal). The generic table is quant_generic.cc's; CMake writes
 // the other levels' tables from the line below, each compiling the bodies its features allow:
 //   avx2        quant_simd_impl.h on vpmaddubsw + vpmaddwd (the avx512 level runs it too)
-//   avx512bf16  quant_simd_impl.h on vpdpbusd (levels with AVX512_VNNI), the packed kernel with a
-//               GEMM for prefill, quantize_acts on AVX-512
-//   amx         as avx512bf16, and packed prefill on AMX-INT8 tiles (quant_amx_impl.h)
-// isa-table: QuantKernels make_quant_kernels avx2 avx512bf16 amx
+//   avx512vnni  quant_simd_impl.h on vpdpbusd (levels with AVX512_VNNI), the packed kernel with a
+//               GEMM for prefill, quantize_acts on AVX-512 (the avx512bf16 level runs it too)
+//   amx         as avx512vnni, and packed prefill on AMX-INT8 tiles (quant_amx_impl.h)
+// isa-table: QuantKernels make_quant_kernels avx2 avx512vnni amx
 #include "kernels/cpu/quant_simd_impl.h"
 #if FUSELM_ISA_HAS_AMX_INT8
 #include "kernels/cpu/quant_amx_impl.h"
