@@ -8,7 +8,7 @@
 // IsaTables<Table>::by_level[i] is the table for level i: the one compiled for the family's highest
 // listed level at or below i (the levels are nested, isa.h), the generic table below every listed
 // level, and the generic table at every level on a build without x86 paths. CMake writes the array
-// into build/isa/<family>_tables.inc, which <family>.cc includes after defining k<Table>Generic.
+// into build/isa/<family>_tables.inc, which <family>.cc includes after declaring k<Table>Generic.
 #include <cstddef>
 
 #include "kernels/cpu/isa.h"
