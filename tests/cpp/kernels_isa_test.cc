@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/tuning.h"
 #include "kernels_testing.h"
 
@@ -81,7 +82,9 @@ TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
   for (Isa isa : kAllIsas) {
     if (!cpu_supports(isa)) continue;
     setenv("FUSELM_CPU_ISA", isa_name(isa), 1);
-    EXPECT_EXIT(std::exit(cpu_isa() == isa ? 0 : 1), ::testing::ExitedWithCode(0), "")
+    // The variable forces every family, the quantized path included (the level's VNNI/AMX-INT8).
+    EXPECT_EXIT(std::exit(cpu_isa() == isa && std::string(quant_kernel_path()) == testing::quant_path_of(isa) ? 0 : 1),
+                ::testing::ExitedWithCode(0), "")
         << isa_name(isa);
   }
   setenv("FUSELM_CPU_ISA", "sse9", 1);

@@ -219,12 +219,7 @@ TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa scoped(GetParam());
   // The level alone decides the path (its features, isa.h), so forcing a level covers its path.
-  const Isa isa = GetParam();
-  const char* want = isa_has(isa, "amx-int8")     ? "amx"
-                     : isa_has(isa, "avx512vnni") ? "vnni"
-                     : isa_has(isa, "avx2")       ? "avx2"
-                                                  : "generic";
-  EXPECT_EQ(std::string(quant_kernel_path()), want);
+  EXPECT_EQ(std::string(quant_kernel_path()), testing::quant_path_of(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearIsa, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);
