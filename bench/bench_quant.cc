@@ -187,8 +187,8 @@ int main(int argc, char** argv) {
   fmt::print("memory bandwidth (read, all threads): {:.1f} GB/s\n\n", bw);
 
   if (only.empty() || only == "gemv") {
-  fmt::print("GEMV m = 1: us/call and GB/s of weight bytes per ISA path (quant kernels on avx512 use VNNI; * = "
-             "no VNNI, the avx2 kernels)\n");
+  fmt::print("GEMV m = 1: us/call and GB/s of weight bytes per ISA path (quant kernels: the level's path, "
+             "quant_kernel_path(); * = an AVX-512 level without VNNI, the avx2 kernels)\n");
   fmt::print("{:<11} {:>6} {:>5} {:<7} {:>7}", "shape", "n", "k", "fmt", "MiB");
   for (Isa isa : isas) fmt::print(" | {:>16}", fmt::format("{} us  GB/s", isa_name(isa)));
   fmt::print("\n");
@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
       for (Isa isa : isas) {
         ScopedCpuIsa scoped(isa);
         const double t = time_call(f, s, 1, isa == Isa::generic ? min_s / 4 : min_s, cycle);
-        // avx512 without VNNI runs the quant kernels' avx2 path: mark it
-        const bool fallback = f.quant && isa >= Isa::avx512 && std::string(quant_kernel_path()) != "vnni";
+        // an AVX-512 level without VNNI runs the quant kernels' avx2 path: mark it
+        const bool fallback = f.quant && isa_has(isa, "avx512f") && std::string(quant_kernel_path()) == "avx2";
         fmt::print(" | {:>8.1f} {:>5.1f}{:<2}", t * 1e6, f.bytes(s) / t / 1e9, fallback ? " *" : "");
       }
       fmt::print("\n");

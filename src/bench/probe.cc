@@ -14,6 +14,7 @@
 #include "kernels/cpu/threading.h"
 
 #include "bench/probe_impl.h"
+#include "isa/probe_tables.inc"
 
 namespace fuselm::bench {
 
@@ -26,7 +27,7 @@ const ProbeKernels kProbeKernelsGeneric = make_probe_kernels<Isa::generic>();
 namespace {
 
 const ProbeKernels& probe_kernels() {
-  return kernels::isa_kernels<kProbeKernelsGeneric, kProbeKernelsAvx2, kProbeKernelsAvx512>(kernels::cpu_isa());
+  return kernels::isa_kernels<ProbeKernels>();
 }
 
 // Every thread the kernels may use (-t / OMP_NUM_THREADS): the probes measure the whole machine.

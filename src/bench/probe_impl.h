@@ -1,4 +1,6 @@
-// Loops of the machine probes over Vec<Isa> (internal; included like linear_impl.h).
+// Loops of the machine probes over Vec<Isa> (internal; included like linear_impl.h). probe.cc
+// includes it for the generic table; CMake writes the avx2 and avx512 tables from the line below.
+// isa-table: ProbeKernels make_probe_kernels avx2 avx512
 namespace fuselm::bench {
 namespace {  // NOLINT
 

@@ -14,7 +14,5 @@ struct ProbeKernels {
 };
 
 extern const ProbeKernels kProbeKernelsGeneric;
-extern const ProbeKernels kProbeKernelsAvx2;
-extern const ProbeKernels kProbeKernelsAvx512;
 
 }  // namespace fuselm::bench

@@ -2,8 +2,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/tuning.h"
 #include "kernels_testing.h"
 
@@ -20,11 +23,30 @@ TEST(KernelsIsa, DetectionIsConsistent) {
   EXPECT_TRUE(cpu_supports(Isa::generic));
   const Isa best = detect_cpu_isa();
   EXPECT_TRUE(cpu_supports(best));
-  if (cpu_supports(Isa::avx512)) EXPECT_TRUE(cpu_supports(Isa::avx2));
-  if (cpu_supports(Isa::avx512bf16)) EXPECT_TRUE(cpu_supports(Isa::avx512));
-  if (cpu_supports(Isa::amx)) EXPECT_TRUE(cpu_supports(Isa::avx512bf16));
+  for (size_t i = 1; i < kIsaCount; ++i)  // nested levels: a level implies the ones below it
+    if (cpu_supports(kAllIsas[i])) EXPECT_TRUE(cpu_supports(kAllIsas[i - 1])) << isa_name(kAllIsas[i]);
   for (Isa isa : kAllIsas)
     if (static_cast<int>(isa) > static_cast<int>(best)) EXPECT_FALSE(cpu_supports(isa));
+}
+
+// A level is supported exactly when the CPU has each feature of its target (the one CPUID read).
+TEST(KernelsIsa, LevelsAreTheirFeatures) {
+  for (Isa isa : kAllIsas) {
+    bool all = true;
+    std::string_view t = isa_target(isa);
+    while (!t.empty()) {
+      const size_t comma = t.find(',');
+      EXPECT_TRUE(isa_has(isa, t.substr(0, comma)));
+      all = all && cpu_has(t.substr(0, comma));
+      t = comma == std::string_view::npos ? std::string_view{} : t.substr(comma + 1);
+    }
+    EXPECT_EQ(cpu_supports(isa), all) << isa_name(isa);
+  }
+  EXPECT_FALSE(isa_has(Isa::generic, "avx2"));
+  EXPECT_TRUE(isa_has(Isa::amx, "amx-int8"));
+  EXPECT_FALSE(isa_has(Isa::avx512, "avx512vnni"));
+  EXPECT_THROW(cpu_has("sse9"), std::invalid_argument);
+  EXPECT_FALSE(cpu_vendor().empty());
 }
 
 TEST(KernelsIsa, ScopedOverrideForcesAndRestores) {
@@ -60,12 +82,16 @@ TEST(KernelsIsaDeathTest, EnvironmentForcesThePath) {
   for (Isa isa : kAllIsas) {
     if (!cpu_supports(isa)) continue;
     setenv("FUSELM_CPU_ISA", isa_name(isa), 1);
-    EXPECT_EXIT(std::exit(cpu_isa() == isa ? 0 : 1), ::testing::ExitedWithCode(0), "")
+    // The variable forces every family, the quantized path included (the level's VNNI/AMX-INT8).
+    EXPECT_EXIT(std::exit(cpu_isa() == isa && std::string(quant_kernel_path()) == testing::quant_path_of(isa) ? 0 : 1),
+                ::testing::ExitedWithCode(0), "")
         << isa_name(isa);
   }
   setenv("FUSELM_CPU_ISA", "sse9", 1);
+  std::string names;
+  for (Isa isa : kAllIsas) names += std::string(names.empty() ? "" : ", ") + isa_name(isa);
   EXPECT_EXIT(exit_3_if_invalid([] { cpu_isa(); }), ::testing::ExitedWithCode(3),
-              "FUSELM_CPU_ISA='sse9': expected generic, avx2, avx512, avx512bf16 or amx");
+              "FUSELM_CPU_ISA='sse9': expected one of " + names);
   unsetenv("FUSELM_CPU_ISA");
 }
 

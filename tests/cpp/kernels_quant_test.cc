@@ -1,9 +1,6 @@
 // quant_linear on every ISA path against a plain dequantize-then-multiply reference in double, on
 // random blocks and sizes that fill neither a vector register, a group of rows nor a thread share.
 #include <cmath>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include <cstring>
 #include <optional>
 #include <random>
@@ -221,19 +218,8 @@ TEST(QuantPacked, RejectsPartialBlocks) {
 TEST_P(QuantLinearIsa, KernelPathFollowsTheIsa) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa scoped(GetParam());
-  const std::string path = quant_kernel_path();
-  if (GetParam() == Isa::generic) EXPECT_EQ(path, "generic");
-  if (GetParam() == Isa::avx2) EXPECT_EQ(path, "avx2");
-  if (GetParam() >= Isa::avx512 && GetParam() < Isa::amx) EXPECT_TRUE(path == "vnni" || path == "avx2") << path;
-  if (GetParam() == Isa::amx) {
-    // The amx path needs AMX-INT8 and VNNI besides the tiles Isa::amx proves (CPUID.(7,0):EDX[25], ECX[11]).
-    unsigned a = 0, b = 0, c = 0, d = 0;
-#if defined(__x86_64__)
-    __get_cpuid_count(7, 0, &a, &b, &c, &d);
-#endif
-    const bool vnni = c & (1u << 11), amx_int8 = d & (1u << 25);
-    EXPECT_EQ(path, std::string(vnni && amx_int8 ? "amx" : vnni ? "vnni" : "avx2"));
-  }
+  // The level alone decides the path (its features, isa.h), so forcing a level covers its path.
+  EXPECT_EQ(std::string(quant_kernel_path()), testing::quant_path_of(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearIsa, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);

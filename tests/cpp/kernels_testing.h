@@ -17,6 +17,14 @@ namespace fuselm::kernels::testing {
 /// Every path, supported or not (tests skip the unsupported ones, so the skip shows in the log).
 inline std::vector<Isa> all_isas() { return {std::begin(kAllIsas), std::end(kAllIsas)}; }
 
+/// The quant_linear path (quant_kernel_path()) that level `isa` runs: its features alone decide it.
+inline const char* quant_path_of(Isa isa) {
+  return isa_has(isa, "amx-int8")     ? "amx"
+         : isa_has(isa, "avx512vnni") ? "vnni"
+         : isa_has(isa, "avx2")       ? "avx2"
+                                      : "generic";
+}
+
 inline std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
   return isa_name(info.param);
 }

@@ -10,6 +10,7 @@
 #include "kernels/cpu/threading.h"
 
 #include "kernels/cpu/activation_impl.h"
+#include "isa/activation_tables.inc"
 
 namespace fuselm::kernels {
 
@@ -18,7 +19,7 @@ const ActivationKernels kActivationKernelsGeneric = make_activation_kernels<Isa:
 namespace {
 
 const ActivationKernels& activation_kernels() {
-  return isa_kernels<kActivationKernelsGeneric, kActivationKernelsAvx2, kActivationKernelsAvx512>(cpu_isa());
+  return isa_kernels<ActivationKernels>();
 }
 
 constexpr int64_t kMinElementsPerThread = 1 << 14;

@@ -2,7 +2,7 @@
 //
 // activation.cc includes it for the generic table; CMake writes the avx2 and avx512 tables from the
 // line below (build/isa/activation_<isa>.cc from isa_table.cc.in).
-// isa-table: ActivationKernels make_activation_kernels
+// isa-table: ActivationKernels make_activation_kernels avx2 avx512
 #include "kernels/cpu/activation_kernels.h"
 #include "kernels/cpu/simd_math.h"
 namespace fuselm::kernels {

@@ -14,7 +14,5 @@ struct ActivationKernels {
 };
 
 extern const ActivationKernels kActivationKernelsGeneric;
-extern const ActivationKernels kActivationKernelsAvx2;
-extern const ActivationKernels kActivationKernelsAvx512;
 
 }  // namespace fuselm::kernels

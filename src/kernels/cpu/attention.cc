@@ -14,6 +14,7 @@
 #include "kernels/cpu/threading.h"
 
 #include "kernels/cpu/attention_impl.h"
+#include "isa/attention_tables.inc"
 
 namespace fuselm::kernels {
 
@@ -22,7 +23,7 @@ const AttentionKernels kAttentionKernelsGeneric = make_attention_kernels<Isa::ge
 namespace {
 
 const AttentionKernels& attention_kernels() {
-  return isa_kernels<kAttentionKernelsGeneric, kAttentionKernelsAvx2, kAttentionKernelsAvx512>(cpu_isa());
+  return isa_kernels<AttentionKernels>();
 }
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("attention: " + what); }

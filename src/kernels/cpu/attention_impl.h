@@ -7,7 +7,7 @@
 //
 // attention.cc includes it for the generic table; CMake writes the avx2 and avx512 tables from the
 // line below (build/isa/attention_<isa>.cc from isa_table.cc.in).
-// isa-table: AttentionKernels make_attention_kernels
+// isa-table: AttentionKernels make_attention_kernels avx2 avx512
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/simd_math.h"
 namespace fuselm::kernels {

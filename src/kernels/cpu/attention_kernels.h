@@ -28,7 +28,5 @@ struct AttentionKernels {
 };
 
 extern const AttentionKernels kAttentionKernelsGeneric;
-extern const AttentionKernels kAttentionKernelsAvx2;
-extern const AttentionKernels kAttentionKernelsAvx512;
 
 }  // namespace fuselm::kernels

@@ -1,8 +1,10 @@
 #include "kernels/cpu/isa.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -20,44 +22,100 @@
 namespace fuselm::kernels {
 namespace {
 
-#ifdef FUSELM_X86
-struct X86Features {
-  bool avx2 = false, fma = false, f16c = false, os_ymm = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, os_zmm = false;
-  bool avx512bf16 = false, amx_bf16 = false, amx_tile = false, os_tiles = false;
+// The register state the OS must save for a feature's registers (XCR0), or tile permission.
+enum class OsState : unsigned char { ymm, zmm, tiles };
+enum class Reg : unsigned char { eax, ebx, ecx, edx };
+
+// Where CPUID reports a feature of FUSELM_ISA_LEVELS' targets: leaf (1 or 7), subleaf, register,
+// bit. Every name a level's target uses must be here (checked below at compile time).
+struct CpuidBit {
+  std::string_view name;
+  unsigned leaf, subleaf;
+  Reg reg;
+  unsigned bit;
+  OsState os;
 };
 
-X86Features read_x86_features() {
-  X86Features f;
+constexpr CpuidBit kCpuidBits[] = {
+    {"avx2", 7, 0, Reg::ebx, 5, OsState::ymm},        {"fma", 1, 0, Reg::ecx, 12, OsState::ymm},
+    {"f16c", 1, 0, Reg::ecx, 29, OsState::ymm},       {"avx512f", 7, 0, Reg::ebx, 16, OsState::zmm},
+    {"avx512dq", 7, 0, Reg::ebx, 17, OsState::zmm},   {"avx512bw", 7, 0, Reg::ebx, 30, OsState::zmm},
+    {"avx512vl", 7, 0, Reg::ebx, 31, OsState::zmm},   {"avx512vnni", 7, 0, Reg::ecx, 11, OsState::zmm},
+    {"avx512bf16", 7, 1, Reg::eax, 5, OsState::zmm},  {"amx-tile", 7, 0, Reg::edx, 24, OsState::tiles},
+    {"amx-bf16", 7, 0, Reg::edx, 22, OsState::tiles}, {"amx-int8", 7, 0, Reg::edx, 25, OsState::tiles},
+};
+
+constexpr const CpuidBit* find_bit(std::string_view name) {
+  for (const CpuidBit& b : kCpuidBits)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+// Calls f(feature) for each feature of a target string; stops (returns false) when f does.
+template <class F>
+constexpr bool each_feature(std::string_view t, F f) {
+  while (!t.empty()) {
+    const size_t comma = t.find(',');
+    if (!f(t.substr(0, comma))) return false;
+    t = comma == std::string_view::npos ? std::string_view{} : t.substr(comma + 1);
+  }
+  return true;
+}
+
+// The levels are ordered by inclusion (dispatch runs a family's highest listed level at or below
+// the current one, so a level must have everything the ones below it have), and CPUID can answer
+// for every feature they name.
+constexpr bool levels_are_nested() {
+  for (size_t i = 0; i < kIsaCount; ++i) {
+    if (!each_feature(isa_target(kAllIsas[i]), [](std::string_view f) { return find_bit(f) != nullptr; }))
+      return false;
+    if (i > 0 && !each_feature(isa_target(kAllIsas[i - 1]),
+                               [&](std::string_view f) { return isa_has(kAllIsas[i], f); }))
+      return false;
+  }
+  return true;
+}
+static_assert(levels_are_nested(), "FUSELM_ISA_LEVELS: each level must include the one before it, "
+                                   "and every feature needs a row in kCpuidBits");
+
+// The one CPUID read of the process: the leaves the table uses, XCR0 and the vendor string.
+struct CpuidRead {
+  unsigned leaf1[4] = {}, leaf7[4] = {}, leaf7_1[4] = {};
+  uint64_t xcr0 = 0;
+  char vendor[13] = {};
+};
+
+CpuidRead read_cpuid() {
+  CpuidRead r;
+#ifdef FUSELM_X86
   unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  f.fma = c & (1u << 12);
-  f.f16c = c & (1u << 29);
-  const bool osxsave = c & (1u << 27);
-  const bool avx = c & (1u << 28);
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    std::memcpy(r.vendor, &b, 4);
+    std::memcpy(r.vendor + 4, &d, 4);
+    std::memcpy(r.vendor + 8, &c, 4);
+  }
+  if (!__get_cpuid(1, &r.leaf1[0], &r.leaf1[1], &r.leaf1[2], &r.leaf1[3])) return r;
+  const bool osxsave = r.leaf1[2] & (1u << 27), avx = r.leaf1[2] & (1u << 28);
   if (osxsave && avx) {
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    f.os_ymm = (lo & 0x6) == 0x6;            // SSE and AVX state
-    f.os_zmm = f.os_ymm && (lo & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM state
-    f.os_tiles = (lo & 0x60000) == 0x60000;        // XTILECFG, XTILEDATA state
+    r.xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
   }
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-    f.avx2 = b & (1u << 5);
-    f.avx512f = b & (1u << 16);
-    f.avx512dq = b & (1u << 17);
-    f.avx512bw = b & (1u << 30);
-    f.avx512vl = b & (1u << 31);
-    f.amx_bf16 = d & (1u << 22);
-    f.amx_tile = d & (1u << 24);
-  }
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = a & (1u << 5);
-  return f;
+  __get_cpuid_count(7, 0, &r.leaf7[0], &r.leaf7[1], &r.leaf7[2], &r.leaf7[3]);
+  __get_cpuid_count(7, 1, &r.leaf7_1[0], &r.leaf7_1[1], &r.leaf7_1[2], &r.leaf7_1[3]);
+#endif
+  return r;
 }
+
+const CpuidRead& cpuid() {
+  static const CpuidRead r = read_cpuid();  // thread-safe, once
+  return r;
+}
+
 // Linux hands out tile data state only to processes that ask for it (arch_prctl
-// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); asked once per process.
+// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); asked once per process, when a tile feature is.
 bool os_permits_tiles() {
-#if defined(__linux__) && defined(SYS_arch_prctl)
+#if defined(FUSELM_X86) && defined(__linux__) && defined(SYS_arch_prctl)
   constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   static const bool ok = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return ok;
@@ -65,34 +123,32 @@ bool os_permits_tiles() {
   return false;
 #endif
 }
-#endif
+
+bool os_saves(OsState s) {
+  const uint64_t x = cpuid().xcr0;
+  const bool ymm = (x & 0x6) == 0x6;  // SSE and AVX state
+  switch (s) {
+    case OsState::ymm: return ymm;
+    case OsState::zmm: return ymm && (x & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM state
+    case OsState::tiles: return (x & 0x60000) == 0x60000 && os_permits_tiles();  // XTILECFG, XTILEDATA
+  }
+  return false;
+}
+
+bool has(const CpuidBit& f) {
+  const CpuidRead& r = cpuid();
+  const unsigned* regs = f.leaf == 1 ? r.leaf1 : f.subleaf == 0 ? r.leaf7 : r.leaf7_1;
+  return (regs[static_cast<int>(f.reg)] >> f.bit & 1u) && os_saves(f.os);
+}
 
 bool supports(Isa isa) {
-  switch (isa) {
-    case Isa::generic:
-      return true;
-#ifdef FUSELM_X86
-    case Isa::avx2: {
-      static const X86Features f = read_x86_features();
-      return f.os_ymm && f.avx2 && f.fma && f.f16c;
-    }
-    case Isa::avx512: {
-      static const X86Features f = read_x86_features();
-      return f.os_zmm && f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl &&
-             f.avx512dq;
-    }
-    case Isa::avx512bf16: {
-      static const X86Features f = read_x86_features();
-      return supports(Isa::avx512) && f.avx512bf16;
-    }
-    case Isa::amx: {
-      static const X86Features f = read_x86_features();
-      return supports(Isa::avx512bf16) && f.amx_bf16 && f.amx_tile && f.os_tiles && os_permits_tiles();
-    }
-#endif
-    default:
-      return false;
-  }
+  return each_feature(isa_target(isa), [](std::string_view f) { return has(*find_bit(f)); });
+}
+
+std::string isa_names() {
+  std::string s;
+  for (Isa isa : kAllIsas) s += fmt::format("{}{}", s.empty() ? "" : ", ", isa_name(isa));
+  return s;
 }
 
 Isa decide_isa() {
@@ -101,8 +157,7 @@ Isa decide_isa() {
   if (!env || !*env) return best;
   const std::optional<Isa> asked = parse_isa(env);
   if (!asked)
-    throw std::invalid_argument(
-        fmt::format("FUSELM_CPU_ISA='{}': expected generic, avx2, avx512, avx512bf16 or amx", env));
+    throw std::invalid_argument(fmt::format("FUSELM_CPU_ISA='{}': expected one of {}", env, isa_names()));
   if (!supports(*asked)) {
     fmt::print(stderr, "fuselm: FUSELM_CPU_ISA={} is not supported by this CPU; using {}\n", env,
                isa_name(best));
@@ -117,13 +172,10 @@ std::atomic<int> g_isa{kUndecided};
 }  // namespace
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::generic: return "generic";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::avx512bf16: return "avx512bf16";
-    case Isa::amx: return "amx";
-  }
+#define FUSELM_ISA_NAME(name, target) \
+  if (isa == Isa::name) return #name;
+  FUSELM_ISA_LEVELS(FUSELM_ISA_NAME)
+#undef FUSELM_ISA_NAME
   return "?";
 }
 
@@ -135,11 +187,17 @@ std::optional<Isa> parse_isa(std::string_view name) {
 
 bool cpu_supports(Isa isa) { return supports(isa); }
 
+bool cpu_has(std::string_view feature) {
+  const CpuidBit* b = find_bit(feature);
+  if (!b) throw std::invalid_argument(fmt::format("cpu_has: no CPU feature '{}' in the ISA table", feature));
+  return has(*b);
+}
+
+std::string_view cpu_vendor() { return cpuid().vendor; }
+
 Isa detect_cpu_isa() {
-  if (supports(Isa::amx)) return Isa::amx;
-  if (supports(Isa::avx512bf16)) return Isa::avx512bf16;
-  if (supports(Isa::avx512)) return Isa::avx512;
-  if (supports(Isa::avx2)) return Isa::avx2;
+  for (size_t i = kIsaCount; i-- > 1;)
+    if (supports(kAllIsas[i])) return kAllIsas[i];
   return Isa::generic;
 }
 

@@ -15,20 +15,13 @@
 #include "kernels/cpu/tuning.h"
 
 #include "kernels/cpu/linear_impl.h"
+#include "isa/linear_tables.inc"
 
 namespace fuselm::kernels {
 
 const LinearKernels kLinearKernelsGeneric = make_linear_kernels<Isa::generic>();
 
 namespace {
-
-const LinearKernels& linear_kernels(Isa isa) {
-#if FUSELM_X86_ISAS
-  if (isa == Isa::amx) return kLinearKernelsAmx;
-  if (isa == Isa::avx512bf16) return kLinearKernelsAvx512Bf16;
-#endif
-  return isa_kernels<kLinearKernelsGeneric, kLinearKernelsAvx2, kLinearKernelsAvx512>(isa);
-}
 
 const char* nk_name(WeightLayout l) { return l == WeightLayout::nk ? "nk" : "kn"; }
 
@@ -92,7 +85,7 @@ void linear(const LinearArgs& args) {
       for (int64_t j = 0; j < p.n; ++j) p.y[i * p.ldy + j] = p.bias ? p.bias[j] : 0.f;
     return;
   }
-  const LinearKernels& kern = linear_kernels(cpu_isa());
+  const LinearKernels& kern = isa_kernels<LinearKernels>();
   const int64_t work = p.m * p.n * p.k;  // multiply-adds
   if (p.m <= kGemvRows) {
     // Decode: split output columns; each thread streams its share of W once. A thread's share
@@ -129,7 +122,7 @@ void PackedLinearWeights::Free::operator()(uint32_t* p) const { free_large(p, by
 std::unique_ptr<PackedLinearWeights> PackedLinearWeights::pack(const void* w, DType w_dtype,
                                                                WeightLayout layout, int64_t ldw,
                                                                int64_t n, int64_t k) {
-  const LinearKernels& kern = linear_kernels(cpu_isa());
+  const LinearKernels& kern = isa_kernels<LinearKernels>();
   const bool bf16 = w_dtype == DType::bf16 && kern.pack_bf16, f32 = w_dtype == DType::f32 && kern.pack_f32;
   if (!(bf16 || f32) || n <= 0 || k <= 0) return nullptr;
   LinearArgs a{.x = nullptr, .w = w, .w_dtype = w_dtype, .w_layout = layout, .ldw = ldw,

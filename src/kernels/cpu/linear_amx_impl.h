@@ -1,5 +1,5 @@
 // linear with bf16 weights on AMX tiles, for more than kGemvRows rows (internal; included only
-// by linear_avx512bf16.cc, after linear_bf16dot_impl.h, inside the avx512bf16 ISA region).
+// by linear_impl.h, after linear_bf16dot_impl.h, for a level with AMX-BF16).
 //
 // Same operands as dot_gemm: x rounded to bf16 in per-thread scratch (rows padded with zeros to a
 // multiple of 32, k to panel_pairs(k) pairs) and W packed to pair panels bp[kp][64] (one 1 MiB
@@ -86,6 +86,12 @@ void amx_gemm(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_
     }
   }
   _tile_release();
+}
+
+// The amx level's GEMM: bf16 W on tiles, every other dtype on the avx512 bodies.
+void gemm_amx(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (p.w_dtype != DType::bf16) return gemm_entry<Isa::avx512>(p, m0, m1, n0, n1);
+  amx_gemm(p, m0, m1, n0, n1);
 }
 
 }  // namespace

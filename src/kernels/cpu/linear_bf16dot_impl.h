@@ -1,5 +1,5 @@
 // linear kernels for bf16 weights with AVX512_BF16's vdpbf16ps (internal; included only by
-// linear_avx512bf16.cc, after linear_impl.h, inside the avx512bf16 ISA region).
+// linear_impl.h, for a level with AVX512_BF16).
 //
 // The activations are rounded to bf16 (round to nearest even) once per call into per-thread
 // scratch, rows zero-padded to a multiple of 32; every product of two bf16 values is exact in

@@ -1,5 +1,8 @@
-// linear kernel bodies, written once over Vec<Isa> (internal). Included by linear.cc (generic)
-// and linear_<isa>.cc inside their ISA region; includes nothing itself (see the ODR rule in simd.h).
+// linear kernel bodies, written once over Vec<Isa>, and the per-ISA table (internal). linear.cc
+// includes it for the generic table; CMake writes the other levels' tables from the line below.
+// Includes nothing but the bf16 and AMX bodies of the levels that have those features (see the
+// ODR rule in simd.h).
+// isa-table: LinearKernels make_linear_kernels avx2 avx512 avx512bf16 amx
 //
 // GEMV (decode): each pass takes up to 8 rows of x and streams W once.
 //   nk: NB rows of W at a time, NB×M vector accumulators, horizontal sums at the end; bf16 loads
@@ -547,9 +550,42 @@ void gemm_entry(const LinearProblem& p, int64_t m0, int64_t m1, int64_t n0, int6
 }
 
 template <Isa I>
-constexpr LinearKernels make_linear_kernels() {
+constexpr LinearKernels make_vec_linear_kernels() {
   return {&gemv_entry<I>, &gemm_entry<I>, LinearTuning<I>::NV * Vec<I>::W, LinearTuning<I>::MR, nullptr, nullptr,
           &pack_all_f32<I>};
+}
+
+}  // namespace
+}  // namespace fuselm::kernels
+
+// Levels with AVX512_BF16: bf16 weights through vdpbf16ps (linear_bf16dot_impl.h) and, with AMX,
+// bf16 GEMM on tiles (linear_amx_impl.h); every other dtype through the avx512 bodies above, so
+// f32 weights packed at load are avx512's panels. Only the files compiled for such a level (CMake
+// defines FUSELM_ISA_HAS_<FEATURE> there) see those bodies: elsewhere the compiler may not emit them.
+#if FUSELM_ISA_HAS_AVX512BF16
+#include "kernels/cpu/linear_bf16dot_impl.h"
+#endif
+#if FUSELM_ISA_HAS_AMX_BF16
+#include "kernels/cpu/linear_amx_impl.h"
+#endif
+
+namespace fuselm::kernels {
+namespace {  // NOLINT
+
+template <Isa I>
+constexpr LinearKernels make_linear_kernels() {
+#if FUSELM_ISA_HAS_AMX_BF16
+  static_assert(isa_has(I, "amx-bf16"));
+  // GEMV (decode) keeps the avx512 widening path: on Sapphire Rapids vdpbf16ps GEMV measured no
+  // faster at one row (memory-bound) and slower at 4 rows than widening plus two FMAs.
+  return {&gemv_entry<Isa::avx512>, &gemm_amx, kDotNR, kDotMR, &pack_all_bf16, &panel_pairs, &pack_all_f32<Isa::avx512>};
+#elif FUSELM_ISA_HAS_AVX512BF16
+  static_assert(isa_has(I, "avx512bf16") && !isa_has(I, "amx-bf16"));
+  return {&gemv_bf16dot, &gemm_bf16dot, kDotNR, kDotMR, &pack_all_bf16, &panel_pairs, &pack_all_f32<Isa::avx512>};
+#else
+  static_assert(!isa_has(I, "avx512bf16"), "a bf16 level's file defines FUSELM_ISA_HAS_AVX512BF16");
+  return make_vec_linear_kernels<I>();
+#endif
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
-// Per-ISA kernel table of linear (internal: linear.cc dispatches, linear_impl.h implements).
+// Per-ISA kernel table of linear (internal: linear.cc dispatches, linear_impl.h implements; the
+// per-level tables are generated from its isa-table line).
 #include <cstdint>
 
 #include "kernels/cpu/dtype.h"
@@ -45,9 +46,5 @@ struct LinearKernels {
 inline constexpr int64_t kGemvRows = 8;
 
 extern const LinearKernels kLinearKernelsGeneric;
-extern const LinearKernels kLinearKernelsAvx2;
-extern const LinearKernels kLinearKernelsAvx512;
-extern const LinearKernels kLinearKernelsAvx512Bf16;  // bf16 weights via vdpbf16ps, else avx512
-extern const LinearKernels kLinearKernelsAmx;         // as Avx512Bf16, bf16 GEMM on AMX tiles
 
 }  // namespace fuselm::kernels

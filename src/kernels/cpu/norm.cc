@@ -9,6 +9,7 @@
 #include "kernels/cpu/threading.h"
 
 #include "kernels/cpu/norm_impl.h"
+#include "isa/norm_tables.inc"
 
 namespace fuselm::kernels {
 
@@ -17,7 +18,7 @@ const NormKernels kNormKernelsGeneric = make_norm_kernels<Isa::generic>();
 namespace {
 
 const NormKernels& norm_kernels() {
-  return isa_kernels<kNormKernelsGeneric, kNormKernelsAvx2, kNormKernelsAvx512>(cpu_isa());
+  return isa_kernels<NormKernels>();
 }
 
 void check_rows(const char* op, const float* x, int64_t ldx, const float* y, int64_t ldy,

@@ -1,6 +1,6 @@
 // Row normalisation bodies over Vec<Isa> and their per-ISA table (internal). norm.cc includes it
 // for the generic table; CMake writes the avx2 and avx512 tables from the line below.
-// isa-table: NormKernels make_norm_kernels
+// isa-table: NormKernels make_norm_kernels avx2 avx512
 #include <cstdint>
 
 namespace fuselm::kernels {
@@ -13,8 +13,6 @@ struct NormKernels {
 };
 
 extern const NormKernels kNormKernelsGeneric;
-extern const NormKernels kNormKernelsAvx2;
-extern const NormKernels kNormKernelsAvx512;
 
 namespace {  // NOLINT
 

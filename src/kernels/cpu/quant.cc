@@ -8,14 +8,12 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/dtype.h"
-#include "kernels/cpu/isa.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/threading.h"
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <cpuid.h>
-#endif
+#include "isa/quant_tables.inc"
 
 namespace fuselm::kernels {
 namespace {
@@ -25,25 +23,6 @@ constexpr QuantTypeInfo kInfo[] = {
     {"q4_k", 12, 256, 144}, {"q5_k", 13, 256, 176}, {"q6_k", 14, 256, 210},
     {"q5_0", 6, 32, 22},    {"q5_1", 7, 32, 24},
 };
-
-bool cpu_has_avx512_vnni() {
-#if defined(__x86_64__) || defined(_M_X64)
-  unsigned a, b, c, d;
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
-#else
-  return false;
-#endif
-}
-
-// AMX-INT8 (CPUID.(7,0):EDX[25]); the tiles themselves (and the OS's permission) come with Isa::amx.
-bool cpu_has_amx_int8() {
-#if defined(__x86_64__) || defined(_M_X64)
-  unsigned a, b, c, d;
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 25));
-#else
-  return false;
-#endif
-}
 
 float h(uint16_t v) { return f16_to_f32(v); }
 
@@ -192,16 +171,7 @@ int64_t align64(int64_t n) { return (n + 63) & ~int64_t{63}; }
 
 }  // namespace
 
-const QuantKernels& quant_kernels() {
-#if defined(__x86_64__) || defined(_M_X64)
-  static const bool vnni = cpu_has_avx512_vnni(), amx_int8 = cpu_has_amx_int8();
-  const Isa isa = cpu_isa();
-  if (isa == Isa::amx && vnni && amx_int8) return kQuantKernelsAmx;
-  if (isa >= Isa::avx512 && vnni) return kQuantKernelsVnni;
-  if (isa >= Isa::avx2) return kQuantKernelsAvx2;  // avx512 implies avx2
-#endif
-  return kQuantKernelsGeneric;
-}
+const QuantKernels& quant_kernels() { return isa_kernels<QuantKernels>(); }
 
 const QuantTypeInfo& quant_info(QuantType t) { return kInfo[static_cast<int>(t)]; }
 

@@ -1,9 +1,11 @@
 #pragma once
 // Per-path kernel table of quant_linear (internal: quant.cc dispatches, quant_generic.cc and
-// quant_simd_impl.h implement).
+// quant_impl.h implement; the per-level tables are generated from quant_impl.h's isa-table line).
 #include <cstdint>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_packed.h"
 
 namespace fuselm::kernels {
 
@@ -41,13 +43,9 @@ struct QuantKernels {
                    int16_t* sum16, float* dsum);
 };
 
-/// The table for the current ISA (cpu_isa(); vnni needs avx512 and avx512_vnni; amx needs Isa::amx,
-/// avx512_vnni and AMX-INT8).
+/// The table for the current ISA (cpu_isa(): isa_kernels<QuantKernels>()).
 const QuantKernels& quant_kernels();
 
 extern const QuantKernels kQuantKernelsGeneric;
-extern const QuantKernels kQuantKernelsAvx2;
-extern const QuantKernels kQuantKernelsVnni;
-extern const QuantKernels kQuantKernelsAmx;
 
 }  // namespace fuselm::kernels

@@ -1,7 +1,7 @@
 // quant_linear's AVX2 and AVX-512 VNNI bodies (internal), on 256-bit vectors: one 32-element
 // block (or K-quant chunk) of unsigned weight codes against 32 int8 activations per step.
-// Included by quant_avx2.cc (FUSELM_QUANT_VNNI 0) and quant_vnni.cc (1) inside their ISA region;
-// includes nothing itself (see the ODR rule in simd.h).
+// Included by quant_impl.h in the files CMake writes per level; the VNNI bodies where the level has
+// AVX512_VNNI (FUSELM_ISA_HAS_AVX512VNNI); includes nothing itself (see the ODR rule in simd.h).
 //
 // u8×s8 dot of 32 bytes -> 8 int32 lanes: vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (AVX2; no
 // saturation: codes are at most 128, activations at most 127 in magnitude). Q8_0's signed codes
@@ -12,7 +12,7 @@ namespace fuselm::kernels {
 namespace {  // NOLINT
 
 FUSELM_INLINE __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if FUSELM_QUANT_VNNI
+#if FUSELM_ISA_HAS_AVX512VNNI
   return _mm256_dpbusd_epi32(acc, u, s);
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
@@ -41,7 +41,7 @@ FUSELM_INLINE __m256i unpack_nibbles16(const uint8_t* qs) {
 FUSELM_INLINE __m256i fifth_bits(const uint8_t* qh) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
-#if FUSELM_QUANT_VNNI
+#if FUSELM_ISA_HAS_AVX512VNNI
   return _mm256_maskz_mov_epi8(static_cast<__mmask32>(bits), _mm256_set1_epi8(0x10));
 #else
   // Byte e takes byte e/8 of qh, then tests its bit e%8 (ggml's bytes_from_bits_32).
@@ -355,7 +355,7 @@ FUSELM_INLINE void with_packed_type(QuantType t, F&& f) {
   }
 }
 
-#if FUSELM_QUANT_VNNI
+#if FUSELM_ISA_HAS_AVX512VNNI
 // The 16 rows' fp32 scales of block b: the f16 scales, or d·sc (k_scales; exact in fp32).
 template <QuantType Q>
 FUSELM_INLINE __m512 block_scales16(const QuantPacked& w, int64_t g, int64_t b) {
@@ -808,7 +808,7 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
 
 void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
 
-#if FUSELM_QUANT_VNNI
+#if FUSELM_ISA_HAS_AVX512VNNI
 // quantize_acts on AVX-512: per 16 values |x| max, x·(127/amax) rounded to nearest even
 // (roundscale: the scalar loop's (v + 1.5·2^23) - 1.5·2^23 for |v| < 2^22), clamped to ±127,
 // narrowed; Σq per 16 one reduction. The same fp32 operations as the scalar loop, so the same

@@ -2,13 +2,13 @@
 // A thin SIMD vocabulary, Vec<Isa>, in which kernel bodies are written once (internal).
 //
 // Vec<Isa::generic> is scalar C++ (one lane). Vec<Isa::avx2> (8 lanes) and Vec<Isa::avx512>
-// (16 lanes) live in simd_avx2.h / simd_avx512.h and may only be included between
-// isa_begin_<isa>.inc and isa_end.inc, which compile the enclosed functions for that ISA.
+// (16 lanes) live in simd_avx2.h / simd_avx512.h and may only be included inside the target region
+// of a file CMake writes per level (isa_table.cc.in), which compiles the enclosed functions for it.
 //
 // ODR rule for ISA code: everything compiled for an ISA is in an anonymous namespace (so no inline
 // function is ever shared between a generic and an AVX translation unit), and every header with
-// external linkage (std, fmt, our public headers) is included *before* isa_begin_<isa>.inc. Only
-// the per-ISA kernel tables (kLinearKernelsAvx512, ...) have external linkage.
+// external linkage (std, fmt, our public headers) is included *before* the region. Only the
+// per-level kernel tables (kLinearKernels_avx512, ...) have external linkage.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Vec<Isa::avx2>: 8 fp32 lanes in a __m256. Include only between isa_begin_avx2.inc and
-// isa_end.inc, after simd.h (see the ODR rule there).
+// Vec<Isa::avx2>: 8 fp32 lanes in a __m256. Include only inside a level's target region
+// (isa_table.cc.in), after simd.h (see the ODR rule there).
 #if FUSELM_X86_ISAS
 namespace fuselm::kernels {
 namespace {  // NOLINT

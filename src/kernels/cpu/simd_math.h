@@ -1,5 +1,5 @@
 // Vectorised transcendental functions over Vec<Isa> (internal; include like simd_avx*.h: after
-// simd.h, and for an AVX path inside its isa_begin/isa_end region). The generic path calls libm.
+// simd.h, and for an AVX path inside its level's target region). The generic path calls libm.
 //
 // Accuracy (fp32, vs double): exp ~1 ulp; tanh, sigmoid, silu, gelu_tanh a few ulp; erfc from
 // Numerical Recipes' erfcc (fractional error < 1.2e-7 in exact arithmetic), so gelu keeps its

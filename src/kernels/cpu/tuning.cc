@@ -1,32 +1,17 @@
 #include "kernels/cpu/tuning.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#if defined(__x86_64__) || defined(_M_X64)
-#include <cpuid.h>
-#endif
+#include "kernels/cpu/isa.h"
 
 namespace fuselm::kernels {
 namespace {
 
-CpuVendor detect_vendor() {
-#if defined(__x86_64__) || defined(_M_X64)
-  unsigned a, b, c, d;
-  if (__get_cpuid(0, &a, &b, &c, &d)) {
-    char id[13];
-    std::memcpy(id, &b, 4);
-    std::memcpy(id + 4, &d, 4);
-    std::memcpy(id + 8, &c, 4);
-    id[12] = '\0';
-    if (std::strcmp(id, "AuthenticAMD") == 0) return CpuVendor::amd;
-  }
-#endif
-  return CpuVendor::intel;
-}
+// The vendor from isa.cc's one CPUID read.
+CpuVendor detect_vendor() { return cpu_vendor() == "AuthenticAMD" ? CpuVendor::amd : CpuVendor::intel; }
 
 CpuTuning decide() {
   const char* env = std::getenv("FUSELM_CPU_TUNING");

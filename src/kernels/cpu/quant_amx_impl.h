@@ -1,7 +1,7 @@
-// quant_linear_packed on AMX int8 tiles (the "amx" quant path: cpu_isa() amx and the CPU has
-// AMX-INT8 and avx512_vnni; see quant.cc), for prefill: 16 activation rows × 16 weight rows per
+// quant_linear_packed on AMX int8 tiles (internal; the amx level's quant path, included by
+// quant_impl.h after quant_simd_impl.h for a level with AMX-INT8), for prefill: 16 activation rows × 16 weight rows per
 // tile product. Everything else (the raw-block kernels, fewer than 16 rows, the m % 16 rows left
-// over, q6_k) runs the VNNI bodies of quant_simd_impl.h, compiled again here.
+// over, q6_k) runs the VNNI bodies of quant_simd_impl.h, compiled again for this level.
 //
 // Per 32-block b of a weight group g (16 rows) and 16 activation rows i0.., one tile product
 // C[16 x 16] int32 = A · B: A the rows' int8 codes of block b (16 rows × 32 bytes, row stride k),
@@ -12,30 +12,6 @@
 // + m_w·d_x·Σq with a minimum) into 16 fp32 accumulators that stay in registers over all of k. Two C, A and B tiles alternate between even
 // and odd blocks, so one block's tile product overlaps the previous one's scaling. Integer sums
 // are exact, so the result equals the VNNI path's up to the order of fp32 additions.
-#include <cstdint>
-#include <cstring>
-
-#include "kernels/cpu/quant_blocks.h"
-#include "kernels/cpu/quant_kernels.h"
-#include "kernels/cpu/quant_packed.h"
-#include "kernels/cpu/simd.h"
-#include "kernels/cpu/threading.h"
-
-#if FUSELM_X86_ISAS
-#if defined(__clang__)
-#pragma clang attribute push(                                                                                  \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8")
-#endif
-#define FUSELM_QUANT_VNNI 1
-#include "kernels/cpu/quant_simd_impl.h"
-#undef FUSELM_QUANT_VNNI
-
 namespace fuselm::kernels {
 namespace {  // NOLINT
 
@@ -177,15 +153,3 @@ void packed_amx(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1)
 
 }  // namespace
 }  // namespace fuselm::kernels
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
-
-namespace fuselm::kernels {
-const QuantKernels kQuantKernelsAmx = {rows_simd, packed_amx, "amx", quantize_simd};
-}  // namespace fuselm::kernels
-#endif
