@@ -112,10 +112,10 @@ void free_packed_sources(const std::map<std::string, Tensor>& params, const std:
 
 /// "Q4_0 77% Q6_K 22% F32 1%": each storage type's share of the weight bytes, largest first.
 std::string weight_type_mix(const std::map<const void*, int64_t>& bytes,
-                            const std::map<const void*, std::string>& type) {
+                            const std::map<const void*, WeightStorage>& type) {
   std::map<std::string, int64_t> by_type;
   int64_t total = 0;
-  for (const auto& [p, b] : bytes) by_type[type.at(p)] += b, total += b;
+  for (const auto& [p, b] : bytes) by_type[type.at(p).name()] += b, total += b;
   std::vector<std::pair<int64_t, std::string>> order;
   for (const auto& [t, b] : by_type) order.push_back({b, t});
   std::sort(order.rbegin(), order.rend());
@@ -128,12 +128,16 @@ std::string weight_type_mix(const std::map<const void*, int64_t>& bytes,
   return out;
 }
 
+std::string WeightStorage::name() const {
+  return quant ? kernels::quant_info(*quant).name : std::string(ir::dtype_name(dtype));
+}
+
 kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
-                                 const std::map<const void*, std::string>& type) {
+                                 const std::map<const void*, WeightStorage>& type) {
   int64_t f32 = 0, total = 0;
   for (const auto& [p, b] : bytes) {
     total += b;
-    if (type.at(p) == ir::dtype_name(ir::DType::f32)) f32 += b;
+    if (type.at(p) == WeightStorage{ir::DType::f32, std::nullopt}) f32 += b;
   }
   return 2 * f32 >= total ? kv::KvDType::f32 : kv::KvDType::bf16;
 }
@@ -171,7 +175,7 @@ struct ModelLoader {
   std::vector<kv::LayerShape> kv_layers;
   std::map<std::string, Tensor> params, constants;
   std::map<const void*, int64_t> seen;
-  std::map<const void*, std::string> seen_type;  // storage type of each read weight
+  std::map<const void*, WeightStorage> seen_type;  // storage of each read weight
   std::set<std::string, std::less<>> sliced;  // parameters this rank holds a slice of
   std::map<std::string, weights::WeightView> quantized;  // target -> its blocks
 
@@ -257,12 +261,12 @@ void ModelLoader::quantize() {
     auto it = params.find(n.target);
     if (it == params.end()) continue;
     seen[it->second.data] = it->second.numel() * ir::dtype_size(it->second.dtype);
-    seen_type[it->second.data] = std::string(ir::dtype_name(it->second.dtype));
+    seen_type[it->second.data] = WeightStorage{it->second.dtype, std::nullopt};
     if (auto q = quantized.find(n.target); q != quantized.end()) {
       it->second.quant = m->quant_.adopt(q->second);
       seen[it->second.data] = it->second.quant->packed ? it->second.quant->packed->bytes()
                                                        : static_cast<int64_t>(q->second.nbytes());
-      seen_type[it->second.data] = kernels::quant_info(it->second.quant->type).name;
+      seen_type[it->second.data] = WeightStorage{it->second.dtype, it->second.quant->type};
     }
   }
   // The sources of stacked weights are read no more: drop their converted copies (bf16 SmolLM2

@@ -119,12 +119,22 @@ class Model {
   runtime::Tensor gathered_view_;
 };
 
+/// How one weight the model reads is stored: a plain dtype, or ggml blocks of a quantized type.
+struct WeightStorage {
+  ir::DType dtype = ir::DType::f32;
+  std::optional<kernels::QuantType> quant;  // set: block-quantized (dtype is then not read)
+
+  /// "f32", "bf16", "q4_k", ...: the dtype's or the quantized type's name.
+  std::string name() const;
+  bool operator==(const WeightStorage&) const = default;
+};
+
 /// The KV cache dtype of --kv-cache-dtype auto, from the weights a model reads (`bytes` and
-/// `type` keyed by storage, as weight_type_mix): f32 when F32 tensors hold at least half of the
-/// weight bytes (an fp32 model keeps an fp32 cache, so its logits match an fp32 reference), else bf16
-/// (as vLLM's auto cache follows the model's dtype and llama.cpp keeps a 16-bit cache).
+/// `type` keyed by storage): f32 when plain f32 tensors hold at least half of the weight bytes (an
+/// fp32 model keeps an fp32 cache, so its logits match an fp32 reference), else bf16 (as vLLM's
+/// auto cache follows the model's dtype and llama.cpp keeps a 16-bit cache).
 kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
-                                 const std::map<const void*, std::string>& type);
+                                 const std::map<const void*, WeightStorage>& type);
 
 /// KV layout of every attention layer in the graph, indexed by the op's layer index
 /// (fusers::kv_layers, the fusion plan's KV layers). Throws when a layer index is negative,

@@ -2,13 +2,16 @@
 
 #include <map>
 
+#include "ir/op_traits.h"
+
 namespace fuselm::engine {
 namespace {
 
-// Whether argument `i` of node n is where a block-quantized weight may be read.
+// Whether argument `i` of node n is where a block-quantized weight may be read (the op's
+// quant_weight trait: linear's W, an embedding's table).
 bool reads_blocks(const ir::Node& n, size_t i) {
-  return (n.op == "aten.linear.default" && i == 1) ||
-         ((n.op == "aten.embedding.default" || n.op == "fuselm.vocab_embedding.default") && i == 0);
+  const int8_t w = ir::op_traits(n.op).quant_weight;
+  return w >= 0 && static_cast<size_t>(w) == i;
 }
 
 void refs_of(const ir::Arg& a, std::vector<int>& out) {
@@ -61,10 +64,12 @@ std::set<std::string, std::less<>> quantizable_parameters(const ir::Graph& g,
 
 std::set<std::string, std::less<>> embedding_tables(const ir::Graph& g) {
   std::set<std::string, std::less<>> out;
-  for (const auto& n : g.nodes)
-    if ((n.op == "aten.embedding.default" || n.op == "fuselm.vocab_embedding.default") && !n.args.empty() &&
-        n.args[0].kind == ir::Arg::Kind::ref)
-      out.insert(g.nodes[static_cast<size_t>(n.args[0].ref)].target);
+  for (const auto& n : g.nodes) {
+    const auto& t = ir::op_traits(n.op);  // a lookup reads its table's rows (argument quant_weight)
+    const auto w = static_cast<size_t>(t.quant_weight);
+    if (t.lookup && n.args.size() > w && n.args[w].kind == ir::Arg::Kind::ref)
+      out.insert(g.nodes[static_cast<size_t>(n.args[w].ref)].target);
+  }
   return out;
 }
 

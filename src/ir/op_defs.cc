@@ -57,8 +57,8 @@ std::span<const OpDef> op_defs() {
       {"fuselm.moe_route.default",  // moe_route_op.cc; the moe fuser
        {"input", "gate_weight", "correction_bias", "scoring", "groups", "topk_group", "group_score", "top_k", "renorm",
         "renorm_eps", "scaling"}},
-      {"fuselm.all_reduce.default", {"input"}},  // dist_ops.cc; the TP sharding plan (src/dist)
-      {"fuselm.all_gather.default", {"input"}},  // dist_ops.cc; the vocab-parallel LM head (src/dist)
+      {"fuselm.all_reduce.default", {"input"}},  // dist_ops.cc; the TP sharding plan (src/passes/shard_plan.cc)
+      {"fuselm.all_gather.default", {"input"}},  // dist_ops.cc; the vocab-parallel LM head (src/passes/shard_plan.cc)
       // matmul_ops.cc; the vocab-parallel table: a lookup that may read a quantized table.
       {"fuselm.vocab_embedding.default", {"weight", "indices", "first"}, OpSource::fusers, KvRows::none, "",
        [] {

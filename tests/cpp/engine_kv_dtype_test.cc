@@ -14,24 +14,26 @@ namespace {
 struct Weights {
   int cells[4]{};
   std::map<const void*, int64_t> bytes;
-  std::map<const void*, std::string> type;
-  void add(int i, const std::string& t, int64_t b) {
+  std::map<const void*, WeightStorage> type;
+  void add(int i, ir::DType d, int64_t b) { add(i, WeightStorage{d, std::nullopt}, b); }
+  void add(int i, kernels::QuantType q, int64_t b) { add(i, WeightStorage{ir::DType::u8, q}, b); }
+  void add(int i, WeightStorage s, int64_t b) {
     bytes[&cells[i]] = b;
-    type[&cells[i]] = t;
+    type[&cells[i]] = s;
   }
 };
 
 TEST(KvDTypeForWeights, AnFp32ModelKeepsAnFp32Cache) {
   Weights w;
-  w.add(0, "f32", 500);
-  w.add(1, "f32", 100);
+  w.add(0, ir::DType::f32, 500);
+  w.add(1, ir::DType::f32, 100);
   EXPECT_EQ(kv_dtype_for_weights(w.bytes, w.type), kv::KvDType::f32);
 }
 
 TEST(KvDTypeForWeights, Bf16WeightsWithFp32NormsGiveABf16Cache) {
   Weights w;
-  w.add(0, "bf16", 900);
-  w.add(1, "f32", 10);
+  w.add(0, ir::DType::bf16, 900);
+  w.add(1, ir::DType::f32, 10);
   EXPECT_EQ(kv_dtype_for_weights(w.bytes, w.type), kv::KvDType::bf16);
 }
 
@@ -39,16 +41,16 @@ TEST(KvDTypeForWeights, QuantizedWeightsGiveABf16CacheByTheirSummedShare) {
   // Two quantized types together outweigh the f32 tensors, though each alone does not: the f32
   // tensors are 40% of the bytes, not an fp32 model.
   Weights w;
-  w.add(0, "q4_1", 300);
-  w.add(1, "q6_k", 300);
-  w.add(2, "f32", 400);
+  w.add(0, kernels::QuantType::q4_1, 300);
+  w.add(1, kernels::QuantType::q6_k, 300);
+  w.add(2, ir::DType::f32, 400);
   EXPECT_EQ(kv_dtype_for_weights(w.bytes, w.type), kv::KvDType::bf16);
 }
 
 TEST(KvDTypeForWeights, HalfFp32IsStillAnFp32Model) {
   Weights w;
-  w.add(0, "f32", 500);
-  w.add(1, "bf16", 500);
+  w.add(0, ir::DType::f32, 500);
+  w.add(1, ir::DType::bf16, 500);
   EXPECT_EQ(kv_dtype_for_weights(w.bytes, w.type), kv::KvDType::f32);
 }
 
