@@ -12,7 +12,7 @@
 // Usage: bench_decode [MODEL_DIR] [--tokens N] [--repeats R] [--prefill P] [--dtype f32|bf16|both]
 //                     [--fusers on|off|both]
 //   MODEL_DIR defaults to <repo>/models/SmolLM2-135M-Instruct (scripts/prepare_default_model.sh).
-//   OMP_NUM_THREADS sets the threads; FUSELM_CPU_ISA=generic|avx2|avx512 the kernel path.
+//   OMP_NUM_THREADS sets the threads; FUSELM_CPU_ISA=generic|avx2|avx512|avx512vnni|avx512bf16|amx the kernel path.
 #include <omp.h>
 
 #include <algorithm>

@@ -9,7 +9,7 @@
 //   decode token       all 30 layers' linears + LM head at m = 1, distinct weights: tokens/s
 //   GEMM               linear at m = 300 (prefill): GFLOP/s and % of the FMA peak
 //
-// Usage: bench_kernels [--quick]   (FUSELM_CPU_ISA=generic|avx2|avx512 picks the kernel path;
+// Usage: bench_kernels [--quick]   (FUSELM_CPU_ISA=generic|avx2|avx512|avx512vnni|avx512bf16|amx picks the kernel path;
 // OMP_NUM_THREADS the threads.)
 #include <omp.h>
 
