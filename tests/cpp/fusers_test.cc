@@ -511,3 +511,19 @@ TEST(AttentionFuser, UnresolvableScaleIsAnError) {
 
 }  // namespace
 }  // namespace fuselm::fusers
+
+namespace fuselm::fusers {
+namespace {
+
+// Each fuser registers itself from its own file; the registry orders them by their declared
+// order. This fails when a fuser's object is dropped at link (the library not linked whole) or an
+// order changes.
+TEST(FuserRegistry, EveryFuserRegistersItselfInItsOrder) {
+  std::vector<std::string> names;
+  for (const Fuser* f : registry()) names.emplace_back(f->name());
+  const std::vector<std::string> want = {"moe", "mla", "packed_qkv", "qkv", "glu", "packed_glu", "rms_norm", "rope", "attention"};
+  EXPECT_EQ(names, want);
+}
+
+}  // namespace
+}  // namespace fuselm::fusers
