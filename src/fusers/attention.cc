@@ -105,4 +105,7 @@ const Fuser& attention_fuser() {
   return f;
 }
 
+// Registry order 100: additive: attaches the engine's attention site.
+[[maybe_unused]] const bool kRegistered = register_fuser(attention_fuser(), 100);
+
 }  // namespace fuselm::fusers

@@ -14,7 +14,8 @@
 //              into one fused tensor along an axis) with their tensor-parallel sharding, and
 //              additive records (attention sites). Node references are graph node indices;
 //              kNewNode + k refers to the fusion's own k-th new node.
-//   apply      (plan.h) matches every module with the registry, rewrites a copy of the graph
+//   apply      (plan.h) matches every module with the registry (each fuser registers itself with
+//              its order, register_fuser), rewrites a copy of the graph
 //              (fused nodes in place of the matched roots, dead nodes removed, refs renumbered)
 //              and reports every fusion and fallback.
 #include <fmt/core.h>
@@ -218,7 +219,15 @@ struct FusionError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The registry: one ordered list (registry.cc), rewriting fusers first.
+/// The registry: every registered fuser by its order (registry.cc). Built on first use, after
+/// static initialisation; throws std::logic_error when two fusers share an order or a name.
 std::span<const Fuser* const> registry();
+
+/// Adds `f` to the registry at `order` (lower runs first: rewriting module-level fusers, then
+/// composing ones, then additive ones; docs/fusers.md, "The registry"). Called once per fuser,
+/// from a namespace-scope initialiser in the fuser's own file:
+///   [[maybe_unused]] const bool kRegistered = register_fuser(rope_fuser(), 80);
+/// Returns true (the initialiser's value).
+bool register_fuser(const Fuser& f, int order);
 
 }  // namespace fuselm::fusers

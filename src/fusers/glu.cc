@@ -158,4 +158,7 @@ const Fuser& glu_fuser() {
   return f;
 }
 
+// Registry order 50: an MLP block: gate/up projections under one module.
+[[maybe_unused]] const bool kRegistered = register_fuser(glu_fuser(), 50);
+
 }  // namespace fuselm::fusers

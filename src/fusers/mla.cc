@@ -164,4 +164,7 @@ const Fuser& mla_fuser() {
   return f;
 }
 
+// Registry order 20: before packed_qkv/qkv: an MLA module's attention also reads projections.
+[[maybe_unused]] const bool kRegistered = register_fuser(mla_fuser(), 20);
+
 }  // namespace fuselm::fusers

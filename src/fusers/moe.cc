@@ -171,5 +171,8 @@ const Fuser& moe_fuser() {
   return f;
 }
 
+// Registry order 10: an MoE block: its router, before glu could claim the block's own multiply.
+[[maybe_unused]] const bool kRegistered = register_fuser(moe_fuser(), 10);
+
 }  // namespace fuselm::fusers
 

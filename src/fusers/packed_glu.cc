@@ -117,4 +117,7 @@ const Fuser& packed_glu_fuser() {
   return f;
 }
 
+// Registry order 60: an MLP block whose gate and up are one projection's halves.
+[[maybe_unused]] const bool kRegistered = register_fuser(packed_glu_fuser(), 60);
+
 }  // namespace fuselm::fusers

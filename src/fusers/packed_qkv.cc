@@ -268,4 +268,7 @@ const Fuser& packed_qkv_fuser() {
   return f;
 }
 
+// Registry order 30: before qkv: one projection cut into (q, k, v) pieces.
+[[maybe_unused]] const bool kRegistered = register_fuser(packed_qkv_fuser(), 30);
+
 }  // namespace fuselm::fusers

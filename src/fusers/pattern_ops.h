@@ -45,6 +45,7 @@ inline constexpr std::string_view silu = "aten.silu.default";
 inline constexpr std::string_view gelu = "aten.gelu.default";
 inline constexpr std::string_view relu = "aten.relu.default";
 inline constexpr std::string_view sigmoid = "aten.sigmoid.default";
+inline constexpr std::string_view tanh = "aten.tanh.default";
 inline constexpr std::string_view softmax = "aten.softmax.int";
 inline constexpr std::string_view softmax_ = "aten._softmax.default";
 

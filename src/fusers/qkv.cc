@@ -102,4 +102,7 @@ const Fuser& qkv_fuser() {
   return f;
 }
 
+// Registry order 40: an attention module: three projections feeding q, k, v.
+[[maybe_unused]] const bool kRegistered = register_fuser(qkv_fuser(), 40);
+
 }  // namespace fuselm::fusers

@@ -191,4 +191,7 @@ const Fuser& rms_norm_fuser() {
   return f;
 }
 
+// Registry order 70: a norm module (leaf): never overlaps a GLU's nodes.
+[[maybe_unused]] const bool kRegistered = register_fuser(rms_norm_fuser(), 70);
+
 }  // namespace fuselm::fusers

@@ -230,4 +230,7 @@ const Fuser& rope_fuser() {
   return f;
 }
 
+// Registry order 80: composes: x·cos + rotate_half(x)·sin beside the module's qkv fusion.
+[[maybe_unused]] const bool kRegistered = register_fuser(rope_fuser(), 80);
+
 }  // namespace fuselm::fusers

@@ -51,6 +51,12 @@ std::span<const OpDef> op_defs() {
       // fused_ops.cc; the rope fuser.
       {"fuselm.rope.default", {"input", "cos", "sin", "pairing"}, OpSource::fusers, KvRows::none, "",
        tp(TpRule::rope)},
+      // fused_ops.cc; the softcap fuser. c · tanh(x / c), elementwise: pointwise and row-wise.
+      {"fuselm.softcap.default", {"input", "cap"}, OpSource::fusers, KvRows::none, "", [] {
+         OpTraits t = tp(TpRule::pointwise, true);
+         t.pointwise = true;
+         return t;
+       }()},
       {"fuselm.mla_attention.default",  // mla_op.cc; the mla fuser
        {"q", "latent", "k_rot", "w_up", "scaling", "layer_idx", "nope_dim", "v_dim"},
        OpSource::fusers, KvRows::latent, "layer_idx", tp(TpRule::mla_attention)},

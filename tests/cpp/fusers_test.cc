@@ -1,4 +1,4 @@
-// The rms_norm, glu, qkv, packed_qkv, rope and attention fusers on captured toy modules
+// The rms_norm, glu, qkv, packed_qkv, rope, softcap and attention fusers on captured toy modules
 // (tests/cpp/data/fusers/*.json, written by tests/python/make_fuser_fixtures.py through the normal
 // capture path from the toys of tests/python/test_fusers.py). The oracle is the toys' source: the
 // eps, weight form, activation, widths, head counts, scales and layer indices are literals there
@@ -435,6 +435,49 @@ TEST(RopeFuser, AnotherHalfNegatedIsNotRotateHalf) {
   EXPECT_EQ(p.graph.nodes.size(), g.nodes.size());
 }
 
+// ---------------------------------------------------------------- softcap
+
+// The Softcap toy: a projection (times 4) soft-capped as Gemma 2 writes it, y / 30; tanh; · 30.
+// `two` caps the result again with 50.0 · tanh(z / 50.0) (the factor first).
+TEST(SoftcapFuser, DivTanhMulBySameScalarBecomesOneOp) {
+  for (const auto& [name, detail, caps] : {std::tuple{"softcap_gemma2", "cap=30 sites=1", std::vector<double>{30}},
+                                           std::tuple{"softcap_two", "sites=2", std::vector<double>{30, 50}}}) {
+    SCOPED_TRACE(name);
+    const ir::Graph g = fixture(name);
+    const Plan p = apply(g);
+    EXPECT_TRUE(p.report.errors.empty());
+    EXPECT_EQ(expect_entry(p, "block", "softcap", Status::fused).detail, detail);
+    const auto ops = all(p.graph, "fuselm.softcap.default");
+    ASSERT_EQ(ops.size(), caps.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      ASSERT_EQ(ops[i]->args.size(), 2u);
+      EXPECT_EQ(ops[i]->args[1].kind, ir::Arg::Kind::real);
+      EXPECT_EQ(ops[i]->args[1].f, caps[i]);
+      // x: the scaled projection, or the first cap's result for the second site
+      EXPECT_EQ(p.graph.nodes.at(ops[i]->args[0].ref).op, i == 0 ? "aten.mul.Tensor" : "fuselm.softcap.default");
+    }
+    EXPECT_EQ(count_op(p.graph, "aten.tanh.default"), 0) << "the tanh is dead";
+    EXPECT_EQ(count_op(p.graph, "aten.div.Tensor"), 0) << "the quotient is dead";
+    EXPECT_EQ(p.graph.outputs.size(), 1u);
+    EXPECT_EQ(p.graph.nodes.at(p.graph.outputs[0]).op, "fuselm.softcap.default");
+  }
+}
+
+TEST(SoftcapFuser, OtherFactorsAndOtherReadersAreLeftAlone) {
+  for (const auto& [name, reason] :
+       {std::tuple{"softcap_other_factor", "tanh(x / 30) is multiplied by 20, not the cap"},
+        std::tuple{"softcap_tanh_shared", "tanh(x / 30) is read by something else than one product"},
+        std::tuple{"softcap_div_shared", "x / 30 is read by something else than the tanh"}}) {
+    SCOPED_TRACE(name);
+    const ir::Graph g = fixture(name);
+    const Plan p = apply(g);
+    EXPECT_EQ(expect_entry(p, "block", "softcap", Status::rejected).detail, reason);
+    EXPECT_EQ(count_op(p.graph, "fuselm.softcap.default"), 0);
+    EXPECT_EQ(count_op(p.graph, "aten.tanh.default"), 1);
+    EXPECT_EQ(count_op(p.graph, "aten.div.Tensor"), 1);
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 TEST(AttentionFuser, ScaleIsTheOpArgumentNotTheModuleAttribute) {
@@ -507,6 +550,23 @@ TEST(AttentionFuser, UnresolvableScaleIsAnError) {
   EXPECT_EQ(p.report.errors, std::vector<std::string>{err});
   EXPECT_EQ(expect_entry(p, "attns.0", "attention", Status::error).detail, err);
   EXPECT_TRUE(p.attention.empty());
+}
+
+}  // namespace
+}  // namespace fuselm::fusers
+
+namespace fuselm::fusers {
+namespace {
+
+// Each fuser registers itself from its own file; the registry orders them by their declared
+// order. This fails when a fuser's object is dropped at link (the library not linked whole) or an
+// order changes.
+TEST(FuserRegistry, EveryFuserRegistersItselfInItsOrder) {
+  std::vector<std::string> names;
+  for (const Fuser* f : registry()) names.emplace_back(f->name());
+  const std::vector<std::string> want = {"moe",        "mla",      "packed_qkv", "qkv",     "glu",
+                                         "packed_glu", "rms_norm", "rope",       "softcap", "attention"};
+  EXPECT_EQ(names, want);
 }
 
 }  // namespace

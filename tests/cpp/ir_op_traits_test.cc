@@ -76,7 +76,8 @@ TEST(OpTraits, RowSelection) {
   for (const char* op : {"aten.alias.default", "aten.to.dtype", "aten._to_copy.default", "aten.clone.default",
                          "aten.tanh.default", "aten.mul.Tensor", "aten.div.Tensor", "aten.add.Tensor", "aten.sub.Tensor",
                          "aten.mul.Scalar", "aten.div.Scalar", "aten.contiguous.default", "aten.to.dtype_layout",
-                         "aten.type_as.default", "fuselm.rms_norm.default", "fuselm.act_and_mul.default"})
+                         "aten.type_as.default", "fuselm.rms_norm.default", "fuselm.act_and_mul.default",
+                         "fuselm.softcap.default"})
     EXPECT_TRUE(op_traits(op).rowwise) << op;
   for (const char* op : {"aten.softmax.int", "aten.add_.Tensor", "aten.linear.default", "aten.view.default",
                          "aten.cumsum.default", "fuselm.select_rows.default", "aten.mean.dim"})
@@ -137,7 +138,7 @@ TEST(OpTraits, TensorParallelRules) {
         "aten.exp.default", "aten.erf.default", "aten.sin.default", "aten.cos.default", "aten.to.dtype",
         "aten._to_copy.default", "aten.to.dtype_layout", "aten.to.device", "aten.contiguous.default",
         "aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.dropout.default",
-        "aten.type_as.default", "aten.sqrt.default", "aten.abs.default"})
+        "aten.type_as.default", "aten.sqrt.default", "aten.abs.default", "fuselm.softcap.default"})
     want[op] = TpRule::pointwise;
   for (const auto& t : op_traits_table()) {
     const auto it = want.find(std::string(t.name));

@@ -1571,6 +1571,36 @@ void add_fused_cases(Cases& m) {
     EXPECT_CONTAINS(run_error(op, {{x}, {c}, {c}}, [](auto n) { return std::vector<Arg>{R(n[0]), R(n[1]), R(n[2]), S("every_two")}; },
                               DType::f32, {1, 2, 3, 8}), "pairing 'every_two'");
   };
+  // y = cap · tanh(x / cap), bit for bit what the unfused aten.div, aten.tanh and aten.mul give (the
+  // fused op runs their kernels block by block): contiguous (one block, many blocks and threads
+  // with a ragged tail), transposed and strided x; and c·tanh(x/c) in double within rounding.
+  m["fuselm.softcap.default"] = [] {
+    const std::string op = "fuselm.softcap.default";
+    auto unfused = [](const Host& x, Layout layout, double cap) {
+      OpGraph g;
+      const int xn = g.input(x, layout);
+      const int d = g.op("aten.div.Tensor", {R(xn), F(cap)}, DType::f32, x.shape);
+      const int t = g.op("aten.tanh.default", {R(d)}, DType::f32, x.shape);
+      g.output(g.op("aten.mul.Tensor", {R(t), F(cap)}, DType::f32, x.shape));
+      return g.run();
+    };
+    for (const auto& [shape, cap] : {std::pair{std::vector<int64_t>{2, 3, 20}, 30.0},
+                                     std::pair{std::vector<int64_t>{1, 1, 70001}, 30.0},
+                                     std::pair{std::vector<int64_t>{3, 5, 9001}, 50.0}}) {
+      Host x = rand_host(DType::f32, shape, 531, -150, 150);
+      Host want{DType::f32, x.shape, std::vector<double>(x.numel())};
+      for (int64_t i = 0; i < x.numel(); ++i) want.v[i] = cap * std::tanh(x.v[i] / cap);
+      auto args = [cap = cap](const std::vector<int>& n) { return std::vector<Arg>{R(n[0]), F(cap)}; };
+      const std::string w = " n=" + std::to_string(x.numel());
+      for (Layout layout : {Layout::contiguous, Layout::transposed, Layout::strided}) {
+        check_op(op, {{x, layout}}, args, unfused(x, layout, cap), "bit-identical to div, tanh, mul" + w, 0, 0);
+        check_op(op, {{x, layout}}, args, want, "c·tanh(x/c)" + w, 1e-5, 1e-5);
+      }
+    }
+    Host bf = rand_host(DType::bf16, {2, 8}, 532);
+    EXPECT_CONTAINS(run_error(op, {{bf}}, [](auto n) { return std::vector<Arg>{R(n[0]), F(30.0)}; }, DType::f32, {2, 8}),
+                    "f32 only");
+  };
   // One process (a single-process communicator): the sum over one rank is the input; the MPI sum is
   // tested under mpirun (tests/python/test_tensor_parallel.py).
   m["fuselm.all_reduce.default"] = [] {

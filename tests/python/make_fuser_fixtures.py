@@ -5,7 +5,8 @@ capture path (test_fusers.capture_toy: x [1, T, 32] with T dynamic, the block un
 toy's own children): the RMSNorm variants and non-RMSNorms, the GLU variants and rejections, QKV
 (v/k/q order with an extra projection, q/k norms per head and over the whole width, packed MQA,
 per-head split), rotary embeddings (rotate_half on the whole head and on a partial slice, the
-wrong half negated, GPT-J's interleaved pairs), the attention scale cases and layer-index cases. The unresolvable scale is the
+wrong half negated, GPT-J's interleaved pairs), tanh soft-capping (one and two sites, another
+factor, the tanh or the quotient read elsewhere), the attention scale cases and layer-index cases. The unresolvable scale is the
 one fixture edited after capture: torch.export specializes Python-float scales, so the scale
 argument a capture could not resolve is written as None, as test_fusers.py does.
 Regenerate after an IR or capture change: python tests/python/make_fuser_fixtures.py
@@ -63,6 +64,11 @@ CASES = {
     "rope_partial": (lambda: t.Wrap(t.Rope("partial")), (), None),
     "rope_wrong_half": (lambda: t.Wrap(t.Rope("wrong_half")), (), None),
     "rope_interleaved": (lambda: t.Wrap(t.Rope("interleaved")), (), None),
+    "softcap_gemma2": (lambda: t.Wrap(t.Softcap("gemma2")), (), None),
+    "softcap_two": (lambda: t.Wrap(t.Softcap("two")), (), None),
+    "softcap_other_factor": (lambda: t.Wrap(t.Softcap("other_factor")), (), None),
+    "softcap_tanh_shared": (lambda: t.Wrap(t.Softcap("tanh_shared")), (), None),
+    "softcap_div_shared": (lambda: t.Wrap(t.Softcap("div_shared")), (), None),
     "attn_scale_opt": (lambda: t.Wrap(t.ScaledAttn("opt")), (), None),
     "attn_scale_gemma2": (lambda: t.Wrap(t.ScaledAttn("gemma2")), (), None),
     "attn_scale_yarn": (lambda: t.Wrap(t.ScaledAttn("yarn")), (), None),

@@ -336,6 +336,53 @@ def test_rope_rejects(variant, reason, fuselm_bin, tmp_path):
     assert e and e["status"] == "rejected" and reason in e["detail"], e
 
 
+# ---------------------------------------------------------------- tanh soft-capping
+
+class Softcap(nn.Module):
+    """A projection soft-capped as transformers writes it (Gemma 2's final_logit_softcapping):
+    `y / c; tanh; y * c`. variant: gemma2 (c = 30), two (a second site, 50.0 · tanh(z / 50.0), the
+    factor first), other_factor (÷ 30, × 20: not a soft-cap), tanh_shared (the tanh also read by a
+    sum), div_shared (the quotient also read by a sum)."""
+
+    def __init__(self, variant="gemma2"):
+        super().__init__()
+        self.variant = variant
+        self.proj = nn.Linear(H, H, bias=False)
+
+    def forward(self, x):
+        y = self.proj(x) * 4.0
+        v = self.variant
+        if v == "other_factor":
+            return torch.tanh(y / 30.0) * 20.0
+        if v == "tanh_shared":
+            t = torch.tanh(y / 30.0)
+            return t * 30.0 + t
+        if v == "div_shared":
+            d = y / 30.0
+            return torch.tanh(d) * 30.0 + d
+        out = torch.tanh(y / 30.0) * 30.0
+        if v == "two":
+            out = 50.0 * torch.tanh(out / 50.0)
+        return out
+
+
+@pytest.mark.parametrize("variant,detail", [("gemma2", "cap=30 sites=1"), ("two", "sites=2")])
+def test_softcap_fuses(variant, detail, fuselm_bin, tmp_path):
+    d = capture_toy(Wrap(Softcap(variant)), tmp_path / variant)
+    r = inspect(fuselm_bin, d)
+    e = entry(r, "block", "softcap")
+    assert e and e["status"] == "fused" and e["detail"] == detail, e
+    assert r["totals"]["softcap"] == {"applied": 1, "candidates": 1}
+
+
+@pytest.mark.parametrize("variant,reason", [("other_factor", "multiplied by 20, not the cap"),
+                                            ("tanh_shared", "read by something else than one product"),
+                                            ("div_shared", "read by something else than the tanh")])
+def test_softcap_rejects(variant, reason, fuselm_bin, tmp_path):
+    e = entry(inspect(fuselm_bin, capture_toy(Wrap(Softcap(variant)), tmp_path / variant)), "block", "softcap")
+    assert e and e["status"] == "rejected" and reason in e["detail"], e
+
+
 # ---------------------------------------------------------------- real families: plan and logits
 
 def expected_plan(family: str) -> tuple[dict, dict]:
@@ -353,7 +400,8 @@ def expected_plan(family: str) -> tuple[dict, dict]:
         "mistral": ({**separate, **glu_rms, **rope}, {}),
         "gemma": ({**separate, **glu_rms, **rope}, {}),  # (1 + w) norms
         "qwen3": ({**separate, **glu_rms, **rope, "rms_norm": 4 * n + 1}, {}),  # + per-head q/k norms
-        "gemma2": ({**separate, **glu_rms, **rope, "rms_norm": 4 * n + 1}, {}),  # + post-attention/-MLP norms
+        # + post-attention/-MLP norms; the final logit soft-capping 30·tanh(logits/30)
+        "gemma2": ({**separate, **glu_rms, **rope, "rms_norm": 4 * n + 1, "softcap": 1}, {}),
         "gemma3_text": ({**separate, **glu_rms, **rope, "rms_norm": 6 * n + 1}, {}),  # both, + q/k norms
         "phi3": ({"attention": n, "packed_qkv": n, "packed_glu": n, "rms_norm": 2 * n + 1, **rope}, {}),
         "opt": (separate, plain_mlp),  # LayerNorm, q pre-scaled
@@ -415,6 +463,16 @@ def test_family_plan_fused_unfused_and_transformers(family, family_dir, fuselm_b
     assert diff <= 1e-5 * scale
     assert fused_res["token_ids"] == plain_res["token_ids"]
     check_against_oracle(f"{family}/fused", hf_model(d), prompt, fused_res["token_ids"], fused)
+
+
+def test_softcap_logits_bit_identical_on_gemma2(family_dir, fuselm_bin, tmp_path):
+    """The fused soft-cap computes what the unfused div, tanh and mul compute, element for element
+    (the same kernels): Gemma 2's logits are bit-identical with and without the softcap fuser."""
+    d = family_dir("gemma2")
+    prompt = [int(x) for x in np.random.default_rng(7).integers(0, 500, size=7)]
+    _, fused = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path)
+    _, plain = fuselm_runner.generate(fuselm_bin, d, prompt, 8, tmp_path, extra=["--disable-fuser", "softcap"])
+    assert fused.tobytes() == plain.tobytes()
 
 
 # ---------------------------------------------------------------- name blindness

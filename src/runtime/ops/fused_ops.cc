@@ -4,11 +4,13 @@
 //   fuselm.act_and_mul(gu [..., 2N], act) -> act(gu[..., :N]) · gu[..., N:]   act: silu|gelu|gelu_tanh
 //   fuselm.rope(x [..., d], cos, sin, pairing) -> x · cos + rotate(x) · sin   pairing: half|interleaved
 //       f32 only (the rope fuser fuses nothing else); cos and sin broadcast to x
+//   fuselm.softcap(x, cap) -> cap · tanh(x / cap)   f32 only; bit for bit the unfused div, tanh, mul
 #include <algorithm>
 #include <cstring>
 #include <string_view>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "runtime/ops/common.h"
@@ -94,12 +96,54 @@ void rope(OpCall& c) {
   set_out(c, y);
 }
 
+// A contiguous f32 run [b, e) of p as a 1-d view.
+kernels::Strided run_of(float* p, int64_t b, int64_t e) {
+  kernels::Strided v;
+  v.data = p + b;
+  v.ndim = 1;
+  v.shape[0] = e - b;
+  v.strides[0] = 1;
+  return v;
+}
+
+// Floats per block: the three kernels pass over one block while it sits in L1.
+constexpr int64_t kSoftcapBlock = 4096;
+
+// cap · tanh(x / cap) by the kernels the unfused aten.div, aten.tanh and aten.mul run
+// (kernels::binary with the cap as a 0-d f64 scalar read once as f32, then unary_tanh_f32, then
+// kernels::binary), each element through the same operations in the same order, so the result is
+// bit-identical to the unfused chain's. They go block by block over the output, so the tensor is
+// read and written once instead of three times. A strided x is divided whole into y first (the
+// div kernel walks its strides), then tanh and the product run in place by blocks.
+void softcap(OpCall& c) {
+  const Tensor& x = c.tensor(0);
+  if (x.dtype != DType::f32 || c.out_dtype() != DType::f32) c.fail("softcap of " + x.describe() + ": the fused softcap runs f32 only");
+  double storage = 0;
+  const kernels::Strided cap = view(scalar_tensor(c.arg(1), storage));
+  Tensor y = c.alloc(DType::f32, x.sizes());
+  const bool whole_div = !x.is_contiguous();
+  if (whole_div) kernels::binary(kernels::BinaryFn::div, 1.0, view(x), cap, view(y));
+  float* const in = whole_div ? y.ptr<float>() : x.ptr<float>();
+  float* const out = y.ptr<float>();
+  const int64_t n = y.numel();
+  kernels::parallel_for_ranges(kernels::strided_threads(n), n, kSoftcapBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b += kSoftcapBlock) {
+      const int64_t e = std::min(end, b + kSoftcapBlock);
+      if (!whole_div) kernels::binary(kernels::BinaryFn::div, 1.0, run_of(in, b, e), cap, run_of(out, b, e));
+      kernels::unary_tanh_f32(out + b, out + b, e - b);
+      kernels::binary(kernels::BinaryFn::mul, 1.0, run_of(out, b, e), cap, run_of(out, b, e));
+    }
+  });
+  set_out(c, y);
+}
+
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
   r.add("fuselm.rms_norm.default", rms_norm);
   r.add("fuselm.act_and_mul.default", act_and_mul);
   r.add("fuselm.rope.default", rope);
+  r.add("fuselm.softcap.default", softcap);
 }
 
 }  // namespace fuselm::runtime::ops
