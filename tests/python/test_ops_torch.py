@@ -461,6 +461,8 @@ ELSEWHERE = {
     "fuselm.act_and_mul.default": "put in by the GLU fuser: test_fusers fused vs unfused logits, kernels_activation_test",
     "fuselm.rms_norm.default": "put in by the RMSNorm fuser: test_fusers fused vs unfused logits, kernels_norm_test",
     "fuselm.rope.default": "put in by the rope fuser: test_fusers fused vs unfused logits, runtime_ops_test",
+    "fuselm.softcap.default": "put in by the softcap fuser: test_fusers fused vs unfused logits (bit-identical), "
+                              "runtime_ops_test (against the div/tanh/mul graph at zero tolerance)",
     "fuselm.moe_route.default": "put in by the MoE fuser: test_moe against transformers, kernels_moe_route_test",
     "fuselm.experts_shared.default": "put in by the MoE fuser: test_moe against transformers",
     "fuselm.select_rows.default": "put in by logit_rows: passes_logit_rows_test, parity tests",
