@@ -123,7 +123,7 @@ void add_apply_template_command(CLI::App& app) {
   auto a = std::make_shared<ApplyTemplateArgs>();
   auto* cmd = app.add_subcommand("apply-template",
                                  "Render a chat template with messages and print the prompt exactly (as transformers' apply_chat_template)");
-  cmd->add_option("model_dir", a->model_dir, "model directory whose chat template and bos/eos tokens to use; default: SmolLM2-135M-Instruct");
+  cmd->add_option("model_dir,-m,--model", a->model_dir, "model directory whose chat template and bos/eos tokens to use; default: SmolLM2-135M-Instruct");
   cmd->add_option("--template", a->template_file, "Jinja template file to render instead of the model's");
   cmd->add_option("--template-name", a->template_name, "pick a named template of tokenizer_config.json (default, tool_use, ...)");
   cmd->add_option("--messages", a->messages_file,

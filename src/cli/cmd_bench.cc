@@ -267,7 +267,7 @@ void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand("bench", "Prompt processing and generation speed in llama-bench's form, "
                                           "with the memory-bandwidth ceiling of decode");
-  cmd->add_option("model_dir", a->model_dir, "Hugging Face model directory; default: SmolLM2-135M-Instruct");
+  cmd->add_option("model_dir,-m,--model", a->model_dir, "Hugging Face model directory; default: SmolLM2-135M-Instruct");
   cmd->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp tests (comma list; 0: none)")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg tests (comma list; 0: none)")

@@ -121,7 +121,7 @@ void run(const InspectArgs& a) {
 void add_inspect_command(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   auto* cmd = app.add_subcommand("inspect", "Show which fusers apply to each module of a model, and why others do not");
-  cmd->add_option("model_dir", a->model_dir,
+  cmd->add_option("model_dir,-m,--model", a->model_dir,
                   "model directory (Hugging Face, or holding fuselm-ir/ir.json); default: SmolLM2-135M-Instruct");
   cmd->add_flag("--json", a->json, "print one JSON object: modules, totals, errors");
   cmd->add_flag("--no-capture", a->no_capture, "fail instead of capturing when the IR is missing or stale");

@@ -20,7 +20,7 @@ namespace fuselm::cli {
 namespace fs = std::filesystem;
 
 void add_model_options(CLI::App& cmd, ModelArgs& a) {
-  cmd.add_option("model_dir", a.model_dir,
+  cmd.add_option("model_dir,-m,--model", a.model_dir,
                  "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), a .gguf file or a directory holding one; default: SmolLM2-135M-Instruct");
   cmd.add_option("--dtype", a.dtype, "weight storage: auto (as in the checkpoint or GGUF), f32, bf16, or q8_0/q4_0 (linear weights quantized at load)")
       ->capture_default_str()
