@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "fusers/pattern.h"
 #include "ir/op_traits.h"
 #include "passes/logit_rows.h"
 #include "runtime/executor.h"
@@ -17,19 +18,8 @@ namespace {
 
 constexpr int64_t kVocab = 11, kHidden = 5, kTable = 7;
 
-ir::Arg ref(int i) {
-  ir::Arg a;
-  a.kind = ir::Arg::Kind::ref;
-  a.ref = i;
-  return a;
-}
-
-ir::Arg real(double v) {
-  ir::Arg a;
-  a.kind = ir::Arg::Kind::real;
-  a.f = v;
-  return a;
-}
+using fusers::real;  // the fusers' own literal builders (fusers/pattern.h)
+using fusers::ref;
 
 ir::TensorMeta meta(std::vector<ir::Dim> shape) { return ir::TensorMeta{ir::DType::f32, std::move(shape)}; }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fusers/pattern.h"
 #include "passes/shard_plan.h"
 
 namespace fuselm::passes {
@@ -20,24 +21,9 @@ using fusers::Shard;
 ir::Dim dim(int64_t v) { return ir::Dim{v, ""}; }
 const ir::Dim kTokens{0, "s0"};
 
-ir::Arg ref(int i) {
-  ir::Arg a;
-  a.kind = ir::Arg::Kind::ref;
-  a.ref = i;
-  return a;
-}
-ir::Arg integer(int64_t v) {
-  ir::Arg a;
-  a.kind = ir::Arg::Kind::integer;
-  a.i = v;
-  return a;
-}
-ir::Arg real(double v) {
-  ir::Arg a;
-  a.kind = ir::Arg::Kind::real;
-  a.f = v;
-  return a;
-}
+using fusers::integer;  // the fusers' own literal builders (fusers/pattern.h)
+using fusers::real;
+using fusers::ref;
 ir::Arg boolean(bool v) {
   ir::Arg a;
   a.kind = ir::Arg::Kind::boolean;
@@ -50,7 +36,7 @@ ir::Arg text(const std::string& s) {
   a.s = s;
   return a;
 }
-ir::Arg none() { return ir::Arg{}; }
+using fusers::none;
 ir::Arg list(std::initializer_list<ir::Arg> items) {
   ir::Arg a;
   a.kind = ir::Arg::Kind::list;
