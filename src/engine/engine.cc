@@ -44,7 +44,7 @@ void Engine::check(const Request& req) const {
   if (!req.stop.empty() && !tok_) throw RequestError(400, "stop strings need the model's tokenizer.json");
 }
 
-std::shared_ptr<RequestStream> Engine::submit(Request req) {
+std::shared_ptr<RequestStream> Engine::submit(Request req, std::shared_ptr<StreamWaker> waker) {
   check(req);
   std::unique_ptr<Sequence> s;
   try {
@@ -62,7 +62,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request req) {
     if (!accepting_) throw RequestError(503, "the server is shutting down");
     if (static_cast<int64_t>(incoming_.size() + metrics_.waiting) >= opt_.max_waiting)
       throw RequestError(503, fmt::format("the queue is full ({} requests waiting)", opt_.max_waiting));
-    stream = std::make_shared<RequestStream>(next_id_++);
+    stream = std::make_shared<RequestStream>(next_id_++, std::move(waker));
     s->stream = stream;
     incoming_.push_back(std::move(s));
   }

@@ -53,8 +53,9 @@ class Engine {
   /// Queues a request. Throws RequestError: 400 for an empty prompt, an id outside the
   /// vocabulary, prompt + max_tokens past the context or the KV pool, sampling parameters outside
   /// their bounds (sampling_params.h), stop strings without a tokenizer; 503 when the queue is
-  /// full or the engine stopped.
-  std::shared_ptr<RequestStream> submit(Request req);
+  /// full or the engine stopped. With `waker`, the stream also notifies it on every event (one
+  /// consumer waiting on several streams).
+  std::shared_ptr<RequestStream> submit(Request req, std::shared_ptr<StreamWaker> waker = nullptr);
   /// Runs one scheduling step; false when there was nothing to do.
   bool step();
   /// Stops the thread; with `abort`, in-flight requests end at once (FinishReason::abort), else

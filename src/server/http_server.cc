@@ -1,5 +1,4 @@
 #include "server/http_server.h"
-#include "server/peer_socket.h"
 
 #include <fmt/core.h>
 #include <httplib.h>
@@ -16,6 +15,7 @@
 #include "server/api_error.h"
 #include "server/body_reader.h"
 #include "server/chat_content.h"
+#include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "server/responses.h"
@@ -178,79 +178,15 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   c.request.max_tokens = check_max_tokens(cfg_.limits, c.max_tokens_given, c.request.max_tokens, fallback);
   if (draining_) throw ApiError(503, "the server is shutting down");
   const bool logprobs = c.request.logprobs;
-  auto stream = engine_.submit(std::move(c.request));
+  auto g = std::make_shared<Generation>();
+  Choice choice;
+  choice.index = 0;
+  choice.output = std::make_unique<ChoiceOutput>(chat);
+  choice.stream = engine_.submit(std::move(c.request), g->waker);
+  g->choices.push_back(std::move(choice));
   auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_ ? &tok_->tokenizer() : nullptr, logprobs);
-  if (!c.stream) {
-    std::string text;
-    std::vector<engine::TokenOut> tokens;
-    engine::Event e;
-    // A client that hangs up before the answer is ready cancels the request (its blocks go back).
-    // Checked every 100 ms, also while tokens keep coming.
-    const int fd = find_connection_socket(hreq.remote_addr, hreq.remote_port, hreq.local_port);
-    auto next_check = std::chrono::steady_clock::now();
-    for (;;) {
-      if (deadline.expired()) {
-        stream->cancel();
-        throw ApiError(504, deadline.message());
-      }
-      const bool got = stream->next(e, std::chrono::milliseconds(100));
-      if (fd >= 0 && std::chrono::steady_clock::now() >= next_check) {
-        next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-        if (peer_hung_up(fd)) {
-          stream->cancel();
-          return;
-        }
-      }
-      if (!got) continue;
-      text += e.text;
-      for (auto& t : e.tokens) tokens.push_back(std::move(t));
-      if (e.finished) break;
-    }
-    if (e.finish_reason == engine::FinishReason::error) throw ApiError(500, "generation failed: " + e.error);
-    res.set_content(dump(rb->full(text, tokens, e)), "application/json");
-    return;
-  }
-  const bool usage = c.include_usage;
-  auto sent_role = std::make_shared<bool>(!chat);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [stream, rb, usage, sent_role, logprobs, deadline](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& payload) {
-          const std::string s = "data: " + payload + "\n\n";
-          return sink.write(s.data(), s.size());
-        };
-        if (!*sent_role) {
-          *sent_role = true;
-          if (!write(dump(rb->role_chunk()))) return stream->cancel(), false;
-        }
-        if (deadline.expired()) {  // the error event, then the end of the stream
-          stream->cancel();
-          const bool ok = write(dump(error_body(504, deadline.message()))) && write("[DONE]");
-          if (ok) sink.done();
-          return ok;
-        }
-        engine::Event e;
-        if (!stream->next(e, std::chrono::milliseconds(100))) {
-          if (!sink.is_writable()) return stream->cancel(), false;
-          return true;
-        }
-        bool ok = true;
-        if (!e.finished) {
-          if (!e.text.empty() || logprobs) ok = write(dump(rb->chunk(e.text, e.tokens)));
-          if (!ok) stream->cancel();
-          return ok;
-        }
-        if (e.finish_reason == engine::FinishReason::error) ok = write(dump(error_body(500, "generation failed: " + e.error)));
-        else ok = write(dump(rb->chunk(e.text, {}, finish_reason_json(e.finish_reason))));
-        if (ok && usage) ok = write(dump(rb->usage_chunk(e)));
-        if (ok) ok = write("[DONE]");
-        if (ok) sink.done();
-        return ok;
-      },
-      [stream](bool success) {
-        if (!success) stream->cancel();
-      });
+  if (!c.stream) return respond_whole(*g, *rb, deadline, hreq, res);
+  respond_stream(g, rb, c.include_usage, deadline, logprobs, res);
 }
 
 void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
