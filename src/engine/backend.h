@@ -20,6 +20,12 @@ class Backend {
   virtual const runtime::Tensor& forward(std::span<const int64_t> ids, std::span<const int64_t> positions,
                                          std::span<const runtime::SequenceSlice> sequences,
                                          std::span<const int64_t> logit_rows) = 0;
+  /// The final hidden states (the LM head's input) [1, rows, hidden] f32 of the last forward's
+  /// logit rows, in the same order; nullptr when the backend cannot expose them (then embedding
+  /// requests are refused). Valid until the next forward.
+  virtual const runtime::Tensor* hidden_rows() { return nullptr; }
+  /// Whether hidden_rows() gives them.
+  virtual bool exposes_hidden() const { return false; }
   virtual kv::PagedKvCache& kv_cache() = 0;
   virtual int64_t max_context() const = 0;
   virtual int64_t vocab_size() const = 0;
@@ -35,6 +41,8 @@ class ModelBackend final : public Backend {
                                  std::span<const int64_t> logit_rows) override {
     return m_.forward(ids, positions, sequences, logit_rows);
   }
+  const runtime::Tensor* hidden_rows() override { return m_.hidden_rows(); }
+  bool exposes_hidden() const override { return m_.exposes_hidden(); }
   kv::PagedKvCache& kv_cache() override { return m_.kv_cache(); }
   int64_t max_context() const override { return m_.max_context(); }
   int64_t vocab_size() const override { return m_.vocab_size(); }

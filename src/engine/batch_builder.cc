@@ -7,20 +7,26 @@ void BatchBuilder::build(std::span<const ScheduledSeq> batch) {
   positions_.clear();
   slices_.clear();
   logit_rows_.clear();
-  sampled_.clear();
+  uses_.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
     const Sequence& s = *batch[i].seq;
     const int64_t n = batch[i].tokens;
     slices_.push_back({static_cast<int64_t>(ids_.size()), n, s.computed + n, s.kv->slots()});
+    const bool last = s.computed + n == static_cast<int64_t>(s.tokens.size());
+    const bool prompt_rows = s.reads_prompt_rows();
     for (int64_t p = s.computed; p < s.computed + n; ++p) {
       ids_.push_back(s.tokens[p]);
       positions_.push_back(p);
+      if (prompt_rows && p < s.num_prompt && !(last && p == s.computed + n - 1)) {
+        logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
+        uses_.push_back({i, p, false});
+      }
     }
-    // Only a sequence that has read all its tokens after this step samples: its last row alone
-    // goes through the LM head.
-    if (s.computed + n == static_cast<int64_t>(s.tokens.size())) {
+    // Only a sequence that has read all its tokens after this step samples: its last row goes
+    // through the LM head (with the prompt rows it reads).
+    if (last) {
       logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
-      sampled_.push_back(i);
+      uses_.push_back({i, s.computed + n - 1, true});
     }
   }
   if (logit_rows_.empty()) logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);  // one row, unread

@@ -1,8 +1,10 @@
 #pragma once
 // Batch assembly: one step's scheduled sequences flattened into the model's inputs, the token ids
 // and positions of every scheduled token ([num_tokens]), one slice per sequence (its rows and KV
-// slots), and the rows whose logits are sampled (the last row of each sequence that has read all
-// its tokens after this step; only they go through the LM head).
+// slots), and the rows whose logits are read: the last row of each sequence that has read all
+// its tokens after this step (sampled), and every prompt row of a sequence that reads them
+// (prompt logprobs, pooled embeddings: Sequence::reads_prompt_rows). Only they go through the LM
+// head.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -11,6 +13,13 @@
 #include "runtime/batch.h"
 
 namespace fuselm::engine {
+
+/// What one row of the step's logits is for.
+struct RowUse {
+  size_t seq = 0;         // index into the step's batch
+  int64_t position = 0;   // the row's token position in its sequence
+  bool sample = false;    // the sequence's last row (sample its next token); else a prompt row
+};
 
 class BatchBuilder {
  public:
@@ -23,13 +32,13 @@ class BatchBuilder {
   /// Batch rows to compute logits for, at least one (a step of prefill chunks only asks for one
   /// row that nobody reads).
   std::span<const int64_t> logit_rows() const { return logit_rows_; }
-  /// For each sampled row r, in order: the index into `batch` of its sequence.
-  std::span<const size_t> sampled() const { return sampled_; }
+  /// For each row of logit_rows(), in order, what it is for (none for the unread filler row).
+  std::span<const RowUse> uses() const { return uses_; }
 
  private:
   std::vector<int64_t> ids_, positions_, logit_rows_;
   std::vector<runtime::SequenceSlice> slices_;
-  std::vector<size_t> sampled_;
+  std::vector<RowUse> uses_;
 };
 
 }  // namespace fuselm::engine

@@ -4,7 +4,18 @@
 
 #include <chrono>
 
+#include "engine/prompt_logprobs.h"
+
 namespace fuselm::engine {
+namespace {
+
+// Row r of a [1, rows, width] f32 tensor.
+std::span<const float> row_of(const runtime::Tensor& t, size_t r) {
+  const int64_t w = t.shape[2];
+  return {t.ptr<float>() + static_cast<int64_t>(r) * w, static_cast<size_t>(w)};
+}
+
+}  // namespace
 
 Engine::Engine(Backend& backend, const tokenizer::Tokenizer* tokenizer, EngineOptions options)
     : backend_(backend),
@@ -42,6 +53,8 @@ void Engine::check(const Request& req) const {
     throw RequestError(400, fmt::format("the prompt ({} tokens) plus max_tokens ({}) is more than the KV pool holds ({} tokens)",
                                         n, req.max_tokens, pool_tokens()));
   if (!req.stop.empty() && !tok_) throw RequestError(400, "stop strings need the model's tokenizer.json");
+  if (req.embed && !backend_.exposes_hidden())
+    throw RequestError(400, "embeddings need the model's final hidden states, which its graph does not expose (no LM head found)");
 }
 
 std::unique_ptr<Sequence> Engine::make_sequence(Request req) const {
@@ -56,6 +69,11 @@ std::unique_ptr<Sequence> Engine::make_sequence(Request req) const {
   s->num_prompt = static_cast<int64_t>(s->tokens.size());
   output_.attach(*s);
   s->arrival = clock_type::now();
+  if (s->req.prompt_logprobs) {
+    s->prompt_lps.resize(static_cast<size_t>(s->num_prompt));
+    s->prompt_lps[0].id = s->tokens[0];  // nothing predicts the first token: logprob 0, reported as null
+  }
+  if (s->req.embed) s->pool.emplace(*s->req.embed, s->num_prompt, s->req.normalize);
   return s;
 }
 
@@ -151,25 +169,56 @@ void Engine::count(const ScheduleCounts& c) {
 void Engine::run_batch(const std::vector<ScheduledSeq>& batch) {
   batch_.build(batch);
   const runtime::Tensor* logits = nullptr;
+  const runtime::Tensor* hidden = nullptr;
   try {
     logits = &backend_.forward(batch_.ids(), batch_.positions(), batch_.slices(), batch_.logit_rows());
+    hidden = backend_.hidden_rows();
   } catch (const std::exception& e) {
     for (const auto& b : batch) finish(*b.seq, FinishReason::error, e.what());
     return;
   }
-  const int64_t width = logits->shape[2];
   for (const auto& [s, n] : batch) {
     s->computed += n;
     if (s->gate_owner && s->computed >= s->num_prompt) s->gate->open = true;
     if (opt_.prefix_caching) s->kv->publish_full_blocks(s->tokens, s->computed);
   }
-  const auto sampled = batch_.sampled();
-  for (size_t r = 0; r < sampled.size(); ++r)
-    on_row(*batch[sampled[r]].seq, {logits->ptr<float>() + static_cast<int64_t>(r) * width, static_cast<size_t>(width)});
+  const auto uses = batch_.uses();
+  for (size_t r = 0; r < uses.size(); ++r) {
+    Sequence& s = *batch[uses[r].seq].seq;
+    if (s.done) continue;
+    if (s.pool) {
+      if (!hidden) {
+        finish(s, FinishReason::error, "the model exposes no final hidden states to pool");
+        continue;
+      }
+      s.pool->add(uses[r].position, row_of(*hidden, r));
+      if (uses[r].sample) finish_embedding(s);
+    } else if (!uses[r].sample) {
+      on_prompt_row(s, uses[r].position, row_of(*logits, r));
+    } else {
+      on_row(s, row_of(*logits, r));
+    }
+  }
+}
+
+void Engine::on_prompt_row(Sequence& s, int64_t position, std::span<const float> row) {
+  if (!s.req.prompt_logprobs || s.prompt_lps_sent || position + 1 >= s.num_prompt) return;
+  s.prompt_lps[position + 1] = prompt_token_logprob(row, s.tokens[position + 1], s.req.sampling.top_logprobs);
+}
+
+void Engine::finish_embedding(Sequence& s) {
+  Event e;
+  e.embedding = s.pool->result();
+  s.stream->push(std::move(e));
+  finish(s, FinishReason::stop);
 }
 
 void Engine::on_row(Sequence& s, std::span<const float> row) {
   TokenStep t = output_.on_row(s, row);
+  if (s.req.prompt_logprobs && !s.prompt_lps_sent) {  // with the first token
+    s.prompt_lps_sent = true;
+    t.event.prompt_logprobs = std::move(s.prompt_lps);
+  }
   const auto now = clock_type::now();
   {
     std::lock_guard lock(mu_);

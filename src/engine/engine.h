@@ -80,6 +80,8 @@ class Engine {
   void reap_cancelled();
   void run_batch(const std::vector<ScheduledSeq>& batch);
   void on_row(Sequence& s, std::span<const float> row);
+  void on_prompt_row(Sequence& s, int64_t position, std::span<const float> row);
+  void finish_embedding(Sequence& s);
   void finish(Sequence& s, FinishReason reason, const std::string& error = {});
   void count(const ScheduleCounts& c);
   void loop();

@@ -295,6 +295,12 @@ void ModelLoader::read_constants() {
 void ModelLoader::rewrite() {
   m->vocab_size_ = required_size(m->graph_.model, "vocab_size", ir_dir);
   m->selects_rows_ = passes::select_sampled_rows(m->graph_, m->vocab_size_, m->select_rows_note_);
+  // The selected rows' hidden states become an extra graph output, for embeddings (its buffer is
+  // then kept until the next forward instead of being freed after the head reads it).
+  if (const int sel = m->selects_rows_ ? passes::selected_hidden_node(m->graph_) : -1; sel >= 0) {
+    m->hidden_output_ = m->graph_.outputs.size();
+    m->graph_.outputs.push_back(sel);
+  }
 }
 
 void ModelLoader::make_executor() {
@@ -355,6 +361,7 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
     batch.logit_rows = *logit_rows;
   }
   const runtime::Tensor& all = executor_->run(inputs_, batch);
+  last_selected_ = batch.select_rows;
   if (!logit_rows || selects_rows_) return all;
   // The graph computed every row: copy out the ones asked for.
   const int64_t width = all.shape[2], rows = static_cast<int64_t>(logit_rows->size());
@@ -367,6 +374,11 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
   const int64_t out_shape[3] = {1, rows, width};
   gathered_view_ = runtime::Tensor::contiguous_view(gathered_.data(), runtime::DType::f32, out_shape);
   return gathered_view_;
+}
+
+const runtime::Tensor* Model::hidden_rows() const {
+  if (!hidden_output_ || !last_selected_) return nullptr;
+  return &executor_->output(hidden_output_);
 }
 
 }  // namespace fuselm::engine

@@ -68,6 +68,11 @@ class Model {
   /// Whether the LM head runs on the selected rows only (passes/logit_rows.h); when not,
   /// select_rows_note() says why.
   bool selects_rows() const { return selects_rows_; }
+  /// The final hidden states [1, rows, hidden] f32 (the LM head's input) of the last forward's
+  /// logit_rows, or nullptr when the graph's head was not found (exposes_hidden() false) or the
+  /// forward gave no logit_rows. Valid until the next forward.
+  const runtime::Tensor* hidden_rows() const;
+  bool exposes_hidden() const { return hidden_output_ > 0; }
   const std::string& select_rows_note() const { return select_rows_note_; }
 
   /// Called with every forward's inputs before it runs (rank 0 under TP broadcasts the step).
@@ -114,6 +119,8 @@ class Model {
   StepHook before_forward_;
   std::string shard_report_;
   bool selects_rows_ = false;
+  size_t hidden_output_ = 0;  // the graph output holding the selected hidden states; 0: none
+  bool last_selected_ = false;
   std::string select_rows_note_;
   std::vector<float> gathered_;  // selected rows when the graph cannot select them itself
   runtime::Tensor gathered_view_;

@@ -8,10 +8,12 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/pooling.h"
 #include "engine/sampling_params.h"
 
 namespace fuselm::engine {
@@ -24,6 +26,15 @@ struct Request {
   std::vector<int64_t> stop_token_ids;   // also end the request; the token is counted, not shown
   bool ignore_eos = false;
   bool logprobs = false;  // report each token's logprob (and sampling.top_logprobs alternatives)
+  /// Report the prompt tokens' logprobs (with sampling.top_logprobs alternatives) on the first
+  /// event (Event::prompt_logprobs). The prompt's KV is then computed, not taken from the prefix
+  /// cache, since every prompt row's logits are needed.
+  bool prompt_logprobs = false;
+  /// An embedding request: nothing is generated; the prompt's final hidden states are pooled
+  /// (pooling.h) and the one event carries the vector (Event::embedding). Needs a backend that
+  /// exposes them (Backend::hidden_rows).
+  std::optional<Pooling> embed;
+  bool normalize = true;  // embed: L2-normalise the pooled vector
 };
 
 /// Why a request ended. Only the edges (the server's JSON, generate's --json and stats line) spell
@@ -60,6 +71,7 @@ struct Event {
   /// On a request's first event when it asked for prompt_logprobs: each prompt token with its
   /// logprob given the tokens before it (the first token's is 0: nothing predicts it).
   std::vector<TokenOut> prompt_logprobs;
+  std::vector<float> embedding;  // the final event of an embedding request (Request::embed)
   std::string text;
   bool finished = false;
   FinishReason finish_reason = FinishReason::stop;  // when finished

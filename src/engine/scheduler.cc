@@ -8,6 +8,7 @@ void Scheduler::preempt(std::unique_ptr<Sequence> s, ScheduleCounts& counts) {
   // Recompute later: the KV goes, the tokens (and the sampler's state) stay.
   s->kv.reset();
   s->computed = 0;
+  if (s->pool) s->pool->reset();  // its prompt rows are pooled again
   waiting_.push_front(std::move(s));
   ++counts.preemptions;
 }
@@ -50,7 +51,7 @@ void Scheduler::admit_waiting(int64_t& budget, std::vector<ScheduledSeq>& out, S
     if (!s.kv) {
       s.kv.emplace(kv_);
       const int64_t total = static_cast<int64_t>(s.tokens.size());
-      s.computed = opt_.prefix_caching ? s.kv->match_prefix(s.tokens, total - 1) : 0;
+      s.computed = opt_.prefix_caching && !s.reads_prompt_rows() ? s.kv->match_prefix(s.tokens, total - 1) : 0;
       if (!s.admitted_once) s.cached = s.computed;
     }
     const int64_t n = std::min<int64_t>(s.pending(), budget);

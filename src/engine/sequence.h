@@ -38,6 +38,9 @@ struct Sequence {
   Sampler sampler;
   StopMatcher stop;
   std::optional<tokenizer::StreamDecoder> decoder;  // none without a tokenizer: no text
+  std::vector<TokenOut> prompt_lps;     // Request::prompt_logprobs, per prompt position until sent
+  bool prompt_lps_sent = false;
+  std::optional<PoolState> pool;        // Request::embed
   std::shared_ptr<PromptGate> gate;  // set for choices sharing a prompt (engine.h submit_group)
   bool gate_owner = false;           // this sequence computes the prompt and opens the gate
   clock_type::time_point arrival, first_token, last_token;
@@ -47,6 +50,9 @@ struct Sequence {
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
   /// Tokens still to compute (their KV unwritten).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+  /// Whether every prompt row's output is read (prompt logprobs, pooling over all rows), so the
+  /// prefix cache may not stand in for any of them.
+  bool reads_prompt_rows() const { return req.prompt_logprobs || (req.embed && pools_all_rows(*req.embed)); }
   /// Whether this sequence waits for another one to compute its prompt first.
   bool gated() const { return gate && !gate_owner && !gate->open; }
 };

@@ -160,4 +160,10 @@ bool select_sampled_rows(ir::Graph& g, int64_t vocab_size, std::string& why) {
   return true;
 }
 
+int selected_hidden_node(const ir::Graph& g) {
+  for (const auto& n : g.nodes)
+    if (n.op == kSelectRows) return n.index;
+  return -1;
+}
+
 }  // namespace fuselm::passes

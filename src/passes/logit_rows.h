@@ -20,4 +20,9 @@ namespace fuselm::passes {
 /// every row keeps its logits. Idempotent (a graph that already selects is left alone).
 bool select_sampled_rows(ir::Graph& g, int64_t vocab_size, std::string& why);
 
+/// After select_sampled_rows succeeded: the index of its fuselm.select_rows node, whose output is
+/// the final hidden states of the selected rows ([1, rows, hidden], the LM head's input), or -1
+/// when g has none.
+int selected_hidden_node(const ir::Graph& g);
+
 }  // namespace fuselm::passes

@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
 #include <climits>
@@ -135,10 +137,8 @@ std::vector<std::string> Executor::input_targets() const {
 const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) {
   if (inputs.size() != input_nodes_.size())
     throw std::runtime_error(fmt::format("the graph takes {} inputs, {} were given", input_nodes_.size(), inputs.size()));
-  if (held_output_) {
-    drop(*held_output_);
-    held_output_ = nullptr;
-  }
+  for (Value* v : held_outputs_) drop(*v);
+  held_outputs_.clear();
   ctx_.set_batch(batch);
   for (size_t in = 0; in < input_nodes_.size(); ++in) {
     const int idx = input_nodes_[in];
@@ -163,9 +163,18 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
     retain(values_[i]);
     for (int dead : frees_at_[i]) drop(values_[dead]);
   }
-  held_output_ = &values_[graph_.outputs.front()];
-  if (!held_output_->is_tensor()) throw std::runtime_error("graph output is not a tensor");
-  return held_output_->t;
+  for (int o : graph_.outputs)  // each once: an output listed twice is one value
+    if (std::find(held_outputs_.begin(), held_outputs_.end(), &values_[o]) == held_outputs_.end())
+      held_outputs_.push_back(&values_[o]);
+  const Value& out = values_[graph_.outputs.front()];
+  if (!out.is_tensor()) throw std::runtime_error("graph output is not a tensor");
+  return out.t;
+}
+
+const Tensor& Executor::output(size_t k) const {
+  if (k >= graph_.outputs.size() || !values_[graph_.outputs[k]].is_tensor())
+    throw std::out_of_range("graph output " + std::to_string(k) + " is not a tensor of the last run");
+  return values_[graph_.outputs[k]].t;
 }
 
 }  // namespace fuselm::runtime

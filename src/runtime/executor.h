@@ -33,6 +33,9 @@ class Executor {
   /// [1, num_tokens] i64 ids and positions). Returns the first graph output (logits
   /// [1, num_tokens, vocab]), valid until the next run.
   const Tensor& run(std::span<const Tensor> inputs, const Batch& batch);
+  /// Graph output k of the last run() (0 is what run() returned), valid until the next run.
+  /// Throws std::out_of_range for a k past the outputs or an output that is not a tensor.
+  const Tensor& output(size_t k) const;
 
   const Batch& batch() const { return ctx_.batch(); }
   /// The communicator the graph's collectives use (tensor parallelism; op_context.h). Must
@@ -62,7 +65,7 @@ class Executor {
   BufferPool pool_;
   SymbolValues symbols_;
   OpContext ctx_{pool_, graph_};  // what ops see (after pool_: it holds a reference)
-  Value* held_output_ = nullptr;
+  std::vector<Value*> held_outputs_;  // every graph output of the last run, dropped at the next
 };
 
 }  // namespace fuselm::runtime

@@ -61,6 +61,8 @@ auto guarded(F f, size_t max_body_bytes) {
 
 std::vector<int64_t> to_ids(const std::vector<uint32_t>& v) { return {v.begin(), v.end()}; }
 
+std::vector<uint32_t> to_u32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
 }  // namespace
 
 HttpServer::HttpServer(engine::Engine& engine, const tokenizer::PromptTokenizer* tokenizer, ServerConfig config)
@@ -139,6 +141,11 @@ HttpServer::Prompt HttpServer::completion_prompt(const json& p) const {
   throw ApiError(400, "'prompt' must be a string, an array of token ids, or an array of those", "prompt");
 }
 
+std::string HttpServer::echo_text(const std::vector<int64_t>& ids) const {
+  if (!tok_) return {};
+  return tok_->tokenizer().decode(to_u32(ids), false);
+}
+
 std::vector<HttpServer::Prompt> HttpServer::completion_prompts(const json& body) const {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw ApiError(400, "'prompt' is required", "prompt");
@@ -200,6 +207,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
       r.prompt_ids = p.ids;
       r.max_tokens = check_max_tokens(cfg_.limits, c.max_tokens_given, c.request.max_tokens, fallback);
       r.sampling.seed = engine::choice_seed(c.request.sampling.seed, i);
+      r.prompt_logprobs = c.echo && c.request.logprobs;
       reqs.push_back(std::move(r));
     }
   }
@@ -213,6 +221,11 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
     choice.counts_prompt = static_cast<int64_t>(k) % c.n == 0;
     choice.output = std::make_unique<ChoiceOutput>(chat);
     choice.stream = std::move(streams[k]);
+    if (c.echo) {
+      const Prompt& p = prompts[k / static_cast<size_t>(c.n)];
+      choice.echo_text = p.text ? *p.text : echo_text(p.ids);
+      choice.echo_logprobs = logprobs;
+    }
     g->choices.push_back(std::move(choice));
   }
   auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_ ? &tok_->tokenizer() : nullptr, logprobs);

@@ -66,6 +66,9 @@ class HttpServer {
   };
   std::vector<Prompt> completion_prompts(const nlohmann::json& body) const;
   Prompt completion_prompt(const nlohmann::json& p) const;
+  /// The text echo puts before a choice given its prompt's token ids (decoded; empty without a
+  /// tokenizer).
+  std::string echo_text(const std::vector<int64_t>& ids) const;
   std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);

@@ -64,7 +64,6 @@ namespace {
 void read_unsupported(const nlohmann::json& body) {
   if (auto b = get_int(body, "best_of", 1, max_choices); b && *b != 1)
     throw ApiError(400, "'best_of' > 1 is not supported (use 'n' for several choices)", "best_of");
-  if (get_bool(body, "echo").value_or(false)) throw ApiError(400, "'echo' is not supported", "echo");
   if (const auto* s = field(body, "suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
   if (const auto* lb = field(body, "logit_bias"); lb && !lb->empty())
     throw ApiError(400, "'logit_bias' is not supported", "logit_bias");
@@ -133,6 +132,8 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
   }
   c.max_tokens_given = mt.has_value();
   c.n = get_int(body, "n", 1, max_choices).value_or(1);
+  c.echo = get_bool(body, "echo").value_or(false);
+  if (chat && c.echo) throw ApiError(400, "'echo' is a /v1/completions field", "echo");
   r.max_tokens = mt.value_or(16);
   read_sampling(body, p, random_seed);
   read_stops(body, r);

@@ -27,6 +27,7 @@ std::optional<std::string> get_string(const nlohmann::json& body, const char* na
 struct CommonFields {
   engine::Request request;
   int64_t n = 1;  // choices per prompt
+  bool echo = false;  // completions: the prompt before each choice's text (and its logprobs)
   bool max_tokens_given = false;
   bool stream = false, include_usage = false;
 };

@@ -74,7 +74,10 @@ TEST(BatchBuilder, FlattensAndSamplesOnlyFinishedPrompts) {
   EXPECT_EQ(bb.slices()[1].first_token, 3);
   EXPECT_EQ(bb.slices()[1].context_len, 2);
   EXPECT_EQ(std::vector<int64_t>(bb.logit_rows().begin(), bb.logit_rows().end()), (std::vector<int64_t>{2}));
-  EXPECT_EQ(std::vector<size_t>(bb.sampled().begin(), bb.sampled().end()), (std::vector<size_t>{0}));
+  ASSERT_EQ(bb.uses().size(), 1u);
+  EXPECT_EQ(bb.uses()[0].seq, 0u);
+  EXPECT_EQ(bb.uses()[0].position, 2);
+  EXPECT_TRUE(bb.uses()[0].sample);
 }
 
 TEST(OutputProcessor, FinishReasons) {
