@@ -53,6 +53,11 @@ void Engine::check(const Request& req) const {
     throw RequestError(400, fmt::format("the prompt ({} tokens) plus max_tokens ({}) is more than the KV pool holds ({} tokens)",
                                         n, req.max_tokens, pool_tokens()));
   if (!req.stop.empty() && !tok_) throw RequestError(400, "stop strings need the model's tokenizer.json");
+  for (const auto& [id, bias] : req.sampling.logit_bias)
+    if (vocab > 0 && id >= vocab)
+      throw RequestError(400, fmt::format("logit_bias token id {} is outside the vocabulary (0..{})", id, vocab - 1));
+  if (req.sampling.min_tokens > req.max_tokens)
+    throw RequestError(400, fmt::format("min_tokens ({}) is more than max_tokens ({})", req.sampling.min_tokens, req.max_tokens));
   if (req.embed && !backend_.exposes_hidden())
     throw RequestError(400, "embeddings need the model's final hidden states, which its graph does not expose (no LM head found)");
 }
@@ -68,6 +73,7 @@ std::unique_ptr<Sequence> Engine::make_sequence(Request req) const {
   s->tokens = s->req.prompt_ids;
   s->num_prompt = static_cast<int64_t>(s->tokens.size());
   output_.attach(*s);
+  if (s->req.sampling.min_tokens > 0) s->sampler.set_end_tokens(end_tokens(s->req));
   s->arrival = clock_type::now();
   if (s->req.prompt_logprobs) {
     s->prompt_lps.resize(static_cast<size_t>(s->num_prompt));
@@ -75,6 +81,12 @@ std::unique_ptr<Sequence> Engine::make_sequence(Request req) const {
   }
   if (s->req.embed) s->pool.emplace(*s->req.embed, s->num_prompt, s->req.normalize);
   return s;
+}
+
+std::vector<int64_t> Engine::end_tokens(const Request& req) const {
+  std::vector<int64_t> ids = req.stop_token_ids;
+  if (!req.ignore_eos) ids.insert(ids.end(), backend_.eos_token_ids().begin(), backend_.eos_token_ids().end());
+  return ids;
 }
 
 std::shared_ptr<RequestStream> Engine::submit(Request req, std::shared_ptr<StreamWaker> waker) {

@@ -70,12 +70,16 @@ class Engine {
   /// A snapshot of the counters.
   EngineMetrics metrics() const;
   const EngineOptions& options() const { return opt_; }
+  /// The model's vocabulary size (token ids are in [0, vocab_size)).
+  int64_t vocab_size() const { return backend_.vocab_size(); }
   /// Tokens the KV pool holds.
   int64_t pool_tokens() const;
 
  private:
   void check(const Request& req) const;
   std::unique_ptr<Sequence> make_sequence(Request req) const;
+  /// The tokens min_tokens holds back: the stop token ids, and EOS unless ignore_eos.
+  std::vector<int64_t> end_tokens(const Request& req) const;
   void drain_incoming();
   void reap_cancelled();
   void run_batch(const std::vector<ScheduledSeq>& batch);

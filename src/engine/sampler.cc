@@ -83,6 +83,7 @@ Sampled Sampler::sample(std::span<const float> raw, bool logprobs) {
     log_z = std::log(raw_z) + raw_max;
   }
   std::span<const float> logits = penalized() ? apply_penalties(raw) : raw;
+  if (biased()) logits = apply_bias(logits);
   float max = -std::numeric_limits<float>::infinity();
   int64_t argmax = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -94,6 +95,7 @@ Sampled Sampler::sample(std::span<const float> raw, bool logprobs) {
     Sampled s{t, logprobs ? static_cast<float>(raw[t] - log_z) : 0.f, {}};
     if (logprobs) fill_top(raw, log_z, s);
     ++output_counts_[t];
+    ++sampled_;
     return s;
   };
   if (p_.temperature == 0.f || p_.top_k == 1) return finish(argmax);

@@ -28,6 +28,9 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   /// The prompt tokens the repetition penalty also covers (call before the first sample()).
   void set_prompt(std::span<const int64_t> prompt);
+  /// The tokens that end a request (EOS, stop token ids), masked while fewer than
+  /// params().min_tokens tokens have been sampled (sampler_bias.cc).
+  void set_end_tokens(std::vector<int64_t> ids) { end_tokens_ = std::move(ids); }
   /// The next token. With `logprobs` false the caller reads only the token: the log-softmax over
   /// the vocabulary (a pass of exponentials, the largest cost of a greedy step) is skipped and
   /// logprob and top stay empty.
@@ -38,6 +41,10 @@ class Sampler {
   bool penalized() const;
   int64_t draw_untruncated(std::span<const float> logits, float max);
   std::span<const float> apply_penalties(std::span<const float> logits);
+  // logit_bias and min_tokens (sampler_bias.cc): whether they change this step's logits, and the
+  // logits with them applied (in work_).
+  bool biased() const;
+  std::span<const float> apply_bias(std::span<const float> logits);
   void fill_top(std::span<const float> raw, double log_z, Sampled& out);
 
   SamplingParams p_;
@@ -46,6 +53,8 @@ class Sampler {
   std::vector<float> probs_, work_;
   std::vector<int64_t> prompt_;
   std::unordered_map<int64_t, int32_t> output_counts_;
+  std::vector<int64_t> end_tokens_;
+  int64_t sampled_ = 0;  // tokens sampled so far (min_tokens)
 };
 
 }  // namespace fuselm::engine

@@ -26,6 +26,11 @@ void validate(const SamplingParams& p) {
   };
   for (const auto& [range, value] : checks)
     if (!range.contains(value)) throw std::invalid_argument(out_of_range_message(range, value));
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) throw std::invalid_argument(fmt::format("logit_bias token id {} is negative", id));
+    if (!R::logit_bias.contains(bias)) throw std::invalid_argument(out_of_range_message(R::logit_bias, bias));
+  }
+  if (p.min_tokens < 0) throw std::invalid_argument(fmt::format("min_tokens must be >= 0, got {}", p.min_tokens));
 }
 
 }  // namespace fuselm::engine

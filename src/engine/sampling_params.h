@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace fuselm::engine {
 
@@ -18,6 +20,12 @@ struct SamplingParams {
   float presence_penalty = 0.f;    // [-2, 2]; subtracted once from each token seen in the output
   float frequency_penalty = 0.f;   // [-2, 2]; subtracted per occurrence in the output
   int32_t top_logprobs = 0;        // alternatives reported per token, [0, 20]
+  /// Added to the logits of these token ids before sampling (OpenAI's logit_bias), each bias in
+  /// [-100, 100]; -100 bans a token in practice, 100 all but forces it. Logprobs stay the model's.
+  std::vector<std::pair<int64_t, float>> logit_bias;
+  /// Tokens generated before an end may be (vLLM's min_tokens): until then the sampler's end
+  /// tokens (Sampler::set_end_tokens: EOS, stop_token_ids) are masked. >= 0.
+  int64_t min_tokens = 0;
 };
 
 /// The values one sampling parameter accepts: [lo, hi], or (lo, hi] when lo_open. NaN is never in.
@@ -40,13 +48,14 @@ inline constexpr ParamRange repetition_penalty{"repetition_penalty", 0, 100, tru
 inline constexpr ParamRange presence_penalty{"presence_penalty", -2, 2};
 inline constexpr ParamRange frequency_penalty{"frequency_penalty", -2, 2};
 inline constexpr ParamRange top_logprobs{"top_logprobs", 0, 20};
+inline constexpr ParamRange logit_bias{"logit_bias", -100, 100};
 }  // namespace sampling_range
 
 /// "temperature must be in [0, 2], got 3": the message for a value outside `r`.
 std::string out_of_range_message(const ParamRange& r, double got);
 
 /// Throws std::invalid_argument (out_of_range_message) for the first parameter of `p` outside
-/// its sampling_range.
+/// its sampling_range (also a logit_bias value, a negative logit_bias id or min_tokens).
 void validate(const SamplingParams& p);
 
 /// The sampler's seed for a request's integer seed: every int64 is a seed (OpenAI's `seed` type);

@@ -195,6 +195,10 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   else prompts = completion_prompts(body);
   if (static_cast<int64_t>(prompts.size()) * c.n > max_choices)
     throw ApiError(400, fmt::format("{} prompts x n = {} choices; at most {} in one request", prompts.size(), c.n, max_choices), "n");
+  for (const auto& [id, bias] : c.request.sampling.logit_bias)
+    if (id >= engine_.vocab_size())
+      throw ApiError(400, fmt::format("'logit_bias' token id {} is outside the vocabulary (0..{})", id, engine_.vocab_size() - 1),
+                     "logit_bias");
   std::vector<engine::Request> reqs;
   for (const auto& p : prompts) {
     const int64_t n = static_cast<int64_t>(p.ids.size());
@@ -206,6 +210,9 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
       engine::Request r = c.request;
       r.prompt_ids = p.ids;
       r.max_tokens = check_max_tokens(cfg_.limits, c.max_tokens_given, c.request.max_tokens, fallback);
+      if (r.sampling.min_tokens > r.max_tokens)
+        throw ApiError(400, fmt::format("'min_tokens' ({}) is more than max_tokens ({})", r.sampling.min_tokens, r.max_tokens),
+                       "min_tokens");
       r.sampling.seed = engine::choice_seed(c.request.sampling.seed, i);
       r.prompt_logprobs = c.echo && c.request.logprobs;
       reqs.push_back(std::move(r));

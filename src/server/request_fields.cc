@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -65,8 +66,6 @@ void read_unsupported(const nlohmann::json& body) {
   if (auto b = get_int(body, "best_of", 1, max_choices); b && *b != 1)
     throw ApiError(400, "'best_of' > 1 is not supported (use 'n' for several choices)", "best_of");
   if (const auto* s = field(body, "suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
-  if (const auto* lb = field(body, "logit_bias"); lb && !lb->empty())
-    throw ApiError(400, "'logit_bias' is not supported", "logit_bias");
   if (const auto* rf = field(body, "response_format")) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
       throw ApiError(400, "'response_format' must be an object with a string 'type'", "response_format");
@@ -94,6 +93,28 @@ void read_stops(const nlohmann::json& body, engine::Request& r) {
       if (!x.is_number_integer()) throw ApiError(400, "'stop_token_ids' must be an array of integers", "stop_token_ids");
       r.stop_token_ids.push_back(x.get<int64_t>());
     }
+  }
+}
+
+// logit_bias: {"token id": bias}, each id a decimal integer string, each bias in [-100, 100] (the
+// ids are checked against the vocabulary by the caller, who knows it).
+void read_logit_bias(const nlohmann::json& body, engine::SamplingParams& p) {
+  const auto* lb = field(body, "logit_bias");
+  if (!lb) return;
+  if (!lb->is_object()) throw ApiError(400, "'logit_bias' must be an object of token id -> bias", "logit_bias");
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = -1;
+    const auto* end = key.data() + key.size();
+    auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (ec != std::errc() || ptr != end || id < 0)
+      throw ApiError(400, fmt::format("'logit_bias' keys must be token ids (non-negative integers), got '{}'", key.substr(0, 32)),
+                     "logit_bias");
+    if (!value.is_number()) throw ApiError(400, "'logit_bias' values must be numbers", "logit_bias");
+    const double b = value.get<double>();
+    if (!engine::sampling_range::logit_bias.contains(b))
+      throw ApiError(400, fmt::format("'logit_bias' values must be in {}, got {}", engine::sampling_range::logit_bias.interval(), b),
+                     "logit_bias");
+    p.logit_bias.emplace_back(id, static_cast<float>(b));
   }
 }
 
@@ -136,6 +157,8 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
   if (chat && c.echo) throw ApiError(400, "'echo' is a /v1/completions field", "echo");
   r.max_tokens = mt.value_or(16);
   read_sampling(body, p, random_seed);
+  read_logit_bias(body, p);
+  p.min_tokens = get_int(body, "min_tokens", 0, big).value_or(0);
   read_stops(body, r);
   r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   if (chat) {
