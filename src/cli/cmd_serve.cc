@@ -28,6 +28,7 @@ struct ServeArgs {
   std::string api_key;
   std::string served_model_name;
   server::RequestLimits limits;
+  std::string pooling;  // --pooling: how /v1/embeddings pools (empty: the model's config, else last)
 };
 
 // Waits for SIGINT/SIGTERM (blocked in every thread, so only this one sees them): new requests
@@ -73,6 +74,7 @@ void run(ServeArgs& a) {
   cfg.render_chat = make_chat_renderer(dir);
   cfg.threads = std::max(128, 2 * a.engine.max_num_seqs + 16);
   cfg.limits = a.limits;
+  cfg.embedding = server::embedding_config(dir, a.pooling.empty() ? std::nullopt : engine::parse_pooling(a.pooling));
   server::HttpServer srv(eng, loaded.tokenizer ? &*loaded.tokenizer : nullptr, cfg);
   srv.bind();
   eng.start();
@@ -82,6 +84,8 @@ void run(ServeArgs& a) {
                kv.pool().num_blocks(), kv.block_size(), kv::kv_dtype_name(kv.dtype()),
                kv.num_slots() * kv.bytes_per_token() / 1e9,
                cfg.render_chat ? "yes" : "none, chat completions answer 400");
+  std::fprintf(stderr, "fuselm: embeddings: %s pooling (%s), normalised\n", engine::pooling_name(cfg.embedding.pooling),
+               cfg.embedding.source.c_str());
   if (!loaded.model->selects_rows())
     std::fprintf(stderr, "fuselm: note: every token of a batch goes through the LM head (%s)\n",
                  loaded.model->select_rows_note().c_str());
@@ -101,6 +105,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", a->host, "address to bind")->capture_default_str();
   cmd->add_option("--port", a->port, "port to bind")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", a->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--pooling", a->pooling,
+                  "how /v1/embeddings pools the final hidden states: mean, last or cls (default: the model's "
+                  "sentence-transformers config, else last)")
+      ->check(CLI::IsMember({"mean", "last", "cls"}));
   cmd->add_option("--served-model-name", a->served_model_name, "model id in the API (default: the directory's name)");
   add_limit_options(*cmd, a->limits);
   cmd->callback([a] { run(*a); });

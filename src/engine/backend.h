@@ -26,6 +26,8 @@ class Backend {
   virtual const runtime::Tensor* hidden_rows() { return nullptr; }
   /// Whether hidden_rows() gives them.
   virtual bool exposes_hidden() const { return false; }
+  /// Their width (0 when not exposed).
+  virtual int64_t hidden_size() const { return 0; }
   virtual kv::PagedKvCache& kv_cache() = 0;
   virtual int64_t max_context() const = 0;
   virtual int64_t vocab_size() const = 0;
@@ -43,6 +45,7 @@ class ModelBackend final : public Backend {
   }
   const runtime::Tensor* hidden_rows() override { return m_.hidden_rows(); }
   bool exposes_hidden() const override { return m_.exposes_hidden(); }
+  int64_t hidden_size() const override { return m_.hidden_size(); }
   kv::PagedKvCache& kv_cache() override { return m_.kv_cache(); }
   int64_t max_context() const override { return m_.max_context(); }
   int64_t vocab_size() const override { return m_.vocab_size(); }

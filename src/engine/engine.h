@@ -72,6 +72,8 @@ class Engine {
   const EngineOptions& options() const { return opt_; }
   /// The model's vocabulary size (token ids are in [0, vocab_size)).
   int64_t vocab_size() const { return backend_.vocab_size(); }
+  /// The width of an embedding (the model's final hidden state); 0 when it cannot give them.
+  int64_t hidden_size() const { return backend_.exposes_hidden() ? backend_.hidden_size() : 0; }
   /// Tokens the KV pool holds.
   int64_t pool_tokens() const;
 

@@ -376,6 +376,12 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
   return gathered_view_;
 }
 
+int64_t Model::hidden_size() const {
+  if (!hidden_output_) return 0;
+  const auto& shape = graph_.nodes[graph_.outputs[hidden_output_]].out.shape;
+  return shape.size() == 3 && !shape[2].symbolic() ? shape[2].value : 0;
+}
+
 const runtime::Tensor* Model::hidden_rows() const {
   if (!hidden_output_ || !last_selected_) return nullptr;
   return &executor_->output(hidden_output_);

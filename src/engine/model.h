@@ -73,6 +73,8 @@ class Model {
   /// forward gave no logit_rows. Valid until the next forward.
   const runtime::Tensor* hidden_rows() const;
   bool exposes_hidden() const { return hidden_output_ > 0; }
+  /// The width of hidden_rows() (0 when not exposed).
+  int64_t hidden_size() const;
   const std::string& select_rows_note() const { return select_rows_note_; }
 
   /// Called with every forward's inputs before it runs (rank 0 under TP broadcasts the step).

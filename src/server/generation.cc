@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <functional>
 
 #include "server/api_error.h"
 #include "server/peer_socket.h"
@@ -68,8 +69,8 @@ Usage Generation::usage() const {
   return u;
 }
 
-void respond_whole(Generation& g, const ResponseBuilder& rb, const Deadline& deadline, const httplib::Request& hreq,
-                   httplib::Response& res) {
+bool collect(Generation& g, const Deadline& deadline, const httplib::Request& hreq,
+             const std::function<void(Choice&, engine::Event&)>& on_event) {
   // A client that hangs up before the answer is ready cancels the request (its blocks go back).
   // Checked every 100 ms, also while tokens keep coming.
   const int fd = find_connection_socket(hreq.remote_addr, hreq.remote_port, hreq.local_port);
@@ -85,14 +86,25 @@ void respond_whole(Generation& g, const ResponseBuilder& rb, const Deadline& dea
     for (auto& c : g.choices)
       while (poll(c, e)) {
         got = true;
-        gather(c, e);
+        const bool finished = e.finished;
+        on_event(c, e);
+        if (finished) c.finished = true;
       }
     if (fd >= 0 && std::chrono::steady_clock::now() >= next_check) {
       next_check = std::chrono::steady_clock::now() + milliseconds(100);
-      if (peer_hung_up(fd)) return g.cancel_all();
+      if (peer_hung_up(fd)) {
+        g.cancel_all();
+        return false;
+      }
     }
     if (!got) g.waker->wait(epoch, milliseconds(100));
   }
+  return true;
+}
+
+void respond_whole(Generation& g, const ResponseBuilder& rb, const Deadline& deadline, const httplib::Request& hreq,
+                   httplib::Response& res) {
+  if (!collect(g, deadline, hreq, gather)) return;
   std::vector<ChoiceResult> results;
   for (auto& c : g.choices) {
     if (c.last.finish_reason == engine::FinishReason::error) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,11 @@ struct Generation {
   Usage usage() const;
 };
 
+/// Waits until every choice has finished, handing each event to `on_event` in order (the
+/// choice's `finished` is set after its final event). False when the client hung up (every choice
+/// is then cancelled); past the deadline cancels every choice and throws ApiError 504.
+bool collect(Generation& g, const Deadline& deadline, const httplib::Request& hreq,
+             const std::function<void(Choice&, engine::Event&)>& on_event);
 /// Waits until every choice has finished and sets the whole response on `res`. Cancels every
 /// choice when the client hangs up (then sets nothing) or the deadline passes (ApiError 504);
 /// a failed forward is ApiError 500.

@@ -15,6 +15,7 @@
 #include "server/api_error.h"
 #include "server/body_reader.h"
 #include "server/chat_content.h"
+#include "server/embeddings.h"
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
@@ -109,6 +110,9 @@ void HttpServer::routes() {
   });
   svr_->Post("/v1/completions", guarded([this](const auto& q, auto& r) { generate(q, r, false); }, cfg_.limits.max_body_bytes));
   svr_->Post("/v1/chat/completions", guarded([this](const auto& q, auto& r) { generate(q, r, true); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/v1/embeddings", guarded([this](const auto& q, auto& r) {
+    serve_embeddings({engine_, tok_, cfg_.embedding, cfg_.limits, cfg_.model_name, cfg_.max_context}, q, r);
+  }, cfg_.limits.max_body_bytes));
   svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }, cfg_.limits.max_body_bytes));
   svr_->Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }, cfg_.limits.max_body_bytes));
   svr_->Post("/apply-template", guarded([this](const auto& q, auto& r) { apply_template(q, r); }, cfg_.limits.max_body_bytes));

@@ -1,6 +1,6 @@
 #pragma once
 // The OpenAI-compatible HTTP server (cpp-httplib): /v1/models, /v1/completions,
-// /v1/chat/completions (server-sent events when streamed), /tokenize, /detokenize,
+// /v1/chat/completions (server-sent events when streamed), /v1/embeddings, /tokenize, /detokenize,
 // /apply-template, /health and /metrics (Prometheus text), over one Engine.
 #include <nlohmann/json.hpp>
 
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/embedding_config.h"
 #include "server/request_limits.h"
 #include "tokenizer/prompt_tokenizer.h"
 
@@ -37,6 +38,7 @@ struct ServerConfig {
   /// the overflowed connections (SYN cookies) hung or were reset.
   int listen_backlog = 4096;
   RequestLimits limits;  // body size, JSON depth, max_tokens, timeout (request_limits.h)
+  EmbeddingConfig embedding;  // how /v1/embeddings pools (embedding_config.h)
 };
 
 class HttpServer {
