@@ -147,6 +147,99 @@ TEST(Engine, BatchedChunkedAndPreemptedOutputsEqualEachRequestAlone) {
   EXPECT_EQ(m.requests_finished, 12);
 }
 
+TEST(Engine, ChoicesOfOnePromptShareItsBlocksAndKeepTheirOwnText) {
+  FakeBackend be(64, 4);
+  Engine eng(be, nullptr, EngineOptions{8, 64, 100, true});
+  std::vector<Request> reqs;
+  for (int64_t i = 0; i < 3; ++i) {
+    Request r = make_request(22, 6, 5, 0.9f);
+    r.sampling.seed = choice_seed(r.sampling.seed, i);
+    reqs.push_back(r);
+  }
+  reqs.push_back(make_request(9, 4, 6));  // another prompt in the same group: not gated
+  auto streams = eng.submit_group(reqs);
+  ASSERT_EQ(streams.size(), 4u);
+  run_until_idle(eng);
+  std::vector<std::vector<int64_t>> texts;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto c = drain(*streams[i]);
+    EXPECT_EQ(c.tokens, alone(reqs[i])) << "choice " << i;
+    texts.push_back(c.tokens);
+  }
+  EXPECT_NE(texts[0], texts[1]);  // each choice samples with its own seed
+  EXPECT_NE(texts[1], texts[2]);
+  const auto m = eng.metrics();
+  EXPECT_EQ(m.shared_prompt_tokens, 2 * 20);  // choices 1 and 2 took 5 full blocks of choice 0's prompt
+  EXPECT_EQ(m.cached_prompt_tokens, 2 * 20);
+  EXPECT_EQ(m.pool.used, 0);
+}
+
+TEST(Engine, PromptLogprobsAreThoseOfTheRowBeforeEachToken) {
+  FakeBackend be(64, 4);
+  Engine eng(be, nullptr, EngineOptions{4, 8, 100, true});  // 8 batched tokens: the prompt in chunks
+  Request warm = make_request(19, 2, 8);
+  eng.submit(warm);
+  run_until_idle(eng);  // its blocks are in the prefix cache, which prompt logprobs must not use
+  Request r = warm;
+  r.prompt_logprobs = true;
+  r.sampling.top_logprobs = 2;
+  auto st = eng.submit(r);
+  run_until_idle(eng);
+  Event e;
+  ASSERT_TRUE(st->next(e, std::chrono::milliseconds(0)));
+  ASSERT_EQ(e.prompt_logprobs.size(), r.prompt_ids.size());
+  EXPECT_EQ(e.prompt_logprobs[0].id, r.prompt_ids[0]);
+  for (size_t p = 1; p < r.prompt_ids.size(); ++p) {
+    const auto row = reference_logits({r.prompt_ids.begin(), r.prompt_ids.begin() + static_cast<std::ptrdiff_t>(p)});
+    double z = 0;
+    for (float x : row) z += std::exp(static_cast<double>(x));
+    EXPECT_NEAR(e.prompt_logprobs[p].logprob, row[r.prompt_ids[p]] - std::log(z), 1e-5) << "position " << p;
+    ASSERT_EQ(e.prompt_logprobs[p].top.size(), 2u);
+    EXPECT_GE(e.prompt_logprobs[p].top[0].second, e.prompt_logprobs[p].top[1].second);
+  }
+  EXPECT_EQ(e.tokens.size(), 1u);
+  auto rest = drain(*st);
+  EXPECT_EQ(rest.last.cached_tokens, 0);
+}
+
+TEST(Engine, EmbeddingRequestsNeedHiddenStates) {
+  FakeBackend be(64, 4);
+  Engine eng(be, nullptr, EngineOptions{4, 64, 100, true});
+  Request r = make_request(5, 1, 1);
+  r.embed = Pooling::mean;
+  EXPECT_THROW(eng.submit(r), RequestError);  // the fake exposes none
+}
+
+TEST(Engine, LogitBiasIdsAndMinTokensAreChecked) {
+  FakeBackend be(64, 4);
+  Engine eng(be, nullptr, EngineOptions{4, 64, 100, true});
+  Request r = make_request(5, 3, 1);
+  r.sampling.logit_bias = {{kVocab, 1.f}};
+  EXPECT_THROW(eng.submit(r), RequestError);
+  r.sampling.logit_bias = {{1, 101.f}};
+  EXPECT_THROW(eng.submit(r), RequestError);
+  r.sampling.logit_bias = {};
+  r.sampling.min_tokens = 4;
+  EXPECT_THROW(eng.submit(r), RequestError);
+}
+
+TEST(Engine, MinTokensMasksEosUntilReached) {
+  Request r = make_request(6, 10, 2);
+  const auto free_run = alone(r);
+  FakeBackend be(64, 4);
+  be.eos_ = {free_run[0]};  // greedy would end at once
+  Engine eng(be, nullptr, EngineOptions{4, 64, 100, true});
+  auto st = eng.submit(r);
+  run_until_idle(eng);
+  EXPECT_EQ(drain(*st).tokens.size(), 1u);
+  r.sampling.min_tokens = 3;
+  auto held = eng.submit(r);
+  run_until_idle(eng);
+  auto c = drain(*held);
+  ASSERT_GE(c.tokens.size(), 3u);
+  for (size_t i = 0; i + 1 < 3; ++i) EXPECT_NE(c.tokens[i], free_run[0]);
+}
+
 TEST(Engine, RepeatedPromptHitsThePrefixCache) {
   FakeBackend be(64, 4);
   Engine eng(be, nullptr, EngineOptions{4, 64, 100, true});
