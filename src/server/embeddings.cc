@@ -95,6 +95,8 @@ void serve_embeddings(const EmbeddingsContext& ctx, const httplib::Request& hreq
   if (auto d = get_int(body, "dimensions", 1, int64_t{1} << 40); d && *d != width)
     throw ApiError(400, fmt::format("'dimensions' must be the model's width {} (fuselm does not shorten embeddings), got {}", width, *d),
                    "dimensions");
+  // vLLM's extension: "normalize": false gives the pooled vector as it is.
+  const bool normalize = get_bool(body, "normalize").value_or(ctx.config.normalize);
   std::vector<engine::Request> reqs;
   int64_t tokens = 0;
   for (auto& ids : read_inputs(ctx, body)) {
@@ -107,7 +109,7 @@ void serve_embeddings(const EmbeddingsContext& ctx, const httplib::Request& hreq
     r.prompt_ids = std::move(ids);
     r.max_tokens = 1;
     r.embed = ctx.config.pooling;
-    r.normalize = ctx.config.normalize;
+    r.normalize = normalize;
     reqs.push_back(std::move(r));
   }
   Generation g;

@@ -1,7 +1,8 @@
 #pragma once
 // POST /v1/embeddings (OpenAI's shape): `input` a string, a list of strings, a list of token ids
 // or a list of token-id lists; `encoding_format` float (default) or base64 (little-endian f32);
-// `dimensions` only the model's own width. Each input is a request to the same engine (batched
+// `dimensions` only the model's own width; `normalize` (vLLM's, default true) false skips the L2
+// normalisation. Each input is a request to the same engine (batched
 // with everything else); its final hidden states are pooled as EmbeddingConfig says.
 #include "engine/engine.h"
 #include "server/embedding_config.h"

@@ -182,6 +182,10 @@ def test_embeddings_match_transformers_pooled_hidden_states(fuselm_bin, smollm2_
                 assert np.dot(v, ref) / np.linalg.norm(ref) >= 0.999
         one = c.embeddings.create(model=MODEL, input=texts[1], encoding_format="float")
         np.testing.assert_allclose(one.data[0].embedding, floats.data[1].embedding, atol=1e-5)
+        raw = c.embeddings.create(model=MODEL, input=texts[1], encoding_format="float", extra_body={"normalize": False})
+        v = np.asarray(raw.data[0].embedding)
+        assert np.linalg.norm(v) > 2  # the pooled hidden state as it is
+        np.testing.assert_allclose(v / np.linalg.norm(v), floats.data[1].embedding, atol=1e-5)
     finally:
         assert s.stop() == 0
 
@@ -207,6 +211,7 @@ def test_embeddings_match_transformers_pooled_hidden_states(fuselm_bin, smollm2_
     ("/v1/embeddings", {"input": [[]]}, "input"),
     ("/v1/embeddings", {"input": [1, "x"]}, "input"),
     ("/v1/embeddings", {}, "input"),
+    ("/v1/embeddings", {"input": "x", "normalize": "no"}, "normalize"),
 ])
 def test_refused_values_answer_400_naming_the_field(server, path, body, param):
     status, err = server.post_json(path, {"model": MODEL, **body})
