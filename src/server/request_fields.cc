@@ -63,8 +63,6 @@ std::optional<std::string> get_string(const nlohmann::json& body, const char* na
 namespace {
 
 void read_unsupported(const nlohmann::json& body) {
-  if (auto b = get_int(body, "best_of", 1, max_choices); b && *b != 1)
-    throw ApiError(400, "'best_of' > 1 is not supported (use 'n' for several choices)", "best_of");
   if (const auto* s = field(body, "suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
   if (const auto* rf = field(body, "response_format")) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
@@ -153,6 +151,10 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
   }
   c.max_tokens_given = mt.has_value();
   c.n = get_int(body, "n", 1, max_choices).value_or(1);
+  // best_of = n returns every candidate, so it is n choices; ranking more candidates than n by
+  // logprob is not done.
+  if (auto b = get_int(body, "best_of", 1, max_choices); b && *b != c.n)
+    throw ApiError(400, "'best_of' other than 'n' is not supported (fuselm does not rank extra candidates)", "best_of");
   c.echo = get_bool(body, "echo").value_or(false);
   if (chat && c.echo) throw ApiError(400, "'echo' is a /v1/completions field", "echo");
   r.max_tokens = mt.value_or(16);

@@ -23,7 +23,7 @@ std::optional<bool> get_bool(const nlohmann::json& body, const char* name);
 std::optional<std::string> get_string(const nlohmann::json& body, const char* name);
 
 /// What both endpoints share: sampling, stops, limits, streaming, plus the checks that refuse
-/// fields fuselm knows but does not support (best_of > 1, suffix).
+/// fields fuselm knows but does not support (best_of other than n, suffix).
 struct CommonFields {
   engine::Request request;
   int64_t n = 1;  // choices per prompt

@@ -67,7 +67,7 @@ def test_n_choices_have_distinct_seeds_and_share_the_prompt_blocks(server, clien
     assert shared == 3 * 16 * ((n_prompt - 1) // 16) and shared > 0
     assert after["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"] >= shared
     # Seeded: the same request gives the same choices, and choice 0 is what n=1 gives.
-    again = client.completions.create(n=4, **kw)
+    again = client.completions.create(n=4, best_of=4, **kw)  # best_of = n: the same n choices
     assert [c.text for c in again.choices] == texts
     assert client.completions.create(n=1, **kw).choices[0].text == texts[0]
 
@@ -195,6 +195,7 @@ def test_embeddings_match_transformers_pooled_hidden_states(fuselm_bin, smollm2_
     ("/v1/completions", {"prompt": "x", "n": 129}, "n"),
     ("/v1/completions", {"prompt": ["x"] * 40, "n": 4}, "n"),
     ("/v1/completions", {"prompt": "x", "best_of": 2}, "best_of"),
+    ("/v1/completions", {"prompt": "x", "best_of": 3, "n": 2}, "best_of"),
     ("/v1/completions", {"prompt": ["x", 5]}, "prompt"),
     ("/v1/completions", {"prompt": "x", "echo": "yes"}, "echo"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
