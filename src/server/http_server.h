@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/chat_request.h"
 #include "server/request_limits.h"
 #include "tokenizer/prompt_tokenizer.h"
 
@@ -66,7 +67,7 @@ class HttpServer {
   };
   std::vector<Prompt> completion_prompts(const nlohmann::json& body) const;
   Prompt completion_prompt(const nlohmann::json& p) const;
-  std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw) const;
+  std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw, ChatPlan* plan = nullptr) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
@@ -77,6 +78,7 @@ class HttpServer {
   ServerConfig cfg_;
   std::unique_ptr<httplib::Server> svr_;
   std::atomic<bool> draining_{false};
+  ChatFormats chat_formats_;  // the template's tool/reasoning formats, found once (chat_request.h)
   int listen_fd_ = -1;  // the socket cpp-httplib bound (recorded by its socket-options hook)
 };
 

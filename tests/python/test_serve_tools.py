@@ -1,0 +1,134 @@
+"""Tool calls, reasoning and the message shapes agents send, through the openai client against
+`fuselm serve` on SmolLM2-135M-Instruct's weights with a tool-capable template swapped in
+(tests/data/chat-templates' Qwen2.5 template as the model's chat_template.jinja). The calls are
+parsed by the format discovered from the template (src/template/tool_format.h); tool_choice
+required / named forces the call's opening text, so even this tiny model calls."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+
+from fuselm_server import Server
+from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def swapped_model(src: Path, dst: Path, template: str) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "chat_template.jinja":
+            os.symlink(f.resolve(), dst / f.name)
+    (dst / "chat_template.jinja").write_text((ROOT / "tests/data/chat-templates" / template).read_text())
+    return dst
+
+
+@pytest.fixture(scope="module")
+def server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
+    d = swapped_model(smollm2_dir, tmp_path_factory.mktemp("m") / "model", "Qwen-Qwen2.5-7B-Instruct.jinja")
+    s = Server(fuselm_bin, d, ["--kv-cache-memory", "512MiB"], tmp_path_factory.mktemp("serve") / "serve.log")
+    yield s
+    assert s.stop() == 0, s.log_path.read_text()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="x", max_retries=0, timeout=600)
+
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def test_named_tool_choice_non_streamed_is_a_tool_call(client):
+    r = client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0, max_tokens=60)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    assert ch.message.content is None
+    [call] = ch.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert len(call.id) == 9 and call.id.isalnum()
+    assert isinstance(json.loads(call.function.arguments), dict)
+
+
+def test_streamed_tool_call_equals_the_non_streamed_one(client):
+    whole = client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0,
+                                           max_tokens=60).choices[0].message.tool_calls[0]
+    calls, finish = {}, None
+    for chunk in client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0,
+                                                max_tokens=60, stream=True):
+        for d in chunk.choices[0].delta.tool_calls or []:
+            c = calls.setdefault(d.index, {"name": "", "arguments": ""})
+            c["name"] += d.function.name or ""
+            c["arguments"] += d.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert calls == {0: {"name": whole.function.name, "arguments": whole.function.arguments}}
+
+
+@pytest.mark.xfail(reason="arguments are schema-constrained once the grammar engine (branch grammar) is merged", strict=False)
+def test_forced_call_arguments_match_the_schema(client):
+    r = client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0, max_tokens=60)
+    jsonschema.validate(json.loads(r.choices[0].message.tool_calls[0].function.arguments), TOOLS[0]["function"]["parameters"])
+
+
+def test_two_step_agent_loop(client):
+    first = client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0,
+                                           max_tokens=60).choices[0].message
+    call = first.tool_calls[0]
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 21, "sky": "clear"})}]
+    r = client.chat.completions.create(model="model", messages=history, tools=TOOLS, temperature=0, max_tokens=30)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.choices[0].message.content
+
+
+def test_tool_choice_none_gives_text(client):
+    r = client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice="none", temperature=0, max_tokens=20)
+    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content
+
+
+def test_message_shapes(client, server):
+    parts = [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}] + ASK
+    r = client.chat.completions.create(model="model", messages=parts, temperature=0, max_tokens=5)
+    assert r.choices[0].message.content
+    # The Qwen2.5 template prints any role's name: developer has no role of its own, so it is system.
+    status, body = server.post_json("/tokenize", {"messages": [{"role": "developer", "content": "Be brief."}] + ASK})
+    status2, body2 = server.post_json("/tokenize", {"messages": [{"role": "system", "content": "Be brief."}] + ASK})
+    assert status == status2 == 200 and body["tokens"] == body2["tokens"]
+
+
+@pytest.mark.parametrize("extra, param, words", [
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages", "'wizard'"),
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "'nope'"),
+    ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
+    ({"tools": [{"type": "function"}]}, "tools", "tools[0]"),
+    ({"chat_template_kwargs": [1]}, "chat_template_kwargs", "object"),
+    ({"enable_thinking": "yes"}, "enable_thinking", "boolean"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]}, "messages", "arguments"),
+])
+def test_bad_shapes_are_400_naming_the_field(server, extra, param, words):
+    body = {"model": "model", "messages": ASK, "tools": TOOLS, "max_tokens": 2, **extra}
+    status, err = server.post_json("/v1/chat/completions", body)
+    assert status == 400, err
+    assert err["error"]["param"] == param and words in err["error"]["message"], err
+    assert "/" not in err["error"]["message"].replace("</", "")  # no server paths
+
+
+def test_template_errors_carry_no_path(server):
+    status, err = server.post_json("/v1/chat/completions", {"messages": [{"role": "assistant", "content": "x"}] * 0 + [
+        {"role": "user", "content": "a", "tool_calls": 5}], "max_tokens": 2})
+    assert status in (200, 400)
+    if status == 400:
+        assert str(ROOT) not in err["error"]["message"] and "/tmp" not in err["error"]["message"]
