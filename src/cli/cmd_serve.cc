@@ -16,6 +16,7 @@
 #include "cli/verify_stamp.h"
 #include "cli/serve_limits.h"
 #include "server/http_server.h"
+#include "server/structured_output.h"
 
 namespace fuselm::cli {
 namespace {
@@ -73,6 +74,8 @@ void run(ServeArgs& a) {
   cfg.render_chat = make_chat_renderer(dir);
   cfg.threads = std::max(128, 2 * a.engine.max_num_seqs + 16);
   cfg.limits = a.limits;
+  if (loaded.tokenizer)  // structured output (response_format, guided_*, grammar): its compiler, once
+    cfg.grammar = server::make_grammar_compiler(loaded.tokenizer->tokenizer(), backend.vocab_size(), backend.eos_token_ids());
   server::HttpServer srv(eng, loaded.tokenizer ? &*loaded.tokenizer : nullptr, cfg);
   srv.bind();
   eng.start();

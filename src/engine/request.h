@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "grammar/grammar.h"
 
 namespace fuselm::engine {
 
@@ -24,6 +25,9 @@ struct Request {
   std::vector<int64_t> stop_token_ids;   // also end the request; the token is counted, not shown
   bool ignore_eos = false;
   bool logprobs = false;  // report each token's logprob (and sampling.top_logprobs alternatives)
+  // Constrained decoding: the output follows this grammar (compiled for the model's vocabulary,
+  // logits width included); null for an unconstrained request, which pays nothing for it.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 /// Why a request ended. Only the edges (the server's JSON, generate's --json and stats line) spell

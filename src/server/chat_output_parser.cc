@@ -5,7 +5,16 @@
 #include "template/json_scan.h"
 
 namespace fuselm::server {
+
+/// Result of matching from a position: matched (end), needs more text, or does not match.
+struct detail::Match {
+  enum Status { ok, need, fail } status;
+  size_t end = 0;
+};
+
 namespace {
+
+using detail::Match;
 
 using tmpl::ToolFormat;
 using tmpl::trim;
@@ -24,12 +33,6 @@ size_t partial_suffix(std::string_view s, std::string_view marker) {
     if (marker.starts_with(s.substr(s.size() - n))) return n;
   return 0;
 }
-
-/// Result of matching from a position: matched (end), needs more text, or does not match.
-struct Match {
-  enum Status { ok, need, fail } status;
-  size_t end = 0;
-};
 
 /// Matches `pieces` one after the other from `at`, each with its whitespace trimmed and any
 /// whitespace before it skipped. At the end of the text (`final`) a partial match fails.
@@ -249,7 +252,65 @@ Match mid_at(std::string_view s, size_t at, const ToolFormat& f, bool final) {
   return {Match::ok, e + after.size()};
 }
 
+/// The JSON object at `at` as the text of an arguments object (need/fail as json_object_at).
+Match json_args_at(std::string_view s, size_t at, bool final, std::string& out) {
+  Match j = json_object_at(s, at, final);
+  if (j.status != Match::ok) return j;
+  const size_t b = skip_space(s, at);
+  const auto args = nlohmann::json::parse(s.substr(b, j.end - b), nullptr, false);
+  if (!args.is_object()) return {Match::fail, at};
+  out = args.dump();
+  return j;
+}
+
 }  // namespace
+
+Match ChatOutputParser::parse_call(std::string_view s, size_t at, bool final, ParsedToolCall& call) const {
+  const ToolFormat& f = *tools_;
+  if (f.kind == ToolFormat::Kind::json_object) {
+    Match j = json_object_at(s, at, final);
+    if (j.status != Match::ok) return j;
+    const size_t b = skip_space(s, at);
+    const auto obj = nlohmann::json::parse(s.substr(b, j.end - b), nullptr, false);
+    if (!obj.is_object() || !obj.contains(f.name_key) || !obj[f.name_key].is_string()) return {Match::fail, at};
+    call.name = obj[f.name_key];
+    nlohmann::json args = obj.value(f.args_key, nlohmann::json::object());
+    if (args.is_string()) args = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
+    if (!args.is_object()) return {Match::fail, at};
+    call.arguments = args.dump();
+    return j;
+  }
+  Match n = name_at(s, at, final);
+  if (n.status != Match::ok) return n;
+  call.name = std::string(s.substr(skip_space(s, at), n.end - skip_space(s, at)));
+  Match md = mid_at(s, n.end, f, final);
+  if (md.status != Match::ok) return md;
+  if (f.kind == ToolFormat::Kind::name_then_args) return json_args_at(s, md.end, final, call.arguments);
+  return parse_params(s, md.end, final, call);
+}
+
+Match ChatOutputParser::parse_params(std::string_view s, size_t at, bool final, ParsedToolCall& call) const {
+  const ToolFormat& f = *tools_;
+  const std::string_view pmid = trim(f.param_mid), pclose = trim(f.param_close);
+  std::string args = "{";
+  for (bool first = true;; first = false) {
+    Match po = first ? match_seq(s, at, {f.param_open}, final) : match_seq(s, at, {f.param_sep, f.param_open}, final);
+    if (po.status == Match::need) return po;
+    if (po.status == Match::fail) break;
+    const size_t k = pmid.empty() ? std::string_view::npos : s.find(pmid, po.end);
+    if (k == std::string_view::npos) return {final ? Match::fail : Match::need, at};
+    const size_t v = pclose.empty() ? std::string_view::npos : s.find(pclose, k + pmid.size());
+    if (v == std::string_view::npos) return {final ? Match::fail : Match::need, at};
+    const std::string key(trim(s.substr(po.end, k - po.end)));
+    if (!first) args += ",";
+    args += nlohmann::json(key).dump() + ":" + param_value(call.name, key, s.substr(k + pmid.size(), v - k - pmid.size()));
+    at = v + pclose.size();
+  }
+  const auto parsed = nlohmann::json::parse(args + "}", nullptr, false);
+  if (!parsed.is_object()) return {Match::fail, at};
+  call.arguments = parsed.dump();
+  return {Match::ok, at};
+}
 
 bool ChatOutputParser::step_calls(OutputDelta& out, bool final) {
   const ToolFormat& f = *tools_;
@@ -271,60 +332,11 @@ bool ChatOutputParser::step_calls(OutputDelta& out, bool final) {
   Match m = in_block_ ? match_seq(s, 0, {f.separator, f.call_open}, final) : match_seq(s, 0, {f.block_open, f.call_open}, final);
   if (m.status == Match::need) return false;
   if (m.status == Match::fail || (in_block_ && final && skip_space(s, m.end) == s.size())) return fail_to_content();
-  size_t at = m.end;
   ParsedToolCall call;
-  if (f.kind == ToolFormat::Kind::json_object) {
-    Match j = json_object_at(s, at, final);
-    if (j.status == Match::need) return false;
-    if (j.status == Match::fail) return fail_to_content();
-    const size_t b = skip_space(s, at);
-    const auto obj = nlohmann::json::parse(s.substr(b, j.end - b), nullptr, false);
-    if (!obj.is_object() || !obj.contains(f.name_key) || !obj[f.name_key].is_string()) return fail_to_content();
-    call.name = obj[f.name_key];
-    nlohmann::json args = obj.value(f.args_key, nlohmann::json::object());
-    if (args.is_string()) args = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
-    if (!args.is_object()) return fail_to_content();
-    call.arguments = args.dump();
-    at = j.end;
-  } else {
-    Match n = name_at(s, at, final);
-    if (n.status == Match::need) return false;
-    if (n.status == Match::fail) return fail_to_content();
-    call.name = std::string(s.substr(skip_space(s, at), n.end - skip_space(s, at)));
-    Match md = mid_at(s, n.end, f, final);
-    if (md.status == Match::need) return false;
-    if (md.status == Match::fail) return fail_to_content();
-    at = md.end;
-    if (f.kind == ToolFormat::Kind::name_then_args) {
-      Match j = json_object_at(s, at, final);
-      if (j.status == Match::need) return false;
-      if (j.status == Match::fail) return fail_to_content();
-      const size_t b = skip_space(s, at);
-      const auto args = nlohmann::json::parse(s.substr(b, j.end - b), nullptr, false);
-      if (!args.is_object()) return fail_to_content();
-      call.arguments = args.dump();
-      at = j.end;
-    } else {
-      std::string args = "{";
-      for (bool first = true;; first = false) {
-        Match po = first ? match_seq(s, at, {f.param_open}, final) : match_seq(s, at, {f.param_sep, f.param_open}, final);
-        if (po.status == Match::need) return false;
-        if (po.status == Match::fail) break;
-        const std::string_view pmid = trim(f.param_mid), pclose = trim(f.param_close);
-        const size_t k = pmid.empty() ? std::string_view::npos : s.find(pmid, po.end);
-        if (k == std::string_view::npos) return final ? fail_to_content() : false;
-        const size_t v = pclose.empty() ? std::string_view::npos : s.find(pclose, k + pmid.size());
-        if (v == std::string_view::npos) return final ? fail_to_content() : false;
-        const std::string key(trim(s.substr(po.end, k - po.end)));
-        if (!first) args += ",";
-        args += nlohmann::json(key).dump() + ":" + param_value(call.name, key, s.substr(k + pmid.size(), v - k - pmid.size()));
-        at = v + pclose.size();
-      }
-      const auto parsed = nlohmann::json::parse(args + "}", nullptr, false);
-      if (!parsed.is_object()) return fail_to_content();
-      call.arguments = parsed.dump();
-    }
-  }
+  const Match body = parse_call(s, m.end, final, call);
+  if (body.status == Match::need) return false;
+  if (body.status == Match::fail) return fail_to_content();
+  const size_t at = body.end;
   Match c = match_seq(s, at, {f.call_close}, final);
   if (c.status == Match::need) return false;
   if (c.status == Match::fail && !final) return fail_to_content();

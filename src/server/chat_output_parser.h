@@ -15,6 +15,10 @@
 
 namespace fuselm::server {
 
+namespace detail {
+struct Match;  // chat_output_parser.cc: matched (end), needs more text, or no match
+}  // namespace detail
+
 /// One parsed call; `arguments` is the JSON text of the arguments object (OpenAI's form).
 struct ParsedToolCall {
   std::string id, name, arguments;
@@ -59,6 +63,9 @@ class ChatOutputParser {
   bool step_calls(OutputDelta& out, bool final);
   void emit_content(OutputDelta& out, std::string_view s);
   void emit_reasoning(OutputDelta& out, std::string_view s);
+  /// A call's body from `at` (after its opening text): need more text, fail, or its end.
+  detail::Match parse_call(std::string_view s, size_t at, bool final, ParsedToolCall& call) const;
+  detail::Match parse_params(std::string_view s, size_t at, bool final, ParsedToolCall& call) const;
   std::string param_value(const std::string& fn, const std::string& key, std::string_view text) const;
 
   const tmpl::ToolFormat* tools_;

@@ -4,6 +4,7 @@
 
 #include "server/api_error.h"
 #include "server/chat_content.h"
+#include "server/tool_grammar.h"
 
 namespace fuselm::server {
 namespace {
@@ -97,19 +98,6 @@ void check_tools(const ojson& tools) {
   }
 }
 
-/// The forced start of a call (tool_choice "required" or a named function): the text the reply
-/// is made to begin with, taken from the discovered markers.
-std::string forced_call_start(const tmpl::ToolFormat& f, const std::string& name) {
-  std::string s = f.block_open + f.call_open;
-  if (f.kind == tmpl::ToolFormat::Kind::json_object) {
-    s += "{" + ojson(f.name_key).dump() + ": ";
-    if (name.empty()) return s + "\"";
-    return s + ojson(name).dump() + ", " + ojson(f.args_key).dump() + ": ";
-  }
-  if (name.empty()) return s;
-  return s + name + (f.has_id ? f.id_before : f.mid);
-}
-
 /// tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}.
 /// Returns the name forced ("" for required), or nullopt for auto/none (*none set).
 std::optional<std::string> read_tool_choice(const ojson& body, const ojson& tools, bool* none) {
@@ -148,17 +136,16 @@ class ParsedChatOutput : public ChoiceOutput {
  public:
   ParsedChatOutput(const ChatPlan& plan, const ChatFormats& f)
       : ChoiceOutput(true),
-        parser_(plan.parse_tools ? &f.tools : nullptr, plan.tools, f.thinking, plan.in_reasoning),
-        prefill_(plan.prefill) {}
+        parser_(plan.parse_tools ? &f.tools : nullptr, plan.tools, f.thinking, plan.in_reasoning) {}
 
   nlohmann::ordered_json delta(const std::string& text, bool last) override {
-    OutputDelta d = parser_.feed(take_prefill() + text);
+    OutputDelta d = parser_.feed(text);
     if (last) merge(d, parser_.finish());
     return fields(d, false);
   }
 
   nlohmann::ordered_json message(const std::string& text) override {
-    OutputDelta d = parser_.feed(take_prefill() + text);
+    OutputDelta d = parser_.feed(text);
     merge(d, parser_.finish());
     return fields(d, true);
   }
@@ -169,8 +156,6 @@ class ParsedChatOutput : public ChoiceOutput {
   }
 
  private:
-  std::string take_prefill() { return std::exchange(prefill_, std::string()); }
-
   static void merge(OutputDelta& d, const OutputDelta& more) {
     d.reasoning += more.reasoning;
     d.content += more.content;
@@ -199,7 +184,6 @@ class ParsedChatOutput : public ChoiceOutput {
   }
 
   ChatOutputParser parser_;
-  std::string prefill_;
 };
 
 }  // namespace
@@ -240,8 +224,14 @@ ChatPlan prepare_chat_body(ojson& body, const ChatFormats& formats) {
                             formats.tools.why + "); send the request without 'tools'", "tools");
   plan.parse_tools = true;
   plan.tools = nlohmann::json::parse(body["tools"].dump());
-  if (forced) plan.prefill = forced_call_start(formats.tools, *forced);
+  plan.forced = forced;
   return plan;
+}
+
+grammar::Grammar forced_call_grammar(const ChatPlan& plan, const ChatFormats& formats) {
+  grammar::Grammar call = tool_call_grammar(formats.tools, plan.tools, plan.forced.value_or(""));
+  if (!plan.in_reasoning) return call;
+  return grammar::Grammar::concat({grammar::Grammar::literal(formats.thinking.close), call});
 }
 
 std::unique_ptr<ChoiceOutput> make_chat_output(const ChatPlan& plan, const ChatFormats& formats) {

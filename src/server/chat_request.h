@@ -6,8 +6,10 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "grammar/grammar.h"
 #include "server/chat_output_parser.h"
 #include "server/generation.h"
 #include "template/tool_format.h"
@@ -34,9 +36,9 @@ struct ChatPlan {
   bool parse_tools = false;  ///< tools given, tool_choice not "none"
   nlohmann::json tools;      ///< the request's tools (parameter types for name_then_params values)
   bool in_reasoning = false; ///< the rendered prompt leaves a reasoning block open
-  /// tool_choice "required" or a named function: the call's opening text (from the discovered
-  /// markers) put at the end of the prompt, so the reply is a call; the parser reads it first.
-  std::string prefill;
+  /// tool_choice "required" ("") or a named function (its name): the reply is made one call by
+  /// forced_call_grammar.
+  std::optional<std::string> forced;
 };
 
 /// Checks and rewrites an ordered chat body before rendering: roles (an unknown one is a 400
@@ -47,6 +49,10 @@ struct ChatPlan {
 /// chat_template_kwargs (an object) and enable_thinking (a boolean). Throws ApiError 400 naming
 /// the field. Returns the plan for reading the reply (in_reasoning is set by the caller).
 ChatPlan prepare_chat_body(nlohmann::ordered_json& body, const ChatFormats& formats);
+
+/// The grammar of a forced call (plan.forced set): the reasoning block's close first when the
+/// prompt leaves one open, then the call (tool_grammar.h). Throws ApiError 400.
+grammar::Grammar forced_call_grammar(const ChatPlan& plan, const ChatFormats& formats);
 
 /// The per-choice output of a chat reply read with `plan`.
 std::unique_ptr<ChoiceOutput> make_chat_output(const ChatPlan& plan, const ChatFormats& formats);

@@ -169,7 +169,7 @@ std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string
   // Rendered from the body in request key order (json sorts keys; templates may iterate them).
   auto ordered = parse_request_body_ordered(raw, cfg_.limits);
   ChatPlan p = prepare_chat_body(ordered, chat_formats_);
-  const std::string prompt = cfg_.render_chat(ordered, true) + p.prefill;
+  const std::string prompt = cfg_.render_chat(ordered, true);
   p.in_reasoning = starts_in_reasoning(prompt, chat_formats_.thinking);
   if (plan) *plan = std::move(p);
   return to_ids(tok_->encode_rendered(prompt));
@@ -180,14 +180,22 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   json body = parse_request_body(hreq.body, cfg_.limits);
   if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
-  CommonFields c = read_common(body, chat, random_seed());
+  CommonFields c = read_common(body, chat, random_seed(), cfg_.grammar.get());
   check_stops(cfg_.limits, c.request.stop, c.request.stop_token_ids.size());
   std::vector<Prompt> prompts;
   ChatPlan plan;
   if (chat) prompts.push_back({chat_prompt(body, hreq.body, &plan), std::nullopt});
   else prompts = completion_prompts(body);
-  // A forced call (tool_choice required/named) ends at its close text: one call, no prose after.
-  if (!plan.prefill.empty() && !chat_formats_.tools.call_close.empty()) c.request.stop.push_back(chat_formats_.tools.call_close);
+  if (plan.forced) {  // tool_choice required / a named function: the reply is one call, by grammar
+    if (c.request.grammar)
+      throw ApiError(400, "'tool_choice' that forces a call cannot be combined with structured output", "tool_choice");
+    if (!cfg_.grammar) throw ApiError(400, "'tool_choice' that forces a call needs the model's tokenizer.json", "tool_choice");
+    try {
+      c.request.grammar = cfg_.grammar->compile(forced_call_grammar(plan, chat_formats_));
+    } catch (const grammar::GrammarError& e) {
+      throw ApiError(400, std::string("'tool_choice': ") + e.what(), "tool_choice");
+    }
+  }
   if (static_cast<int64_t>(prompts.size()) * c.n > max_choices)
     throw ApiError(400, fmt::format("{} prompts x n = {} choices; at most {} in one request", prompts.size(), c.n, max_choices), "n");
   std::vector<engine::Request> reqs;

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "server/chat_request.h"
+#include "grammar/grammar.h"
 #include "server/request_limits.h"
 #include "tokenizer/prompt_tokenizer.h"
 
@@ -38,6 +39,9 @@ struct ServerConfig {
   /// the overflowed connections (SYN cookies) hung or were reset.
   int listen_backlog = 4096;
   RequestLimits limits;  // body size, JSON depth, max_tokens, timeout (request_limits.h)
+  /// Compiles the structured-output fields' grammars for the model's vocabulary (built once at
+  /// startup, structured_output.h); null when the model has no tokenizer (those fields: 400).
+  std::shared_ptr<grammar::Compiler> grammar;
 };
 
 class HttpServer {

@@ -74,10 +74,43 @@ def test_streamed_tool_call_equals_the_non_streamed_one(client):
     assert calls == {0: {"name": whole.function.name, "arguments": whole.function.arguments}}
 
 
-@pytest.mark.xfail(reason="arguments are schema-constrained once the grammar engine (branch grammar) is merged", strict=False)
-def test_forced_call_arguments_match_the_schema(client):
-    r = client.chat.completions.create(model="model", messages=ASK, tools=TOOLS, tool_choice=NAMED, temperature=0, max_tokens=60)
-    jsonschema.validate(json.loads(r.choices[0].message.tool_calls[0].function.arguments), TOOLS[0]["function"]["parameters"])
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {
+    "name": "add", "description": "Add two integers", "strict": True,
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                    "b": {"type": "integer"}}, "required": ["a", "b"],
+                   "additionalProperties": False}}}]
+
+
+@pytest.mark.parametrize("choice", [NAMED, {"type": "function", "function": {"name": "add"}}, "required"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_call_arguments_match_the_schema(client, choice, stream):
+    for question in ["What is the weather in Paris?", "What is 2 + 3?", "Hello"]:
+        kw = dict(model="model", messages=[{"role": "user", "content": question}], tools=TWO_TOOLS, tool_choice=choice,
+                  temperature=0.8, seed=len(question), max_tokens=80)
+        if stream:
+            name, args, finish = "", "", None
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                for d in chunk.choices[0].delta.tool_calls or []:
+                    name += d.function.name or ""
+                    args += d.function.arguments or ""
+                finish = chunk.choices[0].finish_reason or finish
+        else:
+            r = client.chat.completions.create(**kw).choices[0]
+            [call] = r.message.tool_calls
+            name, args, finish = call.function.name, call.function.arguments, r.finish_reason
+        assert finish == "tool_calls"
+        if isinstance(choice, dict):
+            assert name == choice["function"]["name"]
+        [fn] = [t["function"] for t in TWO_TOOLS if t["function"]["name"] == name]
+        jsonschema.validate(json.loads(args), fn["parameters"])
+
+
+def test_a_tool_schema_keyword_the_grammar_cannot_enforce_is_named(server):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}}}]
+    status, err = server.post_json("/v1/chat/completions", {"messages": ASK, "tools": tools, "tool_choice": "required"})
+    assert status == 400 and err["error"]["param"] == "tools", err
+    assert "uniqueItems" in err["error"]["message"] and "/properties/xs" in err["error"]["message"], err
 
 
 def test_two_step_agent_loop(client):
