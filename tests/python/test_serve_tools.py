@@ -165,3 +165,57 @@ def test_template_errors_carry_no_path(server):
     assert status in (200, 400)
     if status == 400:
         assert str(ROOT) not in err["error"]["message"] and "/tmp" not in err["error"]["message"]
+
+
+# --- the renders against transformers' own (the oracle), and reasoning, on Qwen3's template ---
+
+@pytest.fixture(scope="module")
+def qwen3(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
+    d = swapped_model(smollm2_dir, tmp_path_factory.mktemp("q3") / "model", "Qwen-Qwen3-0.6B.jinja")
+    s = Server(fuselm_bin, d, ["--kv-cache-memory", "256MiB"], tmp_path_factory.mktemp("serve") / "serve.log")
+    yield s, d
+    assert s.stop() == 0, s.log_path.read_text()[-2000:]
+
+
+def transformers_ids(model_dir, messages, **kw):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+AGENT_HISTORY = ASK + [
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "abcDEF123", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "abcDEF123", "content": '{"temperature_c": 21}'}]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False}])
+def test_agent_history_renders_as_transformers_renders_the_vllm_form(qwen3, kwargs):
+    server, model_dir = qwen3
+    status, body = server.post_json("/tokenize", {"messages": AGENT_HISTORY, "tools": TOOLS, **kwargs})
+    assert status == 200, body
+    # vLLM's form of the same history: content "" and the arguments as an object.
+    expected = json.loads(json.dumps(AGENT_HISTORY))
+    expected[1]["content"] = ""
+    expected[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+    extra = dict(kwargs.get("chat_template_kwargs", {}))
+    if "enable_thinking" in kwargs:
+        extra["enable_thinking"] = kwargs["enable_thinking"]
+    assert body["tokens"] == transformers_ids(model_dir, expected, tools=TOOLS, **extra)
+
+
+def test_reasoning_content_is_split_by_the_template_markers(qwen3):
+    server, _ = qwen3
+    c = openai.OpenAI(base_url=server.base + "/v1", api_key="x", max_retries=0)
+    # The output is forced (vLLM's guided_regex) to a reasoning block then an answer.
+    forced = {"guided_regex": r"<think>\nI add\.\n</think>\n\nFour\."}
+    r = c.chat.completions.create(model="model", messages=ASK, max_tokens=30, extra_body=forced)
+    m = r.choices[0].message
+    assert (m.reasoning_content, m.content) == ("I add.", "Four.")
+    reasoning, content = "", ""
+    for chunk in c.chat.completions.create(model="model", messages=ASK, max_tokens=30, extra_body=forced, stream=True):
+        d = chunk.choices[0].delta if chunk.choices else None
+        reasoning += getattr(d, "reasoning_content", None) or ""
+        content += (d.content or "") if d else ""
+    assert (reasoning, content) == ("I add.", "Four.")
