@@ -14,10 +14,11 @@ namespace fuselm::server {
 
 /// One call of `name` (or, when `name` is empty, of any function in `tools`) written as format
 /// `f` writes it, its arguments valid under the function's `parameters` (strict when the
-/// function says "strict": true; an absent schema is any object). Throws ApiError 400: param
-/// "tools" naming the function and the schema keyword the grammar cannot enforce; param
-/// "tool_choice" when the format writes arguments as parameters (name_then_params), which the
-/// grammar does not build yet.
+/// function says "strict": true; an absent schema is any object). For name_then_params formats
+/// the required parameters are written, in the schema's order: a string one as one line of text
+/// without the close marker's first character (minLength/maxLength kept; or one of its enum), any
+/// other as JSON under its schema. Throws ApiError 400 (param "tools") naming the function and the schema keyword the
+/// grammar cannot enforce.
 grammar::Grammar tool_call_grammar(const tmpl::ToolFormat& f, const nlohmann::json& tools, const std::string& name);
 
 }  // namespace fuselm::server
