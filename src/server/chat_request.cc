@@ -78,6 +78,10 @@ void check_messages(ojson& body, const ChatFormats& f) {
     auto& m = messages[i];
     check_role(m, i, f);
     if (m["role"] == "assistant") normalize_tool_calls(m, i);
+    // Reasoning sent back as reasoning_content reaches a template that reads it under another key.
+    const std::string& key = f.thinking.message_key;
+    if (!key.empty() && key != "reasoning_content" && m.contains("reasoning_content") && !m.contains(key))
+      m[key] = m["reasoning_content"];
     if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array())
       throw ApiError(400, fmt::format("messages[{}].content must be a string, an array of parts or null", i), "messages");
   }

@@ -273,15 +273,5 @@ TEST(ChatOutputParser, UnfinishedCallIsContent) {
   EXPECT_EQ(p.content(), "ok <tool_call>\n{\"name\": \"f\", \"argu");
 }
 
-TEST(ToolFormatDump, DISABLED_AllTemplates) {
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(FUSELM_SOURCE_DIR) / "tests/data/chat-templates")) {
-    if (e.path().extension() != ".jinja") continue;
-    const auto r = renderer_of(e.path().filename().string());
-    const auto t = discover_thinking_format(r);
-    std::printf("%s\n  %s\n  think=%s|%s opens=%d key=%s\n", e.path().filename().c_str(), describe(discover_tool_format(r)).c_str(),
-                nlohmann::json(t.open).dump().c_str(), nlohmann::json(t.close).dump().c_str(), t.prompt_opens, t.message_key.c_str());
-  }
-}
-
 }  // namespace
 }  // namespace fuselm::tmpl
