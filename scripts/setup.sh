@@ -3,6 +3,8 @@
 # skipped when its result is already there.
 #   Debian packages (apt-get): compiler, CMake, Ninja and the C++ libraries the engine uses
 #   .venv/ at the repository root: pinned Python packages (requirements.txt)
+#   ~/.cache/fuselm-deps/xgrammar-<version>/: the pinned xgrammar sdist (scripts/xgrammar-version),
+#     whose C++ library the build compiles (constrained decoding, src/grammar/)
 #   build/: the fuselm binary, tests and benchmarks
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +40,23 @@ if ! cmp -s requirements.txt "$stamp" 2>/dev/null; then
   cp requirements.txt "$stamp"
 fi
 
+# xgrammar's C++ sources come from its PyPI sdist (the version pinned in scripts/xgrammar-version),
+# fetched once into a per-user cache, unpacked, and named to CMake.
+XGRAMMAR_VERSION=$(head -n1 scripts/xgrammar-version)
+DEPS_CACHE="${FUSELM_DEPS_CACHE:-$HOME/.cache/fuselm-deps}"
+XGRAMMAR_DIR="$DEPS_CACHE/xgrammar-$XGRAMMAR_VERSION"
+if [ ! -f "$XGRAMMAR_DIR/include/xgrammar/xgrammar.h" ]; then
+  echo "setup: fetching the xgrammar $XGRAMMAR_VERSION sdist into $DEPS_CACHE"
+  mkdir -p "$DEPS_CACHE"
+  if ! .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+       "xgrammar==$XGRAMMAR_VERSION" -d "$DEPS_CACHE" >"$DEPS_CACHE/pip.log" 2>&1; then
+    tail -20 "$DEPS_CACHE/pip.log" >&2
+    echo "setup: error: pip could not download the xgrammar $XGRAMMAR_VERSION sdist" >&2
+    exit 1
+  fi
+  tar -xzf "$DEPS_CACHE/xgrammar-$XGRAMMAR_VERSION.tar.gz" -C "$DEPS_CACHE"
+fi
+
 echo "setup: building (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSELM_XGRAMMAR_DIR="$XGRAMMAR_DIR" >/dev/null
 ninja -C build >/dev/null

@@ -19,10 +19,17 @@ ChatRenderer make_chat_renderer(const std::filesystem::path& model_dir) {
     if (!t.bos_token.empty()) vars["bos_token"] = t.bos_token;
     if (!t.eos_token.empty()) vars["eos_token"] = t.eos_token;
     if (has_tools) vars["tools"] = *tools;
+    // vLLM's extra template variables: top-level enable_thinking, then chat_template_kwargs
+    // (checked by the server: an object that does not set messages/tools/add_generation_prompt).
+    if (auto e = body.find("enable_thinking"); e != body.end() && e->is_boolean()) vars["enable_thinking"] = *e;
+    if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object())
+      for (const auto& [key, value] : k->items())
+        if (key != "messages" && key != "tools" && key != "add_generation_prompt") vars[key] = value;
     try {
       return tmpl::render(t.source, vars);
     } catch (const tmpl::TemplateError& e) {
-      throw server::ApiError(400, "chat template " + t.origin + ": " + e.what(), "messages");
+      // Not t.origin: the template's path on the server is not the client's business.
+      throw server::ApiError(400, std::string("the chat template failed: ") + e.what(), "messages");
     }
   };
 }

@@ -14,7 +14,9 @@ namespace fuselm::cli {
 using ChatRenderer = std::function<std::string(const nlohmann::ordered_json& body, bool add_generation_prompt)>;
 
 /// The renderer of `model_dir`'s template, or an empty function when it has none. Render errors
-/// are server::ApiError 400 naming the template's file.
+/// are server::ApiError 400 with the template's message (never the file's path on the server).
+/// Besides messages and tools, the template sees top-level enable_thinking and the keys of
+/// chat_template_kwargs (vLLM's extra template variables).
 ChatRenderer make_chat_renderer(const std::filesystem::path& model_dir);
 
 }  // namespace fuselm::cli

@@ -16,6 +16,7 @@
 #include "cli/verify_stamp.h"
 #include "cli/serve_limits.h"
 #include "server/http_server.h"
+#include "server/structured_output.h"
 
 namespace fuselm::cli {
 namespace {
@@ -75,6 +76,8 @@ void run(ServeArgs& a) {
   cfg.threads = std::max(128, 2 * a.engine.max_num_seqs + 16);
   cfg.limits = a.limits;
   cfg.embedding = server::embedding_config(dir, a.pooling.empty() ? std::nullopt : engine::parse_pooling(a.pooling));
+  if (loaded.tokenizer)  // structured output (response_format, guided_*, grammar): its compiler, once
+    cfg.grammar = server::make_grammar_compiler(loaded.tokenizer->tokenizer(), backend.vocab_size(), backend.eos_token_ids());
   server::HttpServer srv(eng, loaded.tokenizer ? &*loaded.tokenizer : nullptr, cfg);
   srv.bind();
   eng.start();

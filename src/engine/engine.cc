@@ -240,7 +240,7 @@ void Engine::on_row(Sequence& s, std::span<const float> row) {
   if (s.num_output() == 1) s.first_token = now;
   s.last_token = now;
   s.stream->push(std::move(t.event));
-  if (t.finish) finish(s, *t.finish);
+  if (t.finish) finish(s, *t.finish, t.error);
 }
 
 bool Engine::step() {

@@ -19,6 +19,7 @@ namespace fuselm::engine {
 struct TokenStep {
   Event event;
   std::optional<FinishReason> finish;
+  std::string error;  // with FinishReason::error
 };
 
 class OutputProcessor {
@@ -32,13 +33,16 @@ class OutputProcessor {
   /// Samples the next token of `s` from its logits row ([vocab] f32) and appends it. The event
   /// holds the token (with its logprob and alternatives when the request asked for logprobs) and
   /// the text now safe to show; `finish` is stop (EOS unless ignore_eos, a stop token id, a stop
-  /// string) or length (max_tokens, or the model's context).
+  /// string, a grammar that reached its end) or length (max_tokens, or the model's context); a
+  /// constrained sequence samples only the tokens its grammar allows (error when it allows none).
   TokenStep on_row(Sequence& s, std::span<const float> row) const;
   /// The text still held back when `s` ends normally (the detokeniser's tail, then whatever the
   /// stop strings held that did not match).
   static std::string flush(Sequence& s);
 
  private:
+  static std::optional<std::string> fill_grammar_mask(Sequence& s, size_t width);
+
   const tokenizer::Tokenizer* tok_;
   std::vector<int64_t> eos_;
   int64_t max_context_;

@@ -15,6 +15,7 @@
 
 #include "engine/pooling.h"
 #include "engine/sampling_params.h"
+#include "grammar/grammar.h"
 
 namespace fuselm::engine {
 
@@ -35,6 +36,9 @@ struct Request {
   /// exposes them (Backend::hidden_rows).
   std::optional<Pooling> embed;
   bool normalize = true;  // embed: L2-normalise the pooled vector
+  // Constrained decoding: the output follows this grammar (compiled for the model's vocabulary,
+  // logits width included); null for an unconstrained request, which pays nothing for it.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 /// Why a request ended. Only the edges (the server's JSON, generate's --json and stats line) spell

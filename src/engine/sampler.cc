@@ -71,7 +71,23 @@ int64_t Sampler::draw_untruncated(std::span<const float> logits, float max) {
   return last;  // r at the very top of the range (rounding)
 }
 
-Sampled Sampler::sample(std::span<const float> raw, bool logprobs) {
+std::span<const float> Sampler::apply_mask(std::span<const float> logits, std::span<const int32_t> allowed) {
+  // Disallowed tokens' logits to -inf, a whole 32-token word at a time when none is allowed.
+  if (logits.data() != work_.data()) work_.assign(logits.begin(), logits.end());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const size_t n = work_.size();
+  for (size_t w = 0; w < allowed.size() && w * 32 < n; ++w) {
+    const auto bits = static_cast<uint32_t>(allowed[w]);
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    for (size_t i = w * 32; i < end; ++i)
+      if (((bits >> (i - w * 32)) & 1u) == 0) work_[i] = kNegInf;
+  }
+  for (size_t i = allowed.size() * 32; i < n; ++i) work_[i] = kNegInf;
+  return work_;
+}
+
+Sampled Sampler::sample(std::span<const float> raw, bool logprobs, std::span<const int32_t> allowed) {
   const int64_t n = static_cast<int64_t>(raw.size());
   // logprobs are of the model's own distribution; sampling sees the penalized logits.
   double log_z = 0;
@@ -84,6 +100,7 @@ Sampled Sampler::sample(std::span<const float> raw, bool logprobs) {
   }
   std::span<const float> logits = penalized() ? apply_penalties(raw) : raw;
   if (biased()) logits = apply_bias(logits);
+  if (!allowed.empty()) logits = apply_mask(logits, allowed);
   float max = -std::numeric_limits<float>::infinity();
   int64_t argmax = 0;
   for (int64_t i = 0; i < n; ++i)

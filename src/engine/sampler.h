@@ -33,8 +33,10 @@ class Sampler {
   void set_end_tokens(std::vector<int64_t> ids) { end_tokens_ = std::move(ids); }
   /// The next token. With `logprobs` false the caller reads only the token: the log-softmax over
   /// the vocabulary (a pass of exponentials, the largest cost of a greedy step) is skipped and
-  /// logprob and top stay empty.
-  Sampled sample(std::span<const float> logits, bool logprobs = true);
+  /// logprob and top stay empty. `allowed` (constrained decoding), when not empty, is a token
+  /// bitmask (bit id%32 of word id/32, grammar::bitmask_words words): only the tokens it allows
+  /// are sampled, while logprob and top stay those of the model's raw distribution.
+  Sampled sample(std::span<const float> logits, bool logprobs = true, std::span<const int32_t> allowed = {});
   const SamplingParams& params() const { return p_; }
 
  private:
@@ -45,6 +47,7 @@ class Sampler {
   // logits with them applied (in work_).
   bool biased() const;
   std::span<const float> apply_bias(std::span<const float> logits);
+  std::span<const float> apply_mask(std::span<const float> logits, std::span<const int32_t> allowed);
   void fill_top(std::span<const float> raw, double log_z, Sampled& out);
 
   SamplingParams p_;

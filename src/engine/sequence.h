@@ -12,6 +12,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "grammar/grammar.h"
 #include "kv/sequence_handle.h"
 #include "tokenizer/stream_decoder.h"
 
@@ -43,10 +44,14 @@ struct Sequence {
   std::optional<PoolState> pool;        // Request::embed
   std::shared_ptr<PromptGate> gate;  // set for choices sharing a prompt (engine.h submit_group)
   bool gate_owner = false;           // this sequence computes the prompt and opens the gate
+  std::optional<grammar::Matcher> matcher;  // constrained requests only (req.grammar)
+  std::vector<int32_t> grammar_mask;        // the matcher's bitmask, reused step to step
   clock_type::time_point arrival, first_token, last_token;
 
   /// Throws std::invalid_argument for sampling parameters out of their bounds (Sampler).
-  explicit Sequence(Request r) : req(std::move(r)), sampler(req.sampling), stop(req.stop) {}
+  explicit Sequence(Request r) : req(std::move(r)), sampler(req.sampling), stop(req.stop) {
+    if (req.grammar) matcher.emplace(req.grammar);
+  }
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
   /// Tokens still to compute (their KV unwritten).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }

@@ -111,8 +111,8 @@ void respond_whole(Generation& g, const ResponseBuilder& rb, const Deadline& dea
       g.cancel_all();
       throw ApiError(500, "generation failed: " + c.last.error);
     }
-    results.push_back({c.index, c.output->message(c.text), std::move(c.tokens), c.echo_logprobs,
-                       c.output->finish_reason(c.last.finish_reason)});
+    ojson fields = c.output->message(c.text);  // before finish_reason (braced init is ordered, but say so)
+    results.push_back({c.index, std::move(fields), std::move(c.tokens), c.echo_logprobs, c.output->finish_reason(c.last.finish_reason)});
   }
   res.set_content(dump(rb.full(results, g.usage())), "application/json");
 }
@@ -159,8 +159,8 @@ struct StreamWriter {
       end(sink, error_body(500, "generation failed: " + c.last.error));
       return false;
     }
-    return write(sink, dump(rb->chunk(c.index, c.output->delta(text, true), tokens, c.output->finish_reason(c.last.finish_reason),
-                                      echo_lp)));
+    ojson fields = c.output->delta(text, true);  // before finish_reason: the last delta may complete a tool call
+    return write(sink, dump(rb->chunk(c.index, fields, tokens, c.output->finish_reason(c.last.finish_reason), echo_lp)));
   }
 
   bool step(httplib::DataSink& sink) {

@@ -78,6 +78,7 @@ HttpServer::HttpServer(engine::Engine& engine, const tokenizer::PromptTokenizer*
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     listen_fd_ = sock;
   });
+  chat_formats_ = discover_chat_formats(cfg_.render_chat);
   routes();
 }
 
@@ -168,23 +169,21 @@ std::vector<HttpServer::Prompt> HttpServer::completion_prompts(const json& body)
   return {completion_prompt(p)};
 }
 
-std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string& raw) const {
+std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string& raw, ChatPlan* plan) const {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) throw ApiError(400, "'messages' must be a non-empty array", "messages");
   for (const auto& m : *it)
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw ApiError(400, "each message must be an object with a string 'role'", "messages");
-  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null() && !tools->empty()) {
-    const json tc = body.value("tool_choice", json("auto"));
-    if (!(tc.is_string() && (tc == "auto" || tc == "none")))
-      throw ApiError(400, "'tool_choice' other than \"auto\" or \"none\" is not supported (fuselm cannot force a tool call)", "tool_choice");
-  }
   if (!cfg_.render_chat) throw ApiError(400, "the model has no chat template; use /v1/completions", "messages");
   if (!tok_) throw ApiError(400, "chat needs the model's tokenizer.json", "messages");
   // Rendered from the body in request key order (json sorts keys; templates may iterate them).
   auto ordered = parse_request_body_ordered(raw, cfg_.limits);
-  join_text_parts(ordered);
-  return to_ids(tok_->encode_rendered(cfg_.render_chat(ordered, true)));
+  ChatPlan p = prepare_chat_body(ordered, chat_formats_);
+  const std::string prompt = cfg_.render_chat(ordered, true);
+  p.in_reasoning = starts_in_reasoning(prompt, chat_formats_.thinking);
+  if (plan) *plan = std::move(p);
+  return to_ids(tok_->encode_rendered(prompt));
 }
 
 void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
@@ -192,11 +191,22 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   json body = parse_request_body(hreq.body, cfg_.limits);
   if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
-  CommonFields c = read_common(body, chat, random_seed());
+  CommonFields c = read_common(body, chat, random_seed(), cfg_.grammar.get());
   check_stops(cfg_.limits, c.request.stop, c.request.stop_token_ids.size());
   std::vector<Prompt> prompts;
-  if (chat) prompts.push_back({chat_prompt(body, hreq.body), std::nullopt});
+  ChatPlan plan;
+  if (chat) prompts.push_back({chat_prompt(body, hreq.body, &plan), std::nullopt});
   else prompts = completion_prompts(body);
+  if (plan.forced) {  // tool_choice required / a named function: the reply is one call, by grammar
+    if (c.request.grammar)
+      throw ApiError(400, "'tool_choice' that forces a call cannot be combined with structured output", "tool_choice");
+    if (!cfg_.grammar) throw ApiError(400, "'tool_choice' that forces a call needs the model's tokenizer.json", "tool_choice");
+    try {
+      c.request.grammar = cfg_.grammar->compile(forced_call_grammar(plan, chat_formats_));
+    } catch (const grammar::GrammarError& e) {
+      throw ApiError(400, std::string("'tool_choice': ") + e.what(), "tool_choice");
+    }
+  }
   if (static_cast<int64_t>(prompts.size()) * c.n > max_choices)
     throw ApiError(400, fmt::format("{} prompts x n = {} choices; at most {} in one request", prompts.size(), c.n, max_choices), "n");
   for (const auto& [id, bias] : c.request.sampling.logit_bias)
@@ -230,7 +240,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
     Choice choice;
     choice.index = static_cast<int64_t>(k);  // prompt-major, as OpenAI numbers n choices of several prompts
     choice.counts_prompt = static_cast<int64_t>(k) % c.n == 0;
-    choice.output = std::make_unique<ChoiceOutput>(chat);
+    choice.output = chat ? make_chat_output(plan, chat_formats_) : std::make_unique<ChoiceOutput>(false);
     choice.stream = std::move(streams[k]);
     if (c.echo) {
       const Prompt& p = prompts[k / static_cast<size_t>(c.n)];

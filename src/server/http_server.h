@@ -11,6 +11,8 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
+#include "server/chat_request.h"
 #include "server/embedding_config.h"
 #include "server/request_limits.h"
 #include "tokenizer/prompt_tokenizer.h"
@@ -39,6 +41,9 @@ struct ServerConfig {
   int listen_backlog = 4096;
   RequestLimits limits;  // body size, JSON depth, max_tokens, timeout (request_limits.h)
   EmbeddingConfig embedding;  // how /v1/embeddings pools (embedding_config.h)
+  /// Compiles the structured-output fields' grammars for the model's vocabulary (built once at
+  /// startup, structured_output.h); null when the model has no tokenizer (those fields: 400).
+  std::shared_ptr<grammar::Compiler> grammar;
 };
 
 class HttpServer {
@@ -71,7 +76,7 @@ class HttpServer {
   /// The text echo puts before a choice given its prompt's token ids (decoded; empty without a
   /// tokenizer).
   std::string echo_text(const std::vector<int64_t>& ids) const;
-  std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw) const;
+  std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw, ChatPlan* plan = nullptr) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
@@ -82,6 +87,7 @@ class HttpServer {
   ServerConfig cfg_;
   std::unique_ptr<httplib::Server> svr_;
   std::atomic<bool> draining_{false};
+  ChatFormats chat_formats_;  // the template's tool/reasoning formats, found once (chat_request.h)
   int listen_fd_ = -1;  // the socket cpp-httplib bound (recorded by its socket-options hook)
 };
 

@@ -1,5 +1,7 @@
 #include "server/request_fields.h"
 
+#include "server/structured_output.h"
+
 #include <fmt/core.h>
 
 #include <charconv>
@@ -64,13 +66,6 @@ namespace {
 
 void read_unsupported(const nlohmann::json& body) {
   if (const auto* s = field(body, "suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
-  if (const auto* rf = field(body, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      throw ApiError(400, "'response_format' must be an object with a string 'type'", "response_format");
-    if ((*rf)["type"] != "text")
-      throw ApiError(400, fmt::format("'response_format' of type '{}' is not supported (fuselm cannot constrain output)",
-                                      (*rf)["type"].get<std::string>()), "response_format");
-  }
 }
 
 void read_stops(const nlohmann::json& body, engine::Request& r) {
@@ -136,7 +131,7 @@ void read_sampling(const nlohmann::json& body, engine::SamplingParams& p, uint64
 
 }  // namespace
 
-CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed) {
+CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   read_unsupported(body);
   CommonFields c;
@@ -162,6 +157,7 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
   read_logit_bias(body, p);
   p.min_tokens = get_int(body, "min_tokens", 0, big).value_or(0);
   read_stops(body, r);
+  if (auto so = read_structured_output(body)) r.grammar = compile_structured_output(*so, grammar);
   r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   if (chat) {
     r.logprobs = get_bool(body, "logprobs").value_or(false);

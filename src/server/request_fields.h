@@ -9,6 +9,7 @@
 
 #include "engine/request.h"
 #include "engine/sampling_params.h"
+#include "grammar/grammar.h"
 #include "server/api_error.h"
 
 namespace fuselm::server {
@@ -34,8 +35,9 @@ struct CommonFields {
 
 /// Reads the common fields of a completions or chat body; `chat` picks the logprobs form
 /// (bool + top_logprobs for chat, an integer for completions). `random_seed` seeds unseeded
-/// requests. Throws ApiError.
-CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed);
+/// requests. The structured-output fields (structured_output.h) are compiled with `grammar` (null
+/// when the model has no tokenizer: those fields are then a 400). Throws ApiError.
+CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar = nullptr);
 
 /// Choices per prompt a request may ask for ('n').
 inline constexpr int64_t max_choices = 128;

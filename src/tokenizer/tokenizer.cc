@@ -103,6 +103,12 @@ std::string Tokenizer::decode(std::span<const std::uint32_t> ids, bool skip_spec
   return utf8::lossy(decode_tokens(*decoder_, std::move(tokens), true));
 }
 
+std::string Tokenizer::token_bytes(std::uint32_t id) const {
+  const std::string* t = decode_token(id, true);
+  if (t == nullptr) return {};
+  return decode_tokens(*decoder_, {*t}, false);
+}
+
 std::optional<std::uint32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (auto id = added_->token_to_id(token)) return id;
   return model_->token_to_id(token);

@@ -47,6 +47,10 @@ class Tokenizer {
   std::optional<std::uint32_t> token_to_id(std::string_view token) const;
   /// Token string of `id` (added tokens first, then the model's vocabulary), or nullopt.
   std::optional<std::string> id_to_token(std::uint32_t id) const;
+  /// The bytes token `id` adds in the middle of a decoded text (the decoder chain run as a
+  /// continuation; not made valid UTF-8: a byte-level token may hold part of a character), or ""
+  /// for a special token or an unknown id. What constrained decoding matches grammars against.
+  std::string token_bytes(std::uint32_t id) const;
   /// True when `id` is a special added token.
   bool is_special(std::uint32_t id) const;
   /// One past the largest id (model vocabulary and added tokens).

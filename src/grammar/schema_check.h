@@ -1,0 +1,17 @@
+#pragma once
+// The JSON Schema keyword whitelist: before a schema is converted to a grammar, every keyword is
+// checked against what xgrammar 0.2.8's json_schema_converter.cc enforces. That converter warns
+// and ignores some keywords (not, if/then/else, dependent*, uniqueItems, contains, multipleOf on
+// numbers, allOf of several schemas, oneOf it cannot prove disjoint, unknown formats, remote
+// $refs) and picks ONE of $ref/const/enum/anyOf/oneOf/allOf/type per schema object, ignoring the
+// others; each such case would let invalid output through, so it is refused here.
+#include <nlohmann/json.hpp>
+
+namespace fuselm::grammar {
+
+/// Throws UnsupportedSchemaError naming the first keyword (and its JSON pointer) that the grammar
+/// would not enforce, or GrammarError for a schema that is not a JSON Schema (not an object or
+/// boolean, a keyword of the wrong JSON type). Returns normally when every keyword is enforced.
+void check_schema(const nlohmann::json& schema);
+
+}  // namespace fuselm::grammar
