@@ -2,6 +2,8 @@
 // GrammarMatcher.
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -105,8 +107,13 @@ void Matcher::mask_logits(std::span<float> logits, std::vector<int32_t>& scratch
     const auto bits = static_cast<uint32_t>(scratch[w]);
     if (bits == 0xFFFFFFFFu) continue;
     const size_t end = std::min(n, w * 32 + 32);
-    for (size_t i = w * 32; i < end; ++i) {
-      if (((bits >> (i - w * 32)) & 1u) == 0) logits[i] = kNegInf;
+    if (bits == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 32), logits.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
+    for (uint32_t off = ~bits; off != 0; off &= off - 1) {  // each disallowed id of the word
+      const size_t i = w * 32 + static_cast<size_t>(std::countr_zero(off));
+      if (i < end) logits[i] = kNegInf;
     }
   }
 }

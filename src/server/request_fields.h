@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/request.h"
@@ -34,7 +35,9 @@ struct CommonFields {
 /// Reads the common fields of a completions or chat body; `chat` picks the logprobs form
 /// (bool + top_logprobs for chat, an integer for completions). `random_seed` seeds unseeded
 /// requests. The structured-output fields (structured_output.h) are compiled with `grammar` (null
-/// when the model has no tokenizer: those fields are then a 400). Throws ApiError.
-CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar = nullptr);
+/// when the model has no tokenizer: those fields are then a 400), their schemas in the key order of
+/// `raw_body` (the body's text) when given. Throws ApiError.
+CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar = nullptr,
+                         std::string_view raw_body = {});
 
 }  // namespace fuselm::server

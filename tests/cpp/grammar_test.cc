@@ -213,6 +213,11 @@ TEST(Grammar, RefusesEveryKeywordItWouldNotEnforce) {
       {R"({"properties": {"a": {"$id": "x"}}})", "$id", "/properties/a/$id"},
       {R"({"type": "object", "frobnicate": 1})", "frobnicate", "/frobnicate"},
       {R"({"type": "array", "additionalItems": false})", "additionalItems", "/additionalItems"},
+      {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})", "additionalProperties",
+       "/additionalProperties"},
+      {R"({"type": "object", "properties": {"a\"b": {}}})", "properties", "/properties"},
+      {R"({"maxItems": 2})", "maxItems", "/maxItems"},
+      {R"({"minProperties": 1})", "minProperties", "/minProperties"},
   };
   for (const auto& c : cases) {
     try {
@@ -243,6 +248,38 @@ TEST(Grammar, AcceptsAnnotationsAndEnforcedKeywords) {
       R"(true)",
   };
   for (const char* s : schemas) EXPECT_NO_THROW((void)Grammar::json_schema(nlohmann::json::parse(s))) << s;
+}
+
+/// Whether `g` accepts `text` (fed byte by byte, then the stop token).
+bool accepts_text(const Grammar& g, const std::string& text) {
+  Vocabulary v;
+  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
+  v.token_bytes.push_back("");
+  v.size = 257;
+  v.stop_ids = {256};
+  Compiler c(v);
+  Matcher m(c.compile(g));
+  for (unsigned char ch : text)
+    if (!m.accept(ch)) return false;
+  return m.accept(256) && m.terminated();
+}
+
+TEST(Grammar, OpenObjectsAreClosedSoEscapedKeysCannotAlias) {
+  // Without strict, JSON Schema allows further properties; xgrammar would let "\u0066oo" (which
+  // JSON reads as "foo") through with any value. normalize_schema closes named objects instead.
+  const auto schema = nlohmann::json::parse(R"({"properties": {"foo": {"type": "integer"}}})");
+  const Grammar g = Grammar::json_schema(schema, /*strict=*/false);
+  EXPECT_TRUE(accepts_text(g, R"({"foo": 3})"));
+  EXPECT_TRUE(accepts_text(g, R"({})"));
+  EXPECT_FALSE(accepts_text(g, R"({"\u0066oo": "x"})"));
+  EXPECT_FALSE(accepts_text(g, R"({"bar": "x"})"));
+  // unevaluatedProperties with nothing in place beside it is additionalProperties.
+  const Grammar u = Grammar::json_schema(
+      nlohmann::json::parse(R"({"type": "object", "unevaluatedProperties": {"type": "integer"}})"), false);
+  EXPECT_TRUE(accepts_text(u, R"({"x": 1})"));
+  EXPECT_FALSE(accepts_text(u, R"({"x": "1"})"));
+  // An object with no named properties stays open (response_format json_object).
+  EXPECT_TRUE(accepts_text(Grammar::any_json_object(), R"({"a": [1, {"b": null}], "c": "d"})"));
 }
 
 TEST(Grammar, BadInputIsAGrammarError) {
