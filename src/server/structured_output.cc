@@ -164,8 +164,10 @@ std::optional<StructuredOutput> read_structured_output(const nlohmann::json& uno
 std::shared_ptr<grammar::Compiler> make_grammar_compiler(const tokenizer::Tokenizer& tok, int64_t logits_width,
                                                          const std::vector<int64_t>& eos_ids) {
   grammar::Vocabulary v;
-  v.token_bytes.reserve(tok.vocab_size());
-  for (uint32_t id = 0; id < tok.vocab_size(); ++id) v.token_bytes.push_back(tok.token_bytes(id));
+  // Tokenizer ids past the logits (added tokens beyond the embedding) can never be sampled.
+  const auto n = static_cast<uint32_t>(std::min<int64_t>(tok.vocab_size(), logits_width));
+  v.token_bytes.reserve(n);
+  for (uint32_t id = 0; id < n; ++id) v.token_bytes.push_back(tok.token_bytes(id));
   v.size = static_cast<int32_t>(logits_width);
   for (int64_t id : eos_ids)
     if (id >= 0 && id < logits_width) v.stop_ids.push_back(static_cast<int32_t>(id));

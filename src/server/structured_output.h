@@ -40,9 +40,9 @@ std::shared_ptr<const grammar::CompiledGrammar> compile_structured_output(const 
                                                                            grammar::Compiler* compiler);
 
 /// The server's grammar compiler for a model: each token's bytes from `tok` (tokenizer.h's
-/// token_bytes), `logits_width` ids (those past the tokenizer's are never allowed), `eos_ids` the
-/// ids that end a complete output. Throws grammar::GrammarError when the tokenizer has more ids
-/// than the logits.
+/// token_bytes), `logits_width` ids (those past the tokenizer's are never allowed, the tokenizer's
+/// past the logits never sampled), `eos_ids` the ids that end a complete output. Throws
+/// grammar::GrammarError for an empty vocabulary.
 std::shared_ptr<grammar::Compiler> make_grammar_compiler(const tokenizer::Tokenizer& tok, int64_t logits_width,
                                                          const std::vector<int64_t>& eos_ids);
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/output_processor.h"
 #include "engine/sampler.h"
+#include "engine/sequence.h"
 #include "grammar/grammar.h"
 
 namespace fuselm::grammar {
@@ -280,6 +282,58 @@ TEST(Grammar, OpenObjectsAreClosedSoEscapedKeysCannotAlias) {
   EXPECT_FALSE(accepts_text(u, R"({"x": "1"})"));
   // An object with no named properties stays open (response_format json_object).
   EXPECT_TRUE(accepts_text(Grammar::any_json_object(), R"({"a": [1, {"b": null}], "c": "d"})"));
+}
+
+/// The engine hook: a constrained sequence through OutputProcessor samples only what its grammar
+/// allows (greedy over a row that prefers a disallowed token), ends with stop once the grammar
+/// takes the stop id, and reports the raw logprob; a sequence without a grammar is untouched.
+TEST(Grammar, OutputProcessorFollowsTheGrammar) {
+  Compiler c(vocab());
+  const int32_t stop = vocab().stop_ids[0];
+  engine::OutputProcessor out(nullptr, {stop}, 1000);
+  auto make = [&](std::shared_ptr<const CompiledGrammar> g) {
+    engine::Request r;
+    r.prompt_ids = {1, 2};
+    r.max_tokens = 10;
+    r.logprobs = true;
+    r.grammar = std::move(g);
+    auto s = std::make_unique<engine::Sequence>(std::move(r));
+    s->tokens = s->req.prompt_ids;
+    s->num_prompt = 2;
+    out.attach(*s);
+    return s;
+  };
+  std::vector<float> row(kWidth, 0.f);
+  row[25] = 9.f;  // "x", never allowed
+  row[4] = 2.f;   // "a"
+  row[10] = 1.f;  // "1"
+  auto s = make(c.compile(Grammar::regex("a1")));
+  auto t1 = out.on_row(*s, row);
+  EXPECT_EQ(t1.event.tokens.at(0).id, 4);
+  EXPECT_FALSE(t1.finish.has_value());
+  double z = 0;
+  for (float l : row) z += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(t1.event.tokens[0].logprob, 2.0 - std::log(z), 1e-5);
+  EXPECT_EQ(out.on_row(*s, row).event.tokens.at(0).id, 10);
+  auto t3 = out.on_row(*s, row);  // only the stop id is left
+  EXPECT_EQ(t3.event.tokens.at(0).id, stop);
+  EXPECT_EQ(t3.finish, engine::FinishReason::stop);
+  EXPECT_TRUE(s->matcher->terminated());
+  // Ignoring EOS does not go past a grammar that has ended.
+  auto ig = make(c.compile(Grammar::literal("a")));
+  ig->req.ignore_eos = true;
+  out.on_row(*ig, row);
+  EXPECT_EQ(out.on_row(*ig, row).finish, engine::FinishReason::stop);
+  // Unconstrained: the model's favourite.
+  auto free = make(nullptr);
+  EXPECT_EQ(out.on_row(*free, row).event.tokens.at(0).id, 25);
+  EXPECT_FALSE(free->matcher.has_value());
+  // A logits row of another width than the grammar's vocabulary is an error, not a crash.
+  auto wrong = make(c.compile(Grammar::regex("a")));
+  std::vector<float> narrow(8, 0.f);
+  auto e = out.on_row(*wrong, narrow);
+  EXPECT_EQ(e.finish, engine::FinishReason::error);
+  EXPECT_FALSE(e.error.empty());
 }
 
 TEST(Grammar, BadInputIsAGrammarError) {
