@@ -343,6 +343,9 @@ TEST(Grammar, BadInputIsAGrammarError) {
   EXPECT_THROW((void)Grammar::json_schema(nlohmann::json::parse(R"({"$ref": "#/$defs/missing"})")), GrammarError);
   EXPECT_THROW((void)Grammar::json_schema(nlohmann::json::parse("3")), GrammarError);
   EXPECT_THROW((void)Grammar::concat({}), GrammarError);
+  Compiler c(vocab());
+  EXPECT_THROW((void)c.compile(Grammar::json_schema(nlohmann::json::parse(R"({"$ref": "#"})"))), GrammarError);
+  EXPECT_THROW((void)c.compile(Grammar::regex("q")), GrammarError);  // no token of the vocabulary writes q
   try {
     (void)Grammar::ebnf("root ::= (");
   } catch (const GrammarError& e) {
