@@ -132,11 +132,27 @@ class Walker {
     } else if (dispatch == "anyOf") {
       walk_list(s, ptr, dispatch);
     } else if (dispatch == "oneOf") {
-      refuse(ptr, dispatch, "(exactly one alternative) is not enforced; use anyOf");
+      // Alternatives that no value can match twice make oneOf the anyOf xgrammar enforces.
+      if (!disjoint_by_type(v)) refuse(ptr, dispatch, "(exactly one alternative) is enforced only for alternatives of distinct types; use anyOf");
+      walk_list(s, ptr, dispatch);
     } else if (dispatch == "allOf") {
       if (v.is_array() && v.size() > 1) refuse(ptr, dispatch, "of more than one schema is not enforced");
       walk_list(s, ptr, dispatch);
     }
+  }
+
+  /// Whether every alternative is an object with one "type" and no two share a type (integer and
+  /// number overlap).
+  static bool disjoint_by_type(const json& options) {
+    if (!options.is_array() || options.empty()) return false;
+    std::set<std::string> seen;
+    for (const auto& o : options) {
+      if (!o.is_object() || !o.contains("type") || !o.at("type").is_string()) return false;
+      std::string t = o.at("type").get<std::string>();
+      if (t == "integer") t = "number";
+      if (!seen.insert(t).second) return false;
+    }
+    return true;
   }
 
   bool type_covers(const json& s, const std::string& ptr, const std::string& dispatch) {

@@ -196,7 +196,8 @@ TEST(Grammar, RefusesEveryKeywordItWouldNotEnforce) {
       {R"({"$dynamicRef": "#meta"})", "$dynamicRef", "/$dynamicRef"},
       {R"({"$defs": {"x": {"$dynamicAnchor": "meta"}}})", "$dynamicAnchor", "/$defs/x/$dynamicAnchor"},
       {R"({"$anchor": "a"})", "$anchor", "/$anchor"},
-      {R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})", "oneOf", "/oneOf"},
+      {R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})", "oneOf", "/oneOf"},
+      {R"({"oneOf": [{"type": "string"}, {"enum": ["a", 1]}]})", "oneOf", "/oneOf"},
       {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "allOf", "/allOf"},
       {R"({"type": "string", "format": "uri-reference"})", "format", "/format"},
       {R"({"type": "string", "format": "date", "pattern": "^2"})", "pattern", "/pattern"},
@@ -246,6 +247,7 @@ TEST(Grammar, AcceptsAnnotationsAndEnforcedKeywords) {
       R"({"allOf": [{"$ref": "#/definitions/a"}], "definitions": {"a": {"const": 3}}})",
       R"({"type": ["string", "null"], "maxLength": 5})",
       R"({"type": "integer", "multipleOf": 5})",
+      R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "integer"}, {"type": "null"}]})",
       R"({"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}})",
       R"(true)",
   };
