@@ -326,10 +326,41 @@ bool has_dispatch(const nlohmann::ordered_json& s) {
   return false;
 }
 
+/// A schema with type-specific keywords but no "type" (nor anything xgrammar reads a type from)
+/// asserts them only on values of their type and lets every other value through; xgrammar would
+/// drop them. Rewritten as that: anyOf one branch per type with its keywords, and the other types.
+void split_by_type(nlohmann::ordered_json& s) {
+  using oj = nlohmann::ordered_json;
+  if (s.contains("type") || has_dispatch(s)) return;
+  for (const auto* markers : {&kObjectMarkers, &kArrayMarkers})
+    for (const auto& k : *markers)
+      if (s.contains(k)) return;
+  const std::pair<const char*, const std::set<std::string>*> groups[] = {
+      {"number", &kNumeric}, {"string", &kString}, {"array", &kArray}, {"object", &kObject}};
+  oj branches = oj::array(), rest = oj::array({"null", "boolean"}), out = oj::object();
+  for (const auto& [type, keys] : groups) {
+    oj branch = {{"type", type}};
+    for (const auto& [k, v] : s.items())
+      if (keys->count(k)) branch[k] = v;
+    if (branch.size() > 1) branches.push_back(std::move(branch));
+    else rest.push_back(type);
+  }
+  if (branches.empty()) return;
+  for (const auto& [k, v] : s.items()) {
+    bool typed = false;
+    for (const auto& [type, keys] : groups) typed = typed || keys->count(k) > 0;
+    if (!typed) out[k] = v;  // annotations, $defs, and what check_schema then refuses
+  }
+  branches.push_back({{"type", rest}});
+  out["anyOf"] = std::move(branches);
+  s = std::move(out);
+}
+
 }  // namespace
 
 void normalize_schema(nlohmann::ordered_json& s) {
   if (!s.is_object()) return;
+  split_by_type(s);
   if (!has_dispatch(s)) {
     if (s.contains("unevaluatedProperties")) {
       if (!s.contains("additionalProperties")) s["additionalProperties"] = s["unevaluatedProperties"];

@@ -204,8 +204,6 @@ TEST(Grammar, RefusesEveryKeywordItWouldNotEnforce) {
       {R"({"type": "string", "pattern": "^a", "maxLength": 3})", "maxLength", "/maxLength"},
       {R"({"type": "number", "multipleOf": 0.5})", "multipleOf", "/multipleOf"},
       {R"({"type": "integer", "multipleOf": 3, "minimum": 0})", "multipleOf", "/multipleOf"},
-      {R"({"minimum": 3})", "minimum", "/minimum"},
-      {R"({"maxLength": 3})", "maxLength", "/maxLength"},
       {R"({"$ref": "#/$defs/a", "maxLength": 2, "$defs": {"a": {"type": "string"}}})", "maxLength", "/maxLength"},
       {R"({"$ref": "http://example.com/s.json"})", "$ref", "/$ref"},
       {R"({"enum": [1, "a"], "type": "string"})", "type", "/type"},
@@ -219,8 +217,6 @@ TEST(Grammar, RefusesEveryKeywordItWouldNotEnforce) {
       {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})", "additionalProperties",
        "/additionalProperties"},
       {R"({"type": "object", "properties": {"a\"b": {}}})", "properties", "/properties"},
-      {R"({"maxItems": 2})", "maxItems", "/maxItems"},
-      {R"({"minProperties": 1})", "minProperties", "/minProperties"},
   };
   for (const auto& c : cases) {
     try {
@@ -336,6 +332,17 @@ TEST(Grammar, OutputProcessorFollowsTheGrammar) {
   auto e = out.on_row(*wrong, narrow);
   EXPECT_EQ(e.finish, engine::FinishReason::error);
   EXPECT_FALSE(e.error.empty());
+}
+
+TEST(Grammar, KeywordsWithoutATypeAssertOnlyOnTheirType) {
+  // {"minimum": 3} says nothing about strings or null: it is rewritten as anyOf a bounded number
+  // and the other types (xgrammar alone would drop the bound).
+  const Grammar g = Grammar::json_schema(nlohmann::json::parse(R"({"minimum": 3, "maxLength": 2, "title": "t"})"), false);
+  for (const char* ok : {"3", "4.5", "\"ab\"", "null", "true", "[1]", "{}"}) EXPECT_TRUE(accepts_text(g, ok)) << ok;
+  for (const char* bad : {"2", "-1", "2.5", "\"abc\""}) EXPECT_FALSE(accepts_text(g, bad)) << bad;
+  const Grammar a = Grammar::json_schema(nlohmann::json::parse(R"({"maxItems": 1, "minProperties": 1})"), false);
+  for (const char* ok : {"[]", "[2]", "{\"a\": 1}", "7", "\"s\""}) EXPECT_TRUE(accepts_text(a, ok)) << ok;
+  for (const char* bad : {"[1, 2]", "{}"}) EXPECT_FALSE(accepts_text(a, bad)) << bad;
 }
 
 TEST(Grammar, BadInputIsAGrammarError) {
