@@ -8,6 +8,7 @@ after the first (TPOT).
     bench/serving/bench_serving.py                      # starts build/fuselm serve on the default model
     bench/serving/bench_serving.py --url http://127.0.0.1:8000 --model NAME   # an already running server
     bench/serving/bench_serving.py --concurrency 1 4 16 64 --prompt-len 128 --output-len 128
+    bench/serving/bench_serving.py --concurrency 16 --constrained 8   # 8 of 16 streams under a JSON Schema
     bench/serving/bench_serving.py --engines fuselm llama-server --dtype bf16 --threads 2
                                  # fuselm serve and llama-server on the same weights, one table
 
@@ -158,11 +159,23 @@ def model_name(url: str) -> str:
         return json.load(r)["data"][0]["id"]
 
 
-def one_request(url: str, model: str, prompt: list[int], output_len: int) -> dict:
+# --constrained: the JSON Schema (vLLM's guided_json) those streams follow; its arrays and strings
+# are unbounded so that a constrained stream runs to max_tokens as the others do.
+CONSTRAINED_SCHEMA = {"type": "object", "properties": {
+    "id": {"type": "string"}, "items": {"type": "array", "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1}, "price": {"type": "number"},
+        "tags": {"type": "array", "items": {"enum": ["new", "sale", "gift"]}}}, "required": ["sku", "quantity"]}},
+    "status": {"enum": ["pending", "shipped"]}}, "required": ["id", "items", "status"]}
+
+
+def one_request(url: str, model: str, prompt: list[int], output_len: int, constrained: bool = False) -> dict:
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=3600)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0,
-                       "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
+    req = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0,
+           "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    if constrained:
+        req["guided_json"] = CONSTRAINED_SCHEMA
+    body = json.dumps(req)
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -185,24 +198,25 @@ def one_request(url: str, model: str, prompt: list[int], output_len: int) -> dic
     conn.close()
     tokens = tokens or pieces
     first = first or end
-    return {"ttft": first - t0, "tpot": (end - first) / max(1, tokens - 1), "tokens": tokens, "e2e": end - t0}
+    return {"ttft": first - t0, "tpot": (end - first) / max(1, tokens - 1), "tokens": tokens, "e2e": end - t0,
+            "constrained": constrained}
 
 
-def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, vocab, seed) -> dict:
+def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, vocab, seed, constrained=0) -> dict:
     rng = random.Random(seed + concurrency)
     # Distinct random prompts, so the prefix cache does not help (it would shorten TTFT).
     prompts = [[rng.randrange(1000, vocab) for _ in range(prompt_len)] for _ in range(num_prompts)]
     results, errors, lock = [], [], threading.Lock()
     queue = list(prompts)
 
-    def client():
+    def client(index):
         while True:
             with lock:
                 if not queue:
                     return
                 p = queue.pop()
             try:
-                r = one_request(url, model, p, output_len)
+                r = one_request(url, model, p, output_len, index < constrained)
             except (OSError, RuntimeError, http.client.HTTPException) as e:  # counted, not fatal
                 with lock:
                     errors.append(repr(e))
@@ -211,7 +225,7 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
                 results.append(r)
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     for t in threads:
         t.start()
     for t in threads:
@@ -224,7 +238,12 @@ def run_level(url, model, concurrency, num_prompts, prompt_len, output_len, voca
         print(f"  {len(errors)} of {num_prompts} requests failed, first: {errors[0]}", file=sys.stderr)
     if not results:
         raise SystemExit(f"bench_serving: every request at {concurrency} streams failed: {errors[0]}")
-    return {"concurrency": concurrency, "requests": len(results), "failed": len(errors),
+    split = {}
+    if constrained:  # TPOT of the constrained streams and of the others, apart
+        for name, want in (("constrained", True), ("free", False)):
+            xs = [r["tpot"] for r in results if r["constrained"] == want]
+            split[f"tpot_{name}_median_ms"] = statistics.median(xs) * 1e3 if xs else float("nan")
+    return {**split, "concurrency": concurrency, "requests": len(results), "failed": len(errors),
             "output_tok_s": sum(r["tokens"] for r in results) / wall,
             "ttft_median_ms": statistics.median(ttft) * 1e3, "ttft_p99_ms": q(ttft, 0.99) * 1e3,
             "tpot_median_ms": statistics.median(tpot) * 1e3, "tpot_p99_ms": q(tpot, 0.99) * 1e3, "wall_s": wall}
@@ -284,7 +303,8 @@ def print_summary(rows: dict[str, list[dict]], label: str) -> None:
 def measure(args, url: str, model: str | None, c: int) -> dict:
     model = model or model_name(url)
     one_request(url, model, [1000] * 8, 4)  # warm-up
-    return run_level(url, model, c, c * args.prompts_per_client, args.prompt_len, args.output_len, args.vocab, args.seed)
+    return run_level(url, model, c, c * args.prompts_per_client, args.prompt_len, args.output_len, args.vocab, args.seed,
+                     min(args.constrained, c))
 
 
 def main() -> None:
@@ -308,6 +328,9 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=49152, help="random prompt ids are drawn below this")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--constrained", type=int, default=0,
+                    help="streams of each level whose requests carry guided_json (constrained decoding); prints "
+                         "their TPOT and the others' apart (compare with a run at 0 for the mask's cost)")
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--llama-args", default="", help="more llama-server options, one string (e.g. '--no-repack')")
     ap.add_argument("--print-gguf", metavar="TYPE", help="print the path of llama.cpp's GGUF of the model at TYPE "
@@ -338,6 +361,9 @@ def main() -> None:
                 r = measure(args, urls[e], args.model if e == "url" else None, c)
                 rows[e].append(r)
                 print(row_text(args.url or e, r), flush=True)
+                if "tpot_constrained_median_ms" in r:
+                    print(f"  TPOT median: {r['tpot_constrained_median_ms']:.1f} ms constrained, "
+                          f"{r['tpot_free_median_ms']:.1f} ms unconstrained", flush=True)
         print()
         print_summary(rows, args.label)
         print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")

@@ -17,8 +17,10 @@ std::optional<std::string> OutputProcessor::fill_grammar_mask(Sequence& s, size_
            std::to_string(width) + ")";
   s.grammar_mask.resize(static_cast<size_t>(grammar::bitmask_words(m.vocab_size())));
   m.fill_bitmask(s.grammar_mask);
+  // Nothing allowed: a complete output with no stop id to take (a model without EOS ids) ends
+  // normally (""); anything else is an error.
   if (std::all_of(s.grammar_mask.begin(), s.grammar_mask.end(), [](int32_t w) { return w == 0; }))
-    return "the grammar allows no next token";
+    return m.completed() ? std::string() : std::string("the grammar allows no next token");
   return std::nullopt;
 }
 
@@ -26,7 +28,7 @@ TokenStep OutputProcessor::on_row(Sequence& s, std::span<const float> row) const
   TokenStep out;
   if (s.matcher) {
     if (auto err = fill_grammar_mask(s, row.size())) {
-      out.finish = FinishReason::error;
+      out.finish = err->empty() ? FinishReason::stop : FinishReason::error;
       out.error = *err;
       return out;
     }

@@ -34,7 +34,8 @@ class OutputProcessor {
   /// holds the token (with its logprob and alternatives when the request asked for logprobs) and
   /// the text now safe to show; `finish` is stop (EOS unless ignore_eos, a stop token id, a stop
   /// string, a grammar that reached its end) or length (max_tokens, or the model's context); a
-  /// constrained sequence samples only the tokens its grammar allows (error when it allows none).
+  /// constrained sequence samples only the tokens its grammar allows (when it allows none: stop if
+  /// the output is complete, else error).
   TokenStep on_row(Sequence& s, std::span<const float> row) const;
   /// The text still held back when `s` ends normally (the detokeniser's tail, then whatever the
   /// stop strings held that did not match).

@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -80,8 +81,14 @@ std::span<const float> Sampler::apply_mask(std::span<const float> logits, std::s
     const auto bits = static_cast<uint32_t>(allowed[w]);
     if (bits == 0xFFFFFFFFu) continue;
     const size_t end = std::min(n, w * 32 + 32);
-    for (size_t i = w * 32; i < end; ++i)
-      if (((bits >> (i - w * 32)) & 1u) == 0) work_[i] = kNegInf;
+    if (bits == 0) {
+      std::fill(work_.begin() + static_cast<std::ptrdiff_t>(w * 32), work_.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
+    for (uint32_t off = ~bits; off != 0; off &= off - 1) {  // each disallowed id of the word
+      const size_t i = w * 32 + static_cast<size_t>(std::countr_zero(off));
+      if (i < end) work_[i] = kNegInf;
+    }
   }
   for (size_t i = allowed.size() * 32; i < n; ++i) work_[i] = kNegInf;
   return work_;

@@ -2,6 +2,8 @@
 // GrammarMatcher.
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -38,6 +40,18 @@ DLTensor bitmask_tensor(std::span<int32_t> mask, int64_t& shape) {
   return t;
 }
 
+/// A grammar whose first step allows no token and that is not already complete matches nothing
+/// this vocabulary can write (e.g. {"$ref": "#"}): refused here rather than failing mid-request.
+void check_not_empty(const std::shared_ptr<const CompiledGrammar>& compiled, int32_t size) {
+  xgrammar::GrammarMatcher m(compiled->compiled);
+  std::vector<int32_t> mask(static_cast<size_t>((size + 31) / 32));
+  int64_t shape = 0;
+  DLTensor t = bitmask_tensor(mask, shape);
+  m.FillNextTokenBitmask(&t);
+  if (std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; }) && !m.IsCompleted())
+    throw GrammarError("grammar: it matches no output (nothing can be generated from its start)");
+}
+
 }  // namespace
 
 struct Compiler::Impl {
@@ -61,6 +75,7 @@ std::shared_ptr<const CompiledGrammar> Compiler::compile(const Grammar& g) {
   // Compiled outside the lock: two requests with one new grammar may both compile it (harmless).
   auto compiled = std::make_shared<const CompiledGrammar>(
       guarded("grammar", [&] { return impl_->compiler.CompileGrammar(g.impl().g); }));
+  check_not_empty(compiled, impl_->size);
   std::lock_guard lock(impl_->mu);
   if (impl_->cache.size() >= kMaxCached) impl_->cache.clear();
   impl_->cache.emplace(g.key(), compiled);
@@ -105,8 +120,13 @@ void Matcher::mask_logits(std::span<float> logits, std::vector<int32_t>& scratch
     const auto bits = static_cast<uint32_t>(scratch[w]);
     if (bits == 0xFFFFFFFFu) continue;
     const size_t end = std::min(n, w * 32 + 32);
-    for (size_t i = w * 32; i < end; ++i) {
-      if (((bits >> (i - w * 32)) & 1u) == 0) logits[i] = kNegInf;
+    if (bits == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 32), logits.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
+    for (uint32_t off = ~bits; off != 0; off &= off - 1) {  // each disallowed id of the word
+      const size_t i = w * 32 + static_cast<size_t>(std::countr_zero(off));
+      if (i < end) logits[i] = kNegInf;
     }
   }
 }

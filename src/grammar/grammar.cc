@@ -52,9 +52,11 @@ Grammar Grammar::json_schema(const nlohmann::json& schema, bool strict) {
   return json_schema(nlohmann::ordered_json::parse(schema.dump()), strict);
 }
 
-Grammar Grammar::json_schema(const nlohmann::ordered_json& schema, bool strict) {
+Grammar Grammar::json_schema(const nlohmann::ordered_json& given, bool strict) {
+  nlohmann::ordered_json schema = given;
+  normalize_schema(schema);
   std::string text = schema.dump();
-  check_schema(nlohmann::json::parse(text));
+  check_schema(nlohmann::json::parse(text), strict);
   auto g = guarded("invalid JSON Schema", [&] {
     return xgrammar::Grammar::FromJSONSchema(text, /*any_whitespace=*/false, std::nullopt, std::nullopt, strict);
   });

@@ -106,7 +106,8 @@ class Compiler {
   Compiler(const Compiler&) = delete;
   Compiler& operator=(const Compiler&) = delete;
 
-  /// The compiled form of `g` (from the cache when compiled before). Throws GrammarError.
+  /// The compiled form of `g` (from the cache when compiled before). Throws GrammarError, also
+  /// for a grammar that matches no output at all (e.g. {"$ref": "#"}).
   std::shared_ptr<const CompiledGrammar> compile(const Grammar& g);
   int32_t vocab_size() const;
 

@@ -29,6 +29,9 @@ const std::set<std::string> kObject = {
     "dependentRequired", "dependentSchemas"};
 // String formats xgrammar compiles to a regular expression (JSONFormatToRegexPattern); any other
 // format would be ignored.
+// The keywords from which xgrammar reads an object (else an array) schema when "type" is absent.
+const std::set<std::string> kObjectMarkers = {"properties", "additionalProperties", "unevaluatedProperties"};
+const std::set<std::string> kArrayMarkers = {"items", "prefixItems", "unevaluatedItems"};
 const std::set<std::string> kFormats = {"email", "date",  "time",     "date-time", "duration",
                                         "ipv4",  "ipv6", "hostname", "uuid",      "uri"};
 const std::set<std::string> kTypes = {"null", "boolean", "integer", "number", "string", "array", "object"};
@@ -70,7 +73,7 @@ bool has_type(const json& v, const std::string& type) {
 
 class Walker {
  public:
-  explicit Walker(const json& root) : root_(root) {}
+  Walker(const json& root, bool strict) : root_(root), strict_(strict) {}
 
   void walk(const json& s, const std::string& ptr) {
     if (s.is_boolean()) return;  // true: anything; false: xgrammar refuses as unsatisfiable
@@ -99,6 +102,7 @@ class Walker {
 
  private:
   const json& root_;
+  bool strict_;
 
   void walk_map(const json& s, const std::string& ptr, const std::string& key) {
     const json& m = s.at(key);
@@ -128,11 +132,27 @@ class Walker {
     } else if (dispatch == "anyOf") {
       walk_list(s, ptr, dispatch);
     } else if (dispatch == "oneOf") {
-      refuse(ptr, dispatch, "(exactly one alternative) is not enforced; use anyOf");
+      // Alternatives that no value can match twice make oneOf the anyOf xgrammar enforces.
+      if (!disjoint_by_type(v)) refuse(ptr, dispatch, "(exactly one alternative) is enforced only for alternatives of distinct types; use anyOf");
+      walk_list(s, ptr, dispatch);
     } else if (dispatch == "allOf") {
       if (v.is_array() && v.size() > 1) refuse(ptr, dispatch, "of more than one schema is not enforced");
       walk_list(s, ptr, dispatch);
     }
+  }
+
+  /// Whether every alternative is an object with one "type" and no two share a type (integer and
+  /// number overlap).
+  static bool disjoint_by_type(const json& options) {
+    if (!options.is_array() || options.empty()) return false;
+    std::set<std::string> seen;
+    for (const auto& o : options) {
+      if (!o.is_object() || !o.contains("type") || !o.at("type").is_string()) return false;
+      std::string t = o.at("type").get<std::string>();
+      if (t == "integer") t = "number";
+      if (!seen.insert(t).second) return false;
+    }
+    return true;
   }
 
   bool type_covers(const json& s, const std::string& ptr, const std::string& dispatch) {
@@ -185,11 +205,12 @@ class Walker {
     // Without "type", xgrammar reads an object schema from object keywords, else an array schema
     // from array keywords, else any value, ignoring every other keyword.
     if (types.empty()) {
-      if (has_any(s, kObject)) types = {"object"};
-      else if (has_any(s, kArray)) types = {"array"};
+      if (has_any(s, kObjectMarkers)) types = {"object"};
+      else if (has_any(s, kArrayMarkers)) types = {"array"};
       for (const auto& k : s.items()) {
-        if (types.empty() && (kNumeric.count(k.key()) || kString.count(k.key())))
-          refuse(ptr, k.key(), "without a \"type\" is not enforced");
+        const std::string& key = k.key();
+        if (types.empty() && (kNumeric.count(key) || kString.count(key) || kArray.count(key) || kObject.count(key)))
+          refuse(ptr, key, "without a \"type\" (or properties, items) is not enforced");
       }
     }
     if (types.count("integer")) check_integer(s, ptr);
@@ -246,28 +267,118 @@ class Walker {
     for (const char* k : {"patternProperties", "propertyNames", "dependentRequired", "dependentSchemas"}) {
       if (s.contains(k)) refuse(ptr, k, "is not enforced");
     }
-    if (s.contains("properties")) walk_map(s, ptr, "properties");
-    if (s.contains("required")) {
-      const json& r = s.at("required");
-      if (!r.is_array()) malformed(ptr, "required", "must be an array of strings");
-      for (const auto& name : r) {
-        if (!name.is_string()) malformed(ptr, "required", "must be an array of strings");
-        if (!s.contains("properties") || !s.at("properties").contains(name.get<std::string>()))
-          refuse(ptr, "required", "names '" + name.get<std::string>() + "', which 'properties' does not define");
+    // normalize_schema() renamed unevaluatedProperties to additionalProperties wherever they mean
+    // the same (no in-place applicator beside them); one left is not enforced.
+    if (s.contains("unevaluatedProperties")) refuse(ptr, "unevaluatedProperties", "is not enforced here");
+    const bool named = s.contains("properties") && s.at("properties").is_object() && !s.at("properties").empty();
+    if (s.contains("properties")) check_properties(s, ptr);
+    if (s.contains("required")) check_required(s, ptr);
+    if (s.contains("additionalProperties")) {
+      // A further key may be written with escapes ("\u0066oo"), which xgrammar does not decode: it
+      // could stand for a declared property with a value the declared schema refuses.
+      if (named && s.at("additionalProperties") != json(false))
+        refuse(ptr, "additionalProperties", "other than false beside 'properties' is not enforced");
+      walk(s.at("additionalProperties"), child(ptr, "additionalProperties"));
+    } else if (named && !strict_) {
+      refuse(ptr, "properties", "of an open object is not enforced");  // normalize_schema closes them
+    }
+  }
+
+  void check_properties(const json& s, const std::string& ptr) {
+    for (const auto& [name, sub] : s.at("properties").items()) {
+      // xgrammar writes a key as its bytes between quotes: one that JSON must escape is not matched.
+      for (unsigned char c : name) {
+        if (c == '"' || c == '\\' || c < 0x20)
+          refuse(ptr, "properties", "a property name with a quote, backslash or control character is not enforced");
       }
     }
-    if (s.contains("additionalProperties")) walk(s.at("additionalProperties"), child(ptr, "additionalProperties"));
-    // Beside additionalProperties, unevaluatedProperties constrains nothing more.
-    if (s.contains("unevaluatedProperties") && !s.contains("additionalProperties"))
-      walk(s.at("unevaluatedProperties"), child(ptr, "unevaluatedProperties"));
+    walk_map(s, ptr, "properties");
+  }
+
+  void check_required(const json& s, const std::string& ptr) {
+    const json& r = s.at("required");
+    if (!r.is_array()) malformed(ptr, "required", "must be an array of strings");
+    for (const auto& name : r) {
+      if (!name.is_string()) malformed(ptr, "required", "must be an array of strings");
+      if (!s.contains("properties") || !s.at("properties").contains(name.get<std::string>()))
+        refuse(ptr, "required", "names '" + name.get<std::string>() + "', which 'properties' does not define");
+    }
   }
 };
 
 }  // namespace
 
-void check_schema(const nlohmann::json& schema) {
-  Walker w(schema);
+void check_schema(const nlohmann::json& schema, bool strict) {
+  Walker w(schema, strict);
   w.walk(schema, "");
+}
+
+namespace {
+
+const std::set<std::string> kSchemaMaps = {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"};
+const std::set<std::string> kSchemaLists = {"prefixItems", "anyOf", "allOf", "oneOf"};
+const std::set<std::string> kSchemaValues = {"items", "additionalProperties", "unevaluatedItems", "contains",
+                                             "propertyNames", "not", "if", "then", "else", "contentSchema"};
+
+bool has_dispatch(const nlohmann::ordered_json& s) {
+  for (const auto& k : kDispatch)
+    if (s.contains(k)) return true;
+  return false;
+}
+
+/// A schema with type-specific keywords but no "type" (nor anything xgrammar reads a type from)
+/// asserts them only on values of their type and lets every other value through; xgrammar would
+/// drop them. Rewritten as that: anyOf one branch per type with its keywords, and the other types.
+void split_by_type(nlohmann::ordered_json& s) {
+  using oj = nlohmann::ordered_json;
+  if (s.contains("type") || has_dispatch(s)) return;
+  for (const auto* markers : {&kObjectMarkers, &kArrayMarkers})
+    for (const auto& k : *markers)
+      if (s.contains(k)) return;
+  const std::pair<const char*, const std::set<std::string>*> groups[] = {
+      {"number", &kNumeric}, {"string", &kString}, {"array", &kArray}, {"object", &kObject}};
+  oj branches = oj::array(), rest = oj::array({"null", "boolean"}), out = oj::object();
+  for (const auto& [type, keys] : groups) {
+    oj branch = {{"type", type}};
+    for (const auto& [k, v] : s.items())
+      if (keys->count(k)) branch[k] = v;
+    if (branch.size() > 1) branches.push_back(std::move(branch));
+    else rest.push_back(type);
+  }
+  if (branches.empty()) return;
+  for (const auto& [k, v] : s.items()) {
+    bool typed = false;
+    for (const auto& [type, keys] : groups) typed = typed || keys->count(k) > 0;
+    if (!typed) out[k] = v;  // annotations, $defs, and what check_schema then refuses
+  }
+  branches.push_back({{"type", rest}});
+  out["anyOf"] = std::move(branches);
+  s = std::move(out);
+}
+
+}  // namespace
+
+void normalize_schema(nlohmann::ordered_json& s) {
+  if (!s.is_object()) return;
+  split_by_type(s);
+  if (!has_dispatch(s)) {
+    if (s.contains("unevaluatedProperties")) {
+      if (!s.contains("additionalProperties")) s["additionalProperties"] = s["unevaluatedProperties"];
+      s.erase("unevaluatedProperties");
+    }
+    const auto props = s.find("properties");
+    if (props != s.end() && props->is_object() && !props->empty() && !s.contains("additionalProperties"))
+      s["additionalProperties"] = false;
+  }
+  for (auto& [key, v] : s.items()) {
+    if (kSchemaMaps.count(key) && v.is_object()) {
+      for (auto& [name, sub] : v.items()) normalize_schema(sub);
+    } else if (kSchemaLists.count(key) && v.is_array()) {
+      for (auto& sub : v) normalize_schema(sub);
+    } else if (kSchemaValues.count(key)) {
+      normalize_schema(v);
+    }
+  }
 }
 
 }  // namespace fuselm::grammar

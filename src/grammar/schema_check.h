@@ -9,9 +9,20 @@
 
 namespace fuselm::grammar {
 
+/// Rewrites `schema` (in place) into the form whose keywords xgrammar enforces as JSON Schema
+/// means them: an object schema with named properties and no additionalProperties gets
+/// additionalProperties: false (a further key could be written with escapes that alias a named
+/// one: the grammar narrows rather than fail open), unevaluatedProperties with no in-place
+/// applicator beside it becomes the additionalProperties it then equals, and type-specific
+/// keywords in a schema with no "type" (which xgrammar would drop) become anyOf one branch per
+/// type with its keywords plus the remaining types (what JSON Schema means by them).
+void normalize_schema(nlohmann::ordered_json& schema);
+
 /// Throws UnsupportedSchemaError naming the first keyword (and its JSON pointer) that the grammar
 /// would not enforce, or GrammarError for a schema that is not a JSON Schema (not an object or
 /// boolean, a keyword of the wrong JSON type). Returns normally when every keyword is enforced.
-void check_schema(const nlohmann::json& schema);
+/// `strict`: xgrammar's strict mode (objects and arrays closed unless the schema opens them).
+/// Run on the normalized schema.
+void check_schema(const nlohmann::json& schema, bool strict);
 
 }  // namespace fuselm::grammar

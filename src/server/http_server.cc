@@ -191,7 +191,7 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
   json body = parse_request_body(hreq.body, cfg_.limits);
   if (auto m = get_string(body, "model"); m && *m != cfg_.model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
-  CommonFields c = read_common(body, chat, random_seed(), cfg_.grammar.get());
+  CommonFields c = read_common(body, chat, random_seed(), cfg_.grammar.get(), hreq.body);
   check_stops(cfg_.limits, c.request.stop, c.request.stop_token_ids.size());
   std::vector<Prompt> prompts;
   ChatPlan plan;

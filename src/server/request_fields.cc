@@ -131,7 +131,8 @@ void read_sampling(const nlohmann::json& body, engine::SamplingParams& p, uint64
 
 }  // namespace
 
-CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar) {
+CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar,
+                         std::string_view raw_body) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   read_unsupported(body);
   CommonFields c;
@@ -157,7 +158,7 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
   read_logit_bias(body, p);
   p.min_tokens = get_int(body, "min_tokens", 0, big).value_or(0);
   read_stops(body, r);
-  if (auto so = read_structured_output(body)) r.grammar = compile_structured_output(*so, grammar);
+  if (auto so = read_structured_output(body, raw_body)) r.grammar = compile_structured_output(*so, grammar);
   r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   if (chat) {
     r.logprobs = get_bool(body, "logprobs").value_or(false);

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/request.h"
@@ -36,8 +37,10 @@ struct CommonFields {
 /// Reads the common fields of a completions or chat body; `chat` picks the logprobs form
 /// (bool + top_logprobs for chat, an integer for completions). `random_seed` seeds unseeded
 /// requests. The structured-output fields (structured_output.h) are compiled with `grammar` (null
-/// when the model has no tokenizer: those fields are then a 400). Throws ApiError.
-CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar = nullptr);
+/// when the model has no tokenizer: those fields are then a 400), their schemas in the key order of
+/// `raw_body` (the body's text) when given. Throws ApiError.
+CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed, grammar::Compiler* grammar = nullptr,
+                         std::string_view raw_body = {});
 
 /// Choices per prompt a request may ask for ('n').
 inline constexpr int64_t max_choices = 128;

@@ -2,14 +2,21 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
+#include "base/json_limited.h"
 #include "server/api_error.h"
 
 namespace fuselm::server {
 namespace {
 
-using nlohmann::json;
+// In the request's key order: a schema's properties are generated in the order it lists them.
+using json = nlohmann::ordered_json;
+
+constexpr const char* kFields[] = {"response_format", "structured_outputs", "guided_json", "guided_regex",
+                                   "guided_grammar", "guided_choice", "grammar", "json_schema"};
 
 const json* present(const json& obj, const char* name) {
   auto it = obj.find(name);
@@ -38,9 +45,9 @@ json schema_value(const json& v, const std::string& field) {
   if (v.is_object() || v.is_boolean()) return v;
   if (v.is_string()) {
     try {
-      json parsed = json::parse(v.get<std::string>());
+      json parsed = base::parse_json_limited_as<json>(v.get<std::string>());
       if (parsed.is_object() || parsed.is_boolean()) return parsed;
-    } catch (const json::exception&) {
+    } catch (const std::exception&) {  // not JSON, or nested too deep
     }
   }
   throw ApiError(400, fmt::format("'{}' must be a JSON Schema (an object, or its JSON text)", field), field);
@@ -128,15 +135,18 @@ std::optional<StructuredOutput> one_field(const json& body, const std::string& n
 
 }  // namespace
 
-std::optional<StructuredOutput> read_structured_output(const nlohmann::json& body) {
+std::optional<StructuredOutput> read_structured_output(const nlohmann::json& unordered, std::string_view raw_body) {
   // Fields that would change the output and that fuselm does not implement: refused, not ignored.
   for (const char* f : {"guided_whitespace_pattern", "structural_tag"}) {
-    if (present(body, f)) throw ApiError(400, fmt::format("'{}' is not supported", f), f);
+    if (unordered.contains(f) && !unordered[f].is_null()) throw ApiError(400, fmt::format("'{}' is not supported", f), f);
   }
+  if (std::none_of(std::begin(kFields), std::end(kFields), [&](const char* f) { return unordered.contains(f); }))
+    return std::nullopt;
+  // The body again in its own key order (it parsed once already, so it parses again).
+  const json body = raw_body.empty() ? json::parse(unordered.dump()) : json::parse(raw_body);
   std::optional<StructuredOutput> out;
   std::string first;
-  for (const char* name : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar",
-                           "guided_choice", "grammar", "json_schema"}) {
+  for (const char* name : kFields) {
     std::optional<StructuredOutput> g;
     try {
       g = one_field(body, name);
@@ -154,8 +164,10 @@ std::optional<StructuredOutput> read_structured_output(const nlohmann::json& bod
 std::shared_ptr<grammar::Compiler> make_grammar_compiler(const tokenizer::Tokenizer& tok, int64_t logits_width,
                                                          const std::vector<int64_t>& eos_ids) {
   grammar::Vocabulary v;
-  v.token_bytes.reserve(tok.vocab_size());
-  for (uint32_t id = 0; id < tok.vocab_size(); ++id) v.token_bytes.push_back(tok.token_bytes(id));
+  // Tokenizer ids past the logits (added tokens beyond the embedding) can never be sampled.
+  const auto n = static_cast<uint32_t>(std::min<int64_t>(tok.vocab_size(), logits_width));
+  v.token_bytes.reserve(n);
+  for (uint32_t id = 0; id < n; ++id) v.token_bytes.push_back(tok.token_bytes(id));
   v.size = static_cast<int32_t>(logits_width);
   for (int64_t id : eos_ids)
     if (id >= 0 && id < logits_width) v.stop_ids.push_back(static_cast<int32_t>(id));

@@ -8,6 +8,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -29,7 +30,9 @@ struct StructuredOutput {
 /// Returns none for an unconstrained body (also response_format text). Throws ApiError 400 (param:
 /// the body's field; the message names the inner one, e.g. 'response_format.json_schema.schema') for a malformed value, an unsupported schema keyword (with its JSON pointer) or two
 /// constraining fields in one body.
-std::optional<StructuredOutput> read_structured_output(const nlohmann::json& body);
+/// `raw_body`, when given, is the body's text: schemas keep its key order (their properties are
+/// generated in that order); without it the order is nlohmann::json's (alphabetical).
+std::optional<StructuredOutput> read_structured_output(const nlohmann::json& body, std::string_view raw_body = {});
 
 /// The compiled grammar of `so` for the request (400 naming the field when `compiler` is null:
 /// the model has no tokenizer, or when compiling fails).
@@ -37,9 +40,9 @@ std::shared_ptr<const grammar::CompiledGrammar> compile_structured_output(const 
                                                                            grammar::Compiler* compiler);
 
 /// The server's grammar compiler for a model: each token's bytes from `tok` (tokenizer.h's
-/// token_bytes), `logits_width` ids (those past the tokenizer's are never allowed), `eos_ids` the
-/// ids that end a complete output. Throws grammar::GrammarError when the tokenizer has more ids
-/// than the logits.
+/// token_bytes), `logits_width` ids (those past the tokenizer's are never allowed, the tokenizer's
+/// past the logits never sampled), `eos_ids` the ids that end a complete output. Throws
+/// grammar::GrammarError for an empty vocabulary.
 std::shared_ptr<grammar::Compiler> make_grammar_compiler(const tokenizer::Tokenizer& tok, int64_t logits_width,
                                                          const std::vector<int64_t>& eos_ids);
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/output_processor.h"
 #include "engine/sampler.h"
+#include "engine/sequence.h"
 #include "grammar/grammar.h"
 
 namespace fuselm::grammar {
@@ -194,15 +196,14 @@ TEST(Grammar, RefusesEveryKeywordItWouldNotEnforce) {
       {R"({"$dynamicRef": "#meta"})", "$dynamicRef", "/$dynamicRef"},
       {R"({"$defs": {"x": {"$dynamicAnchor": "meta"}}})", "$dynamicAnchor", "/$defs/x/$dynamicAnchor"},
       {R"({"$anchor": "a"})", "$anchor", "/$anchor"},
-      {R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})", "oneOf", "/oneOf"},
+      {R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})", "oneOf", "/oneOf"},
+      {R"({"oneOf": [{"type": "string"}, {"enum": ["a", 1]}]})", "oneOf", "/oneOf"},
       {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "allOf", "/allOf"},
       {R"({"type": "string", "format": "uri-reference"})", "format", "/format"},
       {R"({"type": "string", "format": "date", "pattern": "^2"})", "pattern", "/pattern"},
       {R"({"type": "string", "pattern": "^a", "maxLength": 3})", "maxLength", "/maxLength"},
       {R"({"type": "number", "multipleOf": 0.5})", "multipleOf", "/multipleOf"},
       {R"({"type": "integer", "multipleOf": 3, "minimum": 0})", "multipleOf", "/multipleOf"},
-      {R"({"minimum": 3})", "minimum", "/minimum"},
-      {R"({"maxLength": 3})", "maxLength", "/maxLength"},
       {R"({"$ref": "#/$defs/a", "maxLength": 2, "$defs": {"a": {"type": "string"}}})", "maxLength", "/maxLength"},
       {R"({"$ref": "http://example.com/s.json"})", "$ref", "/$ref"},
       {R"({"enum": [1, "a"], "type": "string"})", "type", "/type"},
@@ -213,6 +214,9 @@ TEST(Grammar, RefusesEveryKeywordItWouldNotEnforce) {
       {R"({"properties": {"a": {"$id": "x"}}})", "$id", "/properties/a/$id"},
       {R"({"type": "object", "frobnicate": 1})", "frobnicate", "/frobnicate"},
       {R"({"type": "array", "additionalItems": false})", "additionalItems", "/additionalItems"},
+      {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})", "additionalProperties",
+       "/additionalProperties"},
+      {R"({"type": "object", "properties": {"a\"b": {}}})", "properties", "/properties"},
   };
   for (const auto& c : cases) {
     try {
@@ -239,10 +243,106 @@ TEST(Grammar, AcceptsAnnotationsAndEnforcedKeywords) {
       R"({"allOf": [{"$ref": "#/definitions/a"}], "definitions": {"a": {"const": 3}}})",
       R"({"type": ["string", "null"], "maxLength": 5})",
       R"({"type": "integer", "multipleOf": 5})",
+      R"({"oneOf": [{"type": "string", "maxLength": 3}, {"type": "integer"}, {"type": "null"}]})",
       R"({"type": "object", "minProperties": 1, "additionalProperties": {"type": "integer"}})",
       R"(true)",
   };
   for (const char* s : schemas) EXPECT_NO_THROW((void)Grammar::json_schema(nlohmann::json::parse(s))) << s;
+}
+
+/// Whether `g` accepts `text` (fed byte by byte, then the stop token).
+bool accepts_text(const Grammar& g, const std::string& text) {
+  Vocabulary v;
+  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
+  v.token_bytes.push_back("");
+  v.size = 257;
+  v.stop_ids = {256};
+  Compiler c(v);
+  Matcher m(c.compile(g));
+  for (unsigned char ch : text)
+    if (!m.accept(ch)) return false;
+  return m.accept(256) && m.terminated();
+}
+
+TEST(Grammar, OpenObjectsAreClosedSoEscapedKeysCannotAlias) {
+  // Without strict, JSON Schema allows further properties; xgrammar would let "\u0066oo" (which
+  // JSON reads as "foo") through with any value. normalize_schema closes named objects instead.
+  const auto schema = nlohmann::json::parse(R"({"properties": {"foo": {"type": "integer"}}})");
+  const Grammar g = Grammar::json_schema(schema, /*strict=*/false);
+  EXPECT_TRUE(accepts_text(g, R"({"foo": 3})"));
+  EXPECT_TRUE(accepts_text(g, R"({})"));
+  EXPECT_FALSE(accepts_text(g, R"({"\u0066oo": "x"})"));
+  EXPECT_FALSE(accepts_text(g, R"({"bar": "x"})"));
+  // unevaluatedProperties with nothing in place beside it is additionalProperties.
+  const Grammar u = Grammar::json_schema(
+      nlohmann::json::parse(R"({"type": "object", "unevaluatedProperties": {"type": "integer"}})"), false);
+  EXPECT_TRUE(accepts_text(u, R"({"x": 1})"));
+  EXPECT_FALSE(accepts_text(u, R"({"x": "1"})"));
+  // An object with no named properties stays open (response_format json_object).
+  EXPECT_TRUE(accepts_text(Grammar::any_json_object(), R"({"a": [1, {"b": null}], "c": "d"})"));
+}
+
+/// The engine hook: a constrained sequence through OutputProcessor samples only what its grammar
+/// allows (greedy over a row that prefers a disallowed token), ends with stop once the grammar
+/// takes the stop id, and reports the raw logprob; a sequence without a grammar is untouched.
+TEST(Grammar, OutputProcessorFollowsTheGrammar) {
+  Compiler c(vocab());
+  const int32_t stop = vocab().stop_ids[0];
+  engine::OutputProcessor out(nullptr, {stop}, 1000);
+  auto make = [&](std::shared_ptr<const CompiledGrammar> g) {
+    engine::Request r;
+    r.prompt_ids = {1, 2};
+    r.max_tokens = 10;
+    r.logprobs = true;
+    r.grammar = std::move(g);
+    auto s = std::make_unique<engine::Sequence>(std::move(r));
+    s->tokens = s->req.prompt_ids;
+    s->num_prompt = 2;
+    out.attach(*s);
+    return s;
+  };
+  std::vector<float> row(kWidth, 0.f);
+  row[25] = 9.f;  // "x", never allowed
+  row[4] = 2.f;   // "a"
+  row[10] = 1.f;  // "1"
+  auto s = make(c.compile(Grammar::regex("a1")));
+  auto t1 = out.on_row(*s, row);
+  EXPECT_EQ(t1.event.tokens.at(0).id, 4);
+  EXPECT_FALSE(t1.finish.has_value());
+  double z = 0;
+  for (float l : row) z += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(t1.event.tokens[0].logprob, 2.0 - std::log(z), 1e-5);
+  EXPECT_EQ(out.on_row(*s, row).event.tokens.at(0).id, 10);
+  auto t3 = out.on_row(*s, row);  // only the stop id is left
+  EXPECT_EQ(t3.event.tokens.at(0).id, stop);
+  EXPECT_EQ(t3.finish, engine::FinishReason::stop);
+  EXPECT_TRUE(s->matcher->terminated());
+  // Ignoring EOS does not go past a grammar that has ended.
+  auto ig = make(c.compile(Grammar::literal("a")));
+  ig->req.ignore_eos = true;
+  out.on_row(*ig, row);
+  EXPECT_EQ(out.on_row(*ig, row).finish, engine::FinishReason::stop);
+  // Unconstrained: the model's favourite.
+  auto free = make(nullptr);
+  EXPECT_EQ(out.on_row(*free, row).event.tokens.at(0).id, 25);
+  EXPECT_FALSE(free->matcher.has_value());
+  // A logits row of another width than the grammar's vocabulary is an error, not a crash.
+  auto wrong = make(c.compile(Grammar::regex("a")));
+  std::vector<float> narrow(8, 0.f);
+  auto e = out.on_row(*wrong, narrow);
+  EXPECT_EQ(e.finish, engine::FinishReason::error);
+  EXPECT_FALSE(e.error.empty());
+}
+
+TEST(Grammar, KeywordsWithoutATypeAssertOnlyOnTheirType) {
+  // {"minimum": 3} says nothing about strings or null: it is rewritten as anyOf a bounded number
+  // and the other types (xgrammar alone would drop the bound).
+  const Grammar g = Grammar::json_schema(nlohmann::json::parse(R"({"minimum": 3, "maxLength": 2, "title": "t"})"), false);
+  for (const char* ok : {"3", "4.5", "\"ab\"", "null", "true", "[1]", "{}"}) EXPECT_TRUE(accepts_text(g, ok)) << ok;
+  for (const char* bad : {"2", "-1", "2.5", "\"abc\""}) EXPECT_FALSE(accepts_text(g, bad)) << bad;
+  const Grammar a = Grammar::json_schema(nlohmann::json::parse(R"({"maxItems": 1, "minProperties": 1})"), false);
+  for (const char* ok : {"[]", "[2]", "{\"a\": 1}", "7", "\"s\""}) EXPECT_TRUE(accepts_text(a, ok)) << ok;
+  for (const char* bad : {"[1, 2]", "{}"}) EXPECT_FALSE(accepts_text(a, bad)) << bad;
 }
 
 TEST(Grammar, BadInputIsAGrammarError) {
@@ -252,6 +352,9 @@ TEST(Grammar, BadInputIsAGrammarError) {
   EXPECT_THROW((void)Grammar::json_schema(nlohmann::json::parse(R"({"$ref": "#/$defs/missing"})")), GrammarError);
   EXPECT_THROW((void)Grammar::json_schema(nlohmann::json::parse("3")), GrammarError);
   EXPECT_THROW((void)Grammar::concat({}), GrammarError);
+  Compiler c(vocab());
+  EXPECT_THROW((void)c.compile(Grammar::json_schema(nlohmann::json::parse(R"({"$ref": "#"})"))), GrammarError);
+  EXPECT_THROW((void)c.compile(Grammar::regex("q")), GrammarError);  // no token of the vocabulary writes q
   try {
     (void)Grammar::ebnf("root ::= (");
   } catch (const GrammarError& e) {

@@ -128,7 +128,7 @@ def bad(client, **extra):
     ({"type": "array", "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
     ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not", "/properties/a/not"),
     ({"type": "string", "format": "uri-reference"}, "format", "/format"),
-    ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "oneOf", "/oneOf"),
+    ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "oneOf", "/oneOf"),
     ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}, "if", "/if"),
 ])
 def test_unsupported_keyword_is_a_400_naming_it(client, schema, keyword, pointer):
@@ -159,3 +159,13 @@ def test_malformed_or_conflicting_fields_are_400s_naming_them(client, extra, par
     e = bad(client, **extra)
     assert e.body["param"] == param, e.body
     assert ".cc" not in e.body["message"] and "/root" not in e.body["message"], e.body["message"]  # no server paths
+
+
+def test_properties_come_in_the_schema_order(client):
+    schema = {"type": "object", "properties": {"zebra": {"type": "boolean"}, "apple": {"type": "boolean"}},
+              "required": ["zebra", "apple"]}
+    for extra in ({"response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": schema}}},
+                  {"extra_body": {"guided_json": json.dumps(schema)}}):
+        c = chat(client, "Answer as JSON.", max_tokens=30, **extra)
+        assert c.message.content.startswith('{"zebra": '), c.message.content
+        assert list(json.loads(c.message.content)) == ["zebra", "apple"]
