@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/cors.h"
 #include "server/request_limits.h"
 #include "tokenizer/prompt_tokenizer.h"
 
@@ -36,6 +37,7 @@ struct ServerConfig {
   /// the overflowed connections (SYN cookies) hung or were reset.
   int listen_backlog = 4096;
   RequestLimits limits;  // body size, JSON depth, max_tokens, timeout (request_limits.h)
+  CorsConfig cors;       // cross-origin access (cors.h); off by default
 };
 
 class HttpServer {
