@@ -20,6 +20,7 @@
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "server/responses.h"
+#include "server/responses_api.h"
 
 namespace fuselm::server {
 namespace {
@@ -114,6 +115,9 @@ void HttpServer::routes() {
   };
   svr_->Post("/v1/completions", guarded([this, p = policed(Endpoint::completions)](const auto& q, auto& r) { p(q), generate(q, r, false); }, cfg_.limits.max_body_bytes));
   svr_->Post("/v1/chat/completions", guarded([this, p = policed(Endpoint::chat)](const auto& q, auto& r) { p(q), generate(q, r, true); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/v1/responses", guarded([this](const auto& q, auto& r) {
+    serve_responses(q, r, cfg_.limits, [this](const httplib::Request& cq, httplib::Response& cr) { generate(cq, cr, true); });
+  }, cfg_.limits.max_body_bytes));
   svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }, cfg_.limits.max_body_bytes));
   svr_->Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }, cfg_.limits.max_body_bytes));
   svr_->Post("/apply-template", guarded([this](const auto& q, auto& r) { apply_template(q, r); }, cfg_.limits.max_body_bytes));

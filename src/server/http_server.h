@@ -1,7 +1,8 @@
 #pragma once
 // The OpenAI-compatible HTTP server (cpp-httplib): /v1/models, /v1/completions,
-// /v1/chat/completions (server-sent events when streamed), /tokenize, /detokenize,
-// /apply-template, /health and /metrics (Prometheus text), over one Engine.
+// /v1/chat/completions (server-sent events when streamed), /v1/responses (responses_api.h),
+// /tokenize, /detokenize, /apply-template, /health and /metrics (Prometheus text), over one
+// Engine; OPTIONS and CORS headers by cors.h; request fields checked by field_policy.h.
 #include <nlohmann/json.hpp>
 
 #include <atomic>
