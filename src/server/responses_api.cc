@@ -15,6 +15,12 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
+// A string member, or `dflt` when it is missing or not a string (the callers then refuse by name).
+std::string str_or(const json& obj, const char* key, const std::string& dflt) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : dflt;
+}
+
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
@@ -46,7 +52,7 @@ json content_parts(const json& content, const std::string& where) {
   for (size_t j = 0; j < content.size(); ++j) {
     const json& p = content[j];
     const std::string at = fmt::format("{}.content[{}]", where, j);
-    const std::string type = p.is_object() ? p.value("type", "") : "";
+    const std::string type = p.is_object() ? str_or(p, "type", "") : "";
     if (type == "input_text" || type == "output_text" || type == "text" || type == "refusal") {
       const char* key = type == "refusal" ? "refusal" : "text";
       if (!p.contains(key) || !p[key].is_string()) throw ApiError(400, fmt::format("'{}.{}' must be a string", at, key), at + "." + key);
@@ -67,7 +73,7 @@ std::string string_field(const json& item, const char* name, const std::string& 
 // Appends one input item to the chat messages.
 void add_item(ordered_json& messages, const json& item, const std::string& where) {
   if (!item.is_object()) throw ApiError(400, fmt::format("'{}' must be an object", where), where);
-  const std::string type = item.value("type", item.contains("role") ? "message" : "");
+  const std::string type = str_or(item, "type", item.contains("role") ? "message" : "");
   if (type == "message") {
     const std::string role = string_field(item, "role", where);
     const auto* content = field(item, "content");
@@ -99,7 +105,7 @@ ordered_json tools_to_chat(const json& tools) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = fmt::format("tools[{}]", i);
     const json& t = tools[i];
-    const std::string type = t.is_object() ? t.value("type", "") : "";
+    const std::string type = t.is_object() ? str_or(t, "type", "") : "";
     if (type != "function") throw ApiError(400, fmt::format("'{}.type' '{}' is not supported (function tools only)", at, type), at + ".type");
     ordered_json f = {{"name", string_field(t, "name", at)}};
     for (const char* k : {"description", "parameters", "strict"})
@@ -111,7 +117,7 @@ ordered_json tools_to_chat(const json& tools) {
 
 ordered_json tool_choice_to_chat(const json& tc) {
   if (tc.is_string()) return tc;
-  if (tc.is_object() && tc.value("type", "") == "function") return {{"type", "function"}, {"function", {{"name", string_field(tc, "name", "tool_choice")}}}};
+  if (tc.is_object() && str_or(tc, "type", "") == "function") return {{"type", "function"}, {"function", {{"name", string_field(tc, "name", "tool_choice")}}}};
   throw ApiError(400, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}", "tool_choice");
 }
 
@@ -121,12 +127,12 @@ void text_format_to_chat(const json& text, ordered_json& chat) {
   if (const auto* v = field(text, "verbosity"); v && *v != "medium") throw ApiError(400, "'text.verbosity' is not supported", "text.verbosity");
   const auto* f = field(text, "format");
   if (!f) return;
-  const std::string type = f->is_object() ? f->value("type", "") : "";
+  const std::string type = f->is_object() ? str_or(*f, "type", "") : "";
   if (type == "text") return;
   if (type == "json_object") {
     chat["response_format"] = {{"type", "json_object"}};
   } else if (type == "json_schema") {
-    ordered_json s = {{"name", f->value("name", "response")}};
+    ordered_json s = {{"name", str_or(*f, "name", "response")}};
     for (const char* k : {"schema", "strict", "description"})
       if (const auto* v = field(*f, k)) s[k] = *v;
     chat["response_format"] = {{"type", "json_schema"}, {"json_schema", s}};
@@ -160,7 +166,7 @@ ordered_json responses_to_chat(const json& body) {
   if (const auto* t = field(body, "tools")) chat["tools"] = tools_to_chat(*t);
   if (const auto* tc = field(body, "tool_choice")) chat["tool_choice"] = tool_choice_to_chat(*tc);
   if (const auto* t = field(body, "text")) text_format_to_chat(*t, chat);
-  if (chat.value("stream", false) == true) chat["stream_options"] = {{"include_usage", true}};
+  if (chat.contains("stream") && chat["stream"] == true) chat["stream_options"] = {{"include_usage", true}};
   return chat;
 }
 
@@ -209,8 +215,8 @@ json reasoning_item(const std::string& id, const std::string& text, const std::s
 
 json call_item(const std::string& id, const json& call, const std::string& status) {
   const json& f = call.value("function", json::object());
-  return {{"type", "function_call"}, {"id", id}, {"status", status}, {"call_id", call.value("id", id)},
-          {"name", f.value("name", "")}, {"arguments", f.value("arguments", "")}};
+  return {{"type", "function_call"}, {"id", id}, {"status", status}, {"call_id", str_or(call, "id", id)},
+          {"name", str_or(f, "name", "")}, {"arguments", str_or(f, "arguments", "")}};
 }
 
 // Sets status/incomplete_details from a chat finish reason.
@@ -228,8 +234,8 @@ void finish_status(json& r, const json& finish_reason) {
 }  // namespace
 
 json chat_to_response(const json& completion, const json& request) {
-  const std::string n = suffix_of(completion.value("id", "0"));
-  json r = envelope(request, "resp_" + n, completion.value("created", int64_t{0}), "completed", completion.value("model", ""));
+  const std::string n = suffix_of(str_or(completion, "id", "0"));
+  json r = envelope(request, "resp_" + n, completion.value("created", int64_t{0}), "completed", str_or(completion, "model", ""));
   const json& choice = completion.at("choices").at(0);
   const json& msg = choice.value("message", json::object());
   json& out = r["output"];
@@ -256,7 +262,7 @@ void ResponsesEventStream::emit(const std::string& type, json fields) {
 }
 
 json ResponsesEventStream::response(const std::string& status) const {
-  json r = envelope(request_, "resp_" + id_, created_, status, request_.value("model", ""));
+  json r = envelope(request_, "resp_" + id_, created_, status, str_or(request_, "model", ""));
   r["output"] = output_;
   return r;
 }
@@ -283,8 +289,8 @@ void ResponsesEventStream::on_chunk(const json& chunk) {
   }
   if (!started_) {
     started_ = true;
-    id_ = suffix_of(chunk.value("id", "0"));
-    if (!request_.contains("model") || request_["model"].is_null()) request_["model"] = chunk.value("model", "");
+    id_ = suffix_of(str_or(chunk, "id", "0"));
+    if (!request_.contains("model") || request_["model"].is_null()) request_["model"] = str_or(chunk, "model", "");
     emit("response.created", {{"response", response("in_progress")}});
     emit("response.in_progress", {{"response", response("in_progress")}});
   }
@@ -355,14 +361,14 @@ void ResponsesEventStream::on_delta(const json& delta) {
 }
 
 void ResponsesEventStream::on_tool_call_delta(const json& tc) {
-  const int index = tc.value("index", 0);
+  const int index = tc.contains("index") && tc["index"].is_number_integer() ? tc["index"].get<int>() : 0;
   const json f = tc.value("function", json::object());
   if (index != open_tool_index_ || !open_ || output_.back()["type"] != "function_call") {
     open_tool_index_ = index;
-    json call = {{"id", tc.value("id", fmt::format("call_{}_{}", id_, index))}, {"function", {{"name", f.value("name", "")}, {"arguments", ""}}}};
+    json call = {{"id", str_or(tc, "id", fmt::format("call_{}_{}", id_, index))}, {"function", {{"name", str_or(f, "name", "")}, {"arguments", ""}}}};
     open_item(call_item(fmt::format("fc_{}_{}", id_, output_.size()), call, "in_progress"));
   }
-  const std::string args = f.value("arguments", "");
+  const std::string args = str_or(f, "arguments", "");
   if (args.empty()) return;
   output_.back()["arguments"] = output_.back()["arguments"].get<std::string>() + args;
   emit("response.function_call_arguments.delta", {{"item_id", output_.back()["id"]}, {"output_index", output_.size() - 1}, {"delta", args}});
@@ -378,9 +384,9 @@ void ResponsesEventStream::on_finish(const json& finish_reason) {
 void ResponsesEventStream::on_error(const json& error) {
   close_item();
   const json e = error.is_object() ? error : json::object();
-  emit("error", {{"code", e.value("type", "server_error")}, {"message", e.value("message", "generation failed")}, {"param", e.value("param", json(nullptr))}});
+  emit("error", {{"code", str_or(e, "type", "server_error")}, {"message", str_or(e, "message", "generation failed")}, {"param", e.value("param", json(nullptr))}});
   json r = response("failed");
-  r["error"] = {{"code", "server_error"}, {"message", e.value("message", "generation failed")}};
+  r["error"] = {{"code", "server_error"}, {"message", str_or(e, "message", "generation failed")}};
   emit("response.failed", {{"response", r}});
   ended_ = true;
 }
@@ -417,7 +423,13 @@ void serve_responses(const httplib::Request& req, httplib::Response& res, const 
         httplib::DataSink inner;
         bool done = false;
         inner.write = [&](const char* d, size_t n) {
-          for (const auto& frame : events->feed(std::string(d, n)))
+          std::vector<std::string> frames;
+          try {
+            frames = events->feed(std::string(d, n));
+          } catch (const std::exception&) {  // a chunk of a shape not foreseen: end the stream, never the server
+            return false;
+          }
+          for (const auto& frame : frames)
             if (!sink.write(frame.data(), frame.size())) return false;
           return true;
         };

@@ -63,6 +63,12 @@ TEST(ResponsesApi, UntranslatableFieldsAreNamed) {
   EXPECT_EQ(param_of(json::parse(R"({"input": "x", "tools": [{"type": "file_search"}]})")), "tools[0].type");
   EXPECT_EQ(param_of(json::parse(R"({"input": "x", "tool_choice": {"type": "web_search"}})")), "tool_choice");
   EXPECT_EQ(param_of(json::parse(R"({"input": "x", "include": ["reasoning.encrypted_content"]})")), "include");
+  // Members of the wrong JSON type are 400s naming them (never a type error, which would be a 500).
+  EXPECT_EQ(param_of(json::parse(R"({"input": [{"type": 5}]})")), "input[0].type");
+  EXPECT_EQ(param_of(json::parse(R"({"input": [{"role": "user", "content": [{"type": null}]}]})")), "input[0].content[0].type");
+  EXPECT_EQ(param_of(json::parse(R"({"input": [{"role": 1, "content": "x"}]})")), "input[0].role");
+  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "tools": [{"type": "function", "name": 3}]})")), "tools[0].name");
+  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": 3}}, "stream": "yes"})")), "");
   EXPECT_EQ(param_of(json::parse(R"({"input": "x", "store": true, "reasoning": {"summary": null}, "truncation": "disabled"})")), "");
 }
 
