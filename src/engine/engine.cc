@@ -51,7 +51,7 @@ void Engine::check(const Request& req) const {
   if (!req.stop.empty() && !tok_) throw RequestError(400, "stop strings need the model's tokenizer.json");
 }
 
-std::shared_ptr<RequestStream> Engine::submit(Request req) {
+std::unique_ptr<Sequence> Engine::make_sequence(Request req) const {
   check(req);
   std::unique_ptr<Sequence> s;
   try {
@@ -63,18 +63,44 @@ std::shared_ptr<RequestStream> Engine::submit(Request req) {
   s->num_prompt = static_cast<int64_t>(s->tokens.size());
   output_.attach(*s);
   s->arrival = clock_type::now();
-  std::shared_ptr<RequestStream> stream;
+  return s;
+}
+
+std::shared_ptr<RequestStream> Engine::submit(Request req, std::shared_ptr<StreamWaker> waker) {
+  std::vector<Request> one;
+  one.push_back(std::move(req));
+  return submit_group(std::move(one), std::move(waker)).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::submit_group(std::vector<Request> reqs, std::shared_ptr<StreamWaker> waker) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (auto& r : reqs) seqs.push_back(make_sequence(std::move(r)));
+  if (opt_.prefix_caching)
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i]->gate) continue;
+      for (size_t j = i + 1; j < seqs.size(); ++j) {
+        if (seqs[j]->gate || seqs[j]->req.prompt_ids != seqs[i]->req.prompt_ids) continue;
+        if (!seqs[i]->gate) {
+          seqs[i]->gate = std::make_shared<PromptGate>();
+          seqs[i]->gate_owner = true;
+        }
+        seqs[j]->gate = seqs[i]->gate;
+      }
+    }
+  std::vector<std::shared_ptr<RequestStream>> streams;
   {
     std::lock_guard lock(mu_);
     if (!accepting_) throw RequestError(503, "the server is shutting down");
-    if (static_cast<int64_t>(incoming_.size() + metrics_.waiting) >= opt_.max_waiting)
+    if (static_cast<int64_t>(incoming_.size() + metrics_.waiting + seqs.size()) > opt_.max_waiting)
       throw RequestError(503, fmt::format("the queue is full ({} requests waiting)", opt_.max_waiting));
-    stream = std::make_shared<RequestStream>(next_id_++);
-    s->stream = stream;
-    incoming_.push_back(std::move(s));
+    for (auto& s : seqs) {
+      s->stream = std::make_shared<RequestStream>(next_id_++, waker);
+      streams.push_back(s->stream);
+      incoming_.push_back(std::move(s));
+    }
   }
   cv_.notify_all();
-  return stream;
+  return streams;
 }
 
 void Engine::drain_incoming() {
@@ -88,6 +114,7 @@ void Engine::drain_incoming() {
 void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) {
   if (s.done) return;
   s.done = true;
+  if (s.gate_owner) s.gate->open = true;  // its siblings compute the prompt themselves if it had not
   const bool ended = reason != FinishReason::abort && reason != FinishReason::error;
   Event e;
   if (ended) e.text = OutputProcessor::flush(s);
@@ -125,6 +152,7 @@ void Engine::count(const ScheduleCounts& c) {
   metrics_.preemptions += c.preemptions;
   metrics_.prompt_tokens += c.admitted_prompt_tokens;
   metrics_.cached_prompt_tokens += c.admitted_cached_tokens;
+  metrics_.shared_prompt_tokens += c.admitted_shared_tokens;
 }
 
 void Engine::run_batch(const std::vector<ScheduledSeq>& batch) {
@@ -139,6 +167,7 @@ void Engine::run_batch(const std::vector<ScheduledSeq>& batch) {
   const int64_t width = logits->shape[2];
   for (const auto& [s, n] : batch) {
     s->computed += n;
+    if (s->gate_owner && s->computed >= s->num_prompt) s->gate->open = true;
     if (opt_.prefix_caching) s->kv->publish_full_blocks(s->tokens, s->computed);
   }
   const auto sampled = batch_.sampled();

@@ -53,8 +53,15 @@ class Engine {
   /// Queues a request. Throws RequestError: 400 for an empty prompt, an id outside the
   /// vocabulary, prompt + max_tokens past the context or the KV pool, sampling parameters outside
   /// their bounds (sampling_params.h), stop strings without a tokenizer; 503 when the queue is
-  /// full or the engine stopped.
-  std::shared_ptr<RequestStream> submit(Request req);
+  /// full or the engine stopped. With `waker`, the stream also notifies it on every event (one
+  /// consumer waiting on several streams).
+  std::shared_ptr<RequestStream> submit(Request req, std::shared_ptr<StreamWaker> waker = nullptr);
+  /// Queues several requests at once, all or none (each checked as submit() does; 503 when the
+  /// queue cannot take them all), their streams in order, all notifying `waker` when given.
+  /// Requests with the same prompt ids share its KV: the first computes it, the later ones are
+  /// admitted once it has and take its full blocks from the prefix cache (with prefix caching on;
+  /// counted in EngineMetrics::shared_prompt_tokens). How a request's n choices are generated.
+  std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<Request> reqs, std::shared_ptr<StreamWaker> waker = nullptr);
   /// Runs one scheduling step; false when there was nothing to do.
   bool step();
   /// Stops the thread; with `abort`, in-flight requests end at once (FinishReason::abort), else
@@ -68,6 +75,7 @@ class Engine {
 
  private:
   void check(const Request& req) const;
+  std::unique_ptr<Sequence> make_sequence(Request req) const;
   void drain_incoming();
   void reap_cancelled();
   void run_batch(const std::vector<ScheduledSeq>& batch);

@@ -47,6 +47,8 @@ std::string to_prometheus(const EngineMetrics& m, const std::string& model_name)
   gauge(out, "prefix_cache_hits_total", "Full blocks found in the prefix cache.", "counter", l, m.pool.prefix_hits);
   gauge(out, "prompt_tokens_total", "Prompt tokens of admitted requests.", "counter", l, m.prompt_tokens);
   gauge(out, "prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", "counter", l, m.cached_prompt_tokens);
+  gauge(out, "prompt_tokens_shared_total", "Prompt tokens a request's later choices (n > 1) took from its first choice's KV blocks.",
+        "counter", l, m.shared_prompt_tokens);
   gauge(out, "generation_tokens_total", "Generated tokens.", "counter", l, m.generation_tokens);
   gauge(out, "num_preemptions_total", "Sequences preempted (blocks freed, recomputed later).", "counter", l, m.preemptions);
   gauge(out, "request_success_total", "Requests finished (stop or length).", "counter", l, m.requests_finished);

@@ -23,6 +23,7 @@ struct EngineMetrics {
   kv::PoolStats pool;
   int32_t block_size = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, cached_prompt_tokens = 0;
+  int64_t shared_prompt_tokens = 0;  // of the cached ones, shared between a request's choices (n > 1)
   int64_t preemptions = 0, requests_finished = 0, requests_aborted = 0;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram tpot{{0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56}};

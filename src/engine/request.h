@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -56,6 +57,9 @@ struct TokenOut {
 /// text now safe to show, and at the end finished with the reason and counts.
 struct Event {
   std::vector<TokenOut> tokens;
+  /// On a request's first event when it asked for prompt_logprobs: each prompt token with its
+  /// logprob given the tokens before it (the first token's is 0: nothing predicts it).
+  std::vector<TokenOut> prompt_logprobs;
   std::string text;
   bool finished = false;
   FinishReason finish_reason = FinishReason::stop;  // when finished
@@ -63,11 +67,40 @@ struct Event {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 
+/// Wakes one consumer that waits on several streams at once (the choices of one HTTP request):
+/// every push to a stream sharing it bumps its epoch. Read epoch(), poll the streams, then wait
+/// for a different epoch, so no push between the poll and the wait is missed.
+class StreamWaker {
+ public:
+  uint64_t epoch() {
+    std::lock_guard lock(mu_);
+    return epoch_;
+  }
+  /// Waits up to `timeout` for the epoch to move past `seen`; false on timeout.
+  bool wait(uint64_t seen, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return epoch_ != seen; });
+  }
+  void notify() {
+    {
+      std::lock_guard lock(mu_);
+      ++epoch_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t epoch_ = 0;
+};
+
 /// The per-request channel. The engine pushes; a consumer pops with a timeout and may cancel,
 /// after which the engine frees the request's blocks at its next step and sends a final abort.
+/// A stream made with a waker also notifies it on every push.
 class RequestStream {
  public:
-  explicit RequestStream(uint64_t id) : id_(id) {}
+  explicit RequestStream(uint64_t id, std::shared_ptr<StreamWaker> waker = nullptr) : id_(id), waker_(std::move(waker)) {}
   uint64_t id() const { return id_; }
   /// Waits up to `timeout` for the next event; false on timeout.
   bool next(Event& out, std::chrono::milliseconds timeout) {
@@ -86,10 +119,12 @@ class RequestStream {
       events_.push_back(std::move(e));
     }
     cv_.notify_all();
+    if (waker_) waker_->notify();
   }
 
  private:
   uint64_t id_;
+  std::shared_ptr<StreamWaker> waker_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Event> events_;

@@ -53,4 +53,15 @@ void validate(const SamplingParams& p);
 /// a negative one wraps, as the server has always read it.
 inline uint64_t seed_from_int(int64_t seed) { return static_cast<uint64_t>(seed); }
 
+/// The seed of a request's choice `index` (n > 1): choice 0 keeps the request's seed (so n = 1 is
+/// unchanged), the others get splitmix64 of it and their index, so each samples its own way and
+/// the same seeded request gives the same choices.
+inline uint64_t choice_seed(uint64_t seed, int64_t index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace fuselm::engine

@@ -46,6 +46,7 @@ void Scheduler::schedule_running(int64_t& budget, std::vector<ScheduledSeq>& out
 void Scheduler::admit_waiting(int64_t& budget, std::vector<ScheduledSeq>& out, ScheduleCounts& counts) {
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < opt_.max_num_seqs) {
     Sequence& s = *waiting_.front();
+    if (s.gated()) return;  // FCFS: it waits for its prompt's owner, and nothing behind it goes first
     if (!s.kv) {
       s.kv.emplace(kv_);
       const int64_t total = static_cast<int64_t>(s.tokens.size());
@@ -62,6 +63,7 @@ void Scheduler::admit_waiting(int64_t& budget, std::vector<ScheduledSeq>& out, S
       s.admitted_once = true;
       counts.admitted_prompt_tokens += s.num_prompt;
       counts.admitted_cached_tokens += s.cached;
+      if (s.gate && !s.gate_owner) counts.admitted_shared_tokens += s.cached;
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

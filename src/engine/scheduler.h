@@ -5,7 +5,8 @@
 // token budget (max_num_batched_tokens) and max_num_seqs. When KV blocks run out the newest
 // running sequence is preempted: its blocks are freed and it waits again at the queue's head, to
 // be recomputed from its prompt and the tokens it had generated (its sampler state is kept, so
-// its text is the same). Not thread-safe: the engine thread alone calls it.
+// its text is the same). A sequence whose PromptGate is closed is not admitted (nor anything
+// behind it) until the sibling that owns the gate has computed their common prompt. Not thread-safe: the engine thread alone calls it.
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -28,6 +29,7 @@ struct ScheduleCounts {
   int64_t preemptions = 0;
   int64_t admitted_prompt_tokens = 0;  // prompts admitted for the first time
   int64_t admitted_cached_tokens = 0;  // of which the prefix cache held
+  int64_t admitted_shared_tokens = 0;  // of those, taken from a sibling choice's prompt (PromptGate)
 };
 
 class Scheduler {

@@ -19,6 +19,13 @@ namespace fuselm::engine {
 
 using clock_type = std::chrono::steady_clock;
 
+/// Shared by the sequences of one request that read the same prompt (n > 1 choices): the first
+/// (the owner) computes the prompt; the others wait in the queue until it has (or has ended), then
+/// take its full KV blocks from the prefix cache instead of computing them again.
+struct PromptGate {
+  bool open = false;
+};
+
 struct Sequence {
   std::shared_ptr<RequestStream> stream;
   Request req;
@@ -31,6 +38,8 @@ struct Sequence {
   Sampler sampler;
   StopMatcher stop;
   std::optional<tokenizer::StreamDecoder> decoder;  // none without a tokenizer: no text
+  std::shared_ptr<PromptGate> gate;  // set for choices sharing a prompt (engine.h submit_group)
+  bool gate_owner = false;           // this sequence computes the prompt and opens the gate
   clock_type::time_point arrival, first_token, last_token;
 
   /// Throws std::invalid_argument for sampling parameters out of their bounds (Sampler).
@@ -38,6 +47,8 @@ struct Sequence {
   int64_t num_output() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
   /// Tokens still to compute (their KV unwritten).
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+  /// Whether this sequence waits for another one to compute its prompt first.
+  bool gated() const { return gate && !gate_owner && !gate->open; }
 };
 
 /// One sequence's share of a step: `tokens` of its pending tokens, from `seq->computed` on.

@@ -1,5 +1,4 @@
 #include "server/http_server.h"
-#include "server/peer_socket.h"
 
 #include <fmt/core.h>
 #include <httplib.h>
@@ -17,6 +16,7 @@
 #include "server/body_reader.h"
 #include "server/chat_content.h"
 #include "server/field_policy.h"
+#include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "server/responses.h"
@@ -134,25 +134,38 @@ void HttpServer::models(httplib::Response& res) const {
   res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
 }
 
-std::vector<int64_t> HttpServer::completion_prompt(const json& body) const {
+HttpServer::Prompt HttpServer::completion_prompt(const json& p) const {
+  if (p.is_string()) {
+    if (!tok_) throw ApiError(400, "a text prompt needs the model's tokenizer.json; send token ids", "prompt");
+    return {to_ids(tok_->encode(p.get<std::string>())), p.get<std::string>()};  // as /tokenize: the special tokens the model's files add
+  }
+  if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    Prompt out;
+    for (const auto& x : p) {
+      if (!x.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
+      out.ids.push_back(x.get<int64_t>());
+    }
+    return out;
+  }
+  throw ApiError(400, "'prompt' must be a string, an array of token ids, or an array of those", "prompt");
+}
+
+std::vector<HttpServer::Prompt> HttpServer::completion_prompts(const json& body) const {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw ApiError(400, "'prompt' is required", "prompt");
-  const json* p = &*it;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) {
-    if (!tok_) throw ApiError(400, "a text prompt needs the model's tokenizer.json; send token ids", "prompt");
-    return to_ids(tok_->encode(p->get<std::string>()));  // as /tokenize: the special tokens the model's files add
-  }
-  if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
-    std::vector<int64_t> ids;
-    for (const auto& x : *p) {
-      if (!x.is_number_integer()) throw ApiError(400, "'prompt' token ids must be integers", "prompt");
-      ids.push_back(x.get<int64_t>());
+  const json& p = *it;
+  // A list of prompts (strings or token-id lists) answers one choice (n choices) per prompt.
+  if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
+    if (p.size() > static_cast<size_t>(max_choices))
+      throw ApiError(400, fmt::format("'prompt' holds {} prompts; at most {} in one request", p.size(), max_choices), "prompt");
+    std::vector<Prompt> out;
+    for (const auto& one : p) {
+      if (!one.is_string() && !one.is_array()) throw ApiError(400, "'prompt' must not mix text and token ids", "prompt");
+      out.push_back(completion_prompt(one));
     }
-    return ids;
+    return out;
   }
-  if (p->is_array() && p->size() > 1) throw ApiError(400, "batched prompts (several in 'prompt') are not supported", "prompt");
-  throw ApiError(400, "'prompt' must be a string, an array of token ids, or an array of one of those", "prompt");
+  return {completion_prompt(p)};
 }
 
 std::vector<int64_t> HttpServer::chat_prompt(const json& body, const std::string& raw) const {
@@ -181,87 +194,41 @@ void HttpServer::generate(const httplib::Request& hreq, httplib::Response& res, 
     throw ApiError(404, fmt::format("the model '{}' does not exist (this server has '{}')", *m, cfg_.model_name), "model");
   CommonFields c = read_common(body, chat, random_seed());
   check_stops(cfg_.limits, c.request.stop, c.request.stop_token_ids.size());
-  c.request.prompt_ids = chat ? chat_prompt(body, hreq.body) : completion_prompt(body);
-  const int64_t n = static_cast<int64_t>(c.request.prompt_ids.size());
-  if (n >= cfg_.max_context)
-    throw ApiError(400, fmt::format("the prompt has {} tokens but the model's context is {} tokens", n, cfg_.max_context), "messages");
-  const int64_t fallback = chat ? std::min(cfg_.max_context, engine_.pool_tokens()) - n : c.request.max_tokens;
-  c.request.max_tokens = check_max_tokens(cfg_.limits, c.max_tokens_given, c.request.max_tokens, fallback);
+  std::vector<Prompt> prompts;
+  if (chat) prompts.push_back({chat_prompt(body, hreq.body), std::nullopt});
+  else prompts = completion_prompts(body);
+  if (static_cast<int64_t>(prompts.size()) * c.n > max_choices)
+    throw ApiError(400, fmt::format("{} prompts x n = {} choices; at most {} in one request", prompts.size(), c.n, max_choices), "n");
+  std::vector<engine::Request> reqs;
+  for (const auto& p : prompts) {
+    const int64_t n = static_cast<int64_t>(p.ids.size());
+    if (n >= cfg_.max_context)
+      throw ApiError(400, fmt::format("the prompt has {} tokens but the model's context is {} tokens", n, cfg_.max_context),
+                     chat ? "messages" : "prompt");
+    const int64_t fallback = chat ? std::min(cfg_.max_context, engine_.pool_tokens()) - n : c.request.max_tokens;
+    for (int64_t i = 0; i < c.n; ++i) {
+      engine::Request r = c.request;
+      r.prompt_ids = p.ids;
+      r.max_tokens = check_max_tokens(cfg_.limits, c.max_tokens_given, c.request.max_tokens, fallback);
+      r.sampling.seed = engine::choice_seed(c.request.sampling.seed, i);
+      reqs.push_back(std::move(r));
+    }
+  }
   if (draining_) throw ApiError(503, "the server is shutting down");
   const bool logprobs = c.request.logprobs;
-  auto stream = engine_.submit(std::move(c.request));
-  auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_ ? &tok_->tokenizer() : nullptr, logprobs);
-  if (!c.stream) {
-    std::string text;
-    std::vector<engine::TokenOut> tokens;
-    engine::Event e;
-    // A client that hangs up before the answer is ready cancels the request (its blocks go back).
-    // Checked every 100 ms, also while tokens keep coming.
-    const int fd = find_connection_socket(hreq.remote_addr, hreq.remote_port, hreq.local_port);
-    auto next_check = std::chrono::steady_clock::now();
-    for (;;) {
-      if (deadline.expired()) {
-        stream->cancel();
-        throw ApiError(504, deadline.message());
-      }
-      const bool got = stream->next(e, std::chrono::milliseconds(100));
-      if (fd >= 0 && std::chrono::steady_clock::now() >= next_check) {
-        next_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-        if (peer_hung_up(fd)) {
-          stream->cancel();
-          return;
-        }
-      }
-      if (!got) continue;
-      text += e.text;
-      for (auto& t : e.tokens) tokens.push_back(std::move(t));
-      if (e.finished) break;
-    }
-    if (e.finish_reason == engine::FinishReason::error) throw ApiError(500, "generation failed: " + e.error);
-    res.set_content(dump(rb->full(text, tokens, e)), "application/json");
-    return;
+  auto g = std::make_shared<Generation>();
+  auto streams = engine_.submit_group(std::move(reqs), g->waker);
+  for (size_t k = 0; k < streams.size(); ++k) {
+    Choice choice;
+    choice.index = static_cast<int64_t>(k);  // prompt-major, as OpenAI numbers n choices of several prompts
+    choice.counts_prompt = static_cast<int64_t>(k) % c.n == 0;
+    choice.output = std::make_unique<ChoiceOutput>(chat);
+    choice.stream = std::move(streams[k]);
+    g->choices.push_back(std::move(choice));
   }
-  const bool usage = c.include_usage;
-  auto sent_role = std::make_shared<bool>(!chat);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [stream, rb, usage, sent_role, logprobs, deadline](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& payload) {
-          const std::string s = "data: " + payload + "\n\n";
-          return sink.write(s.data(), s.size());
-        };
-        if (!*sent_role) {
-          *sent_role = true;
-          if (!write(dump(rb->role_chunk()))) return stream->cancel(), false;
-        }
-        if (deadline.expired()) {  // the error event, then the end of the stream
-          stream->cancel();
-          const bool ok = write(dump(error_body(504, deadline.message()))) && write("[DONE]");
-          if (ok) sink.done();
-          return ok;
-        }
-        engine::Event e;
-        if (!stream->next(e, std::chrono::milliseconds(100))) {
-          if (!sink.is_writable()) return stream->cancel(), false;
-          return true;
-        }
-        bool ok = true;
-        if (!e.finished) {
-          if (!e.text.empty() || logprobs) ok = write(dump(rb->chunk(e.text, e.tokens)));
-          if (!ok) stream->cancel();
-          return ok;
-        }
-        if (e.finish_reason == engine::FinishReason::error) ok = write(dump(error_body(500, "generation failed: " + e.error)));
-        else ok = write(dump(rb->chunk(e.text, {}, finish_reason_json(e.finish_reason))));
-        if (ok && usage) ok = write(dump(rb->usage_chunk(e)));
-        if (ok) ok = write("[DONE]");
-        if (ok) sink.done();
-        return ok;
-      },
-      [stream](bool success) {
-        if (!success) stream->cancel();
-      });
+  auto rb = std::make_shared<ResponseBuilder>(chat, cfg_.model_name, tok_ ? &tok_->tokenizer() : nullptr, logprobs);
+  if (!c.stream) return respond_whole(*g, *rb, deadline, hreq, res);
+  respond_stream(g, rb, c.include_usage, deadline, logprobs, res);
 }
 
 void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {

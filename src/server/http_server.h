@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -60,7 +61,14 @@ class HttpServer {
  private:
   void routes();
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  std::vector<int64_t> completion_prompt(const nlohmann::json& body) const;
+  /// One prompt of a request: its ids, and its text (a completions prompt given as text, else
+  /// empty: echo then decodes the ids).
+  struct Prompt {
+    std::vector<int64_t> ids;
+    std::optional<std::string> text;
+  };
+  std::vector<Prompt> completion_prompts(const nlohmann::json& body) const;
+  Prompt completion_prompt(const nlohmann::json& p) const;
   std::vector<int64_t> chat_prompt(const nlohmann::json& body, const std::string& raw) const;
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);

@@ -62,8 +62,8 @@ std::optional<std::string> get_string(const nlohmann::json& body, const char* na
 namespace {
 
 void read_unsupported(const nlohmann::json& body) {
-  if (auto n = get_int(body, "n", 1, 128); n && *n != 1) throw ApiError(400, "'n' > 1 is not supported", "n");
-  if (auto b = get_int(body, "best_of", 1, 128); b && *b != 1) throw ApiError(400, "'best_of' > 1 is not supported", "best_of");
+  if (auto b = get_int(body, "best_of", 1, max_choices); b && *b != 1)
+    throw ApiError(400, "'best_of' > 1 is not supported (use 'n' for several choices)", "best_of");
   if (get_bool(body, "echo").value_or(false)) throw ApiError(400, "'echo' is not supported", "echo");
   if (const auto* s = field(body, "suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
   if (const auto* lb = field(body, "logit_bias"); lb && !lb->empty())
@@ -132,6 +132,7 @@ CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_
     if (auto mct = get_int(body, "max_completion_tokens", 1, big)) mt = mct;
   }
   c.max_tokens_given = mt.has_value();
+  c.n = get_int(body, "n", 1, max_choices).value_or(1);
   r.max_tokens = mt.value_or(16);
   read_sampling(body, p, random_seed);
   read_stops(body, r);

@@ -23,9 +23,10 @@ std::optional<bool> get_bool(const nlohmann::json& body, const char* name);
 std::optional<std::string> get_string(const nlohmann::json& body, const char* name);
 
 /// What both endpoints share: sampling, stops, limits, streaming, plus the checks that refuse
-/// fields fuselm knows but does not support (n > 1, best_of, logit_bias, echo, suffix).
+/// fields fuselm knows but does not support (best_of > 1, suffix).
 struct CommonFields {
   engine::Request request;
+  int64_t n = 1;  // choices per prompt
   bool max_tokens_given = false;
   bool stream = false, include_usage = false;
 };
@@ -34,5 +35,8 @@ struct CommonFields {
 /// (bool + top_logprobs for chat, an integer for completions). `random_seed` seeds unseeded
 /// requests. Throws ApiError.
 CommonFields read_common(const nlohmann::json& body, bool chat, uint64_t random_seed);
+
+/// Choices per prompt a request may ask for ('n').
+inline constexpr int64_t max_choices = 128;
 
 }  // namespace fuselm::server

@@ -5,16 +5,18 @@
 
 namespace fuselm::server {
 namespace {
+using ojson = nlohmann::ordered_json;
+
 std::atomic<uint64_t> g_next_id{1};
 
-nlohmann::json bytes_of(const std::string& s) {
-  nlohmann::json b = nlohmann::json::array();
+ojson bytes_of(const std::string& s) {
+  ojson b = ojson::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
   return b;
 }
 }  // namespace
 
-nlohmann::json finish_reason_json(engine::FinishReason reason) { return engine::openai_name(reason); }
+ojson finish_reason_json(engine::FinishReason reason) { return engine::openai_name(reason); }
 
 ResponseBuilder::ResponseBuilder(bool chat, std::string model, const tokenizer::Tokenizer* tok, bool logprobs)
     : chat_(chat),
@@ -30,13 +32,13 @@ std::string ResponseBuilder::token_text(int64_t id) const {
   return tok_->decode({&u, 1}, false);
 }
 
-nlohmann::json ResponseBuilder::logprobs_json(const std::vector<engine::TokenOut>& tokens, size_t text_offset) const {
+ojson ResponseBuilder::logprobs_json(const std::vector<engine::TokenOut>& tokens, bool first_null) const {
   if (!logprobs_) return nullptr;
   if (chat_) {
-    nlohmann::json content = nlohmann::json::array();
+    ojson content = ojson::array();
     for (const auto& t : tokens) {
       const std::string s = token_text(t.id);
-      nlohmann::json top = nlohmann::json::array();
+      ojson top = ojson::array();
       for (const auto& [id, lp] : t.top) {
         const std::string ts = token_text(id);
         top.push_back({{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(ts)}});
@@ -45,66 +47,79 @@ nlohmann::json ResponseBuilder::logprobs_json(const std::vector<engine::TokenOut
     }
     return {{"content", content}};
   }
-  nlohmann::json toks = nlohmann::json::array(), lps = nlohmann::json::array(), tops = nlohmann::json::array(),
-                 offs = nlohmann::json::array();
-  for (const auto& t : tokens) {
+  ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
+  size_t text_offset = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto& t = tokens[i];
     const std::string s = token_text(t.id);
     toks.push_back(s);
-    lps.push_back(t.logprob);
-    nlohmann::json top = nlohmann::json::object();
+    const bool null = first_null && i == 0;
+    lps.push_back(null ? ojson(nullptr) : ojson(t.logprob));
+    ojson top = ojson::object();  // best first: ordered_json keeps insertion order
     for (const auto& [id, lp] : t.top) top[token_text(id)] = lp;
-    tops.push_back(top);
+    tops.push_back(null ? ojson(nullptr) : top);
     offs.push_back(text_offset);
     text_offset += s.size();
   }
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
-nlohmann::json ResponseBuilder::envelope(bool stream) const {
+ojson ResponseBuilder::envelope(bool stream) const {
   const char* object = chat_ ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
 }
 
-nlohmann::json ResponseBuilder::usage(const engine::Event& last) {
-  return {{"prompt_tokens", last.prompt_tokens},
-          {"completion_tokens", last.completion_tokens},
-          {"total_tokens", last.prompt_tokens + last.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", last.cached_tokens}}}};
+ojson ResponseBuilder::usage(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-nlohmann::json ResponseBuilder::chunk(const std::string& text, const std::vector<engine::TokenOut>& tokens,
-                                      const nlohmann::json& finish_reason) const {
-  nlohmann::json j = envelope(true);
-  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs_json(tokens, 0)}};
-  if (chat_) choice["delta"] = text.empty() && !finish_reason.is_null() ? nlohmann::json::object() : nlohmann::json{{"content", text}};
-  else choice["text"] = text;
-  j["choices"] = nlohmann::json::array({choice});
+ojson ResponseBuilder::chunk(int64_t index, const ojson& fields, const std::vector<engine::TokenOut>& tokens,
+                             const ojson& finish_reason, bool first_logprob_null) const {
+  ojson j = envelope(true);
+  ojson choice = {{"index", index}, {"finish_reason", finish_reason}, {"logprobs", logprobs_json(tokens, first_logprob_null)}};
+  if (chat_) {
+    choice["delta"] = fields.empty() && finish_reason.is_null() ? ojson{{"content", ""}} : fields;
+    if (choice["delta"].is_null()) choice["delta"] = ojson::object();
+  } else {
+    choice["text"] = fields.value("text", std::string());
+  }
+  j["choices"] = ojson::array({choice});
   return j;
 }
 
-nlohmann::json ResponseBuilder::role_chunk() const {
-  nlohmann::json j = envelope(true);
-  j["choices"] = nlohmann::json::array(
-      {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+ojson ResponseBuilder::role_chunk(int64_t index) const {
+  ojson j = envelope(true);
+  j["choices"] = ojson::array(
+      {{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return j;
 }
 
-nlohmann::json ResponseBuilder::usage_chunk(const engine::Event& last) const {
-  nlohmann::json j = envelope(true);
-  j["choices"] = nlohmann::json::array();
-  j["usage"] = usage(last);
+ojson ResponseBuilder::usage_chunk(const Usage& u) const {
+  ojson j = envelope(true);
+  j["choices"] = ojson::array();
+  j["usage"] = usage(u);
   return j;
 }
 
-nlohmann::json ResponseBuilder::full(const std::string& text, const std::vector<engine::TokenOut>& tokens,
-                                     const engine::Event& last) const {
-  nlohmann::json j = envelope(false);
-  nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason_json(last.finish_reason)},
-                           {"logprobs", logprobs_json(tokens, 0)}};
-  if (chat_) choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else choice["text"] = text;
-  j["choices"] = nlohmann::json::array({choice});
-  j["usage"] = usage(last);
+ojson ResponseBuilder::full(const std::vector<ChoiceResult>& choices, const Usage& u) const {
+  ojson j = envelope(false);
+  ojson list = ojson::array();
+  for (const auto& c : choices) {
+    ojson choice = {{"index", c.index}, {"finish_reason", c.finish_reason}, {"logprobs", logprobs_json(c.tokens, c.first_logprob_null)}};
+    if (chat_) {
+      ojson message = {{"role", "assistant"}};
+      for (const auto& [k, v] : c.fields.items()) message[k] = v;
+      choice["message"] = message;
+    } else {
+      choice["text"] = c.fields.value("text", std::string());
+    }
+    list.push_back(choice);
+  }
+  j["choices"] = list;
+  j["usage"] = usage(u);
   return j;
 }
 

@@ -251,7 +251,7 @@ def test_repeated_system_prompt_hits_the_prefix_cache(client, server):
     ({"model": "no-such-model", "prompt": "x"}, 404, "model"),
     ({"model": MODEL, "prompt": [1] * 9000, "max_tokens": 1}, 400, None),
     ({"model": MODEL, "prompt": "x", "max_tokens": 9000}, 400, None),
-    ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n"),
+    ({"model": MODEL, "prompt": "x", "n": 129}, 400, "n"),
     ({"model": MODEL, "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}}, 400, "response_format"),
 ])
 def test_completion_errors_are_openai_error_objects(server, body, status, param):
