@@ -45,15 +45,14 @@ constexpr Rule kRead[] = {
     {"model", kAll, R}, {"stream", kOut, R}, {"stream_options", kGen, R},
     {"max_tokens", kGen, R}, {"temperature", kOut, R}, {"top_p", kOut, R}, {"top_k", kGen, R}, {"min_p", kGen, R},
     {"presence_penalty", kGen, R}, {"frequency_penalty", kGen, R}, {"repetition_penalty", kGen, R},
-    {"seed", kOut, R}, {"stop", kGen, R}, {"stop_token_ids", kGen, R}, {"ignore_eos", kGen, R}, {"min_tokens", kGen, R},
+    {"seed", kOut, R}, {"stop", kGen, R}, {"stop_token_ids", kGen, R}, {"ignore_eos", kGen, R},
     {"logprobs", kGen, R}, {"top_logprobs", kOut, R}, {"n", kGen, R}, {"best_of", kGen, R}, {"echo", kGen, R},
     {"logit_bias", kGen, R}, {"response_format", kGen, R}, {"guided_json", kGen, R}, {"guided_regex", kGen, R},
     {"guided_grammar", kGen, R}, {"guided_choice", kGen, R}, {"structured_outputs", kGen, R}, {"grammar", kGen, R},
     {"json_schema", kGen, R},
     {"prompt", kC, R}, {"suffix", kC, R},
     {"messages", kH, R}, {"max_completion_tokens", kH, R}, {"tools", kH | kR, R}, {"tool_choice", kH | kR, R},
-    {"parallel_tool_calls", kH | kR, R}, {"chat_template_kwargs", kH, R}, {"enable_thinking", kH, R},
-    {"add_generation_prompt", kH, R},
+    {"chat_template_kwargs", kH, R}, {"enable_thinking", kH, R},
     {"input", kR | kE, R}, {"instructions", kR, R}, {"max_output_tokens", kR, R}, {"text", kR, R},
     {"previous_response_id", kR, R}, {"store", kR, R}, {"reasoning", kR, R}, {"truncation", kR, R}, {"include", kR, R},
     {"max_tool_calls", kR, R}, {"background", kR, R}, {"prompt", kR, R}, {"conversation", kR, R},
@@ -76,6 +75,10 @@ constexpr Rule kHarmless[] = {
 
 // Unsupported: honouring them would change the output; accepted only at their neutral value.
 constexpr Rule kUnsupported[] = {
+    // Fields of the OpenAI/vLLM shape that no reader takes yet: refused, never ignored.
+    {"min_tokens", kGen, U, "0"},
+    {"parallel_tool_calls", kH | kR, U, "true", "a reply may hold several tool calls"},
+    {"add_generation_prompt", kH, U, "true", "chat always ends the prompt with the assistant's turn; use /v1/completions with /apply-template's text"},
     // vLLM's extra parameters.
     {"use_beam_search", kOut, U, "false", "beam search is not supported"},
     {"length_penalty", kOut, U, "1", "it applies to beam search, which is not supported"},

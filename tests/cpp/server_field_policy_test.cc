@@ -35,9 +35,9 @@ TEST(FieldPolicy, ReaderFieldsPerEndpoint) {
   for (const char* f : {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
                         "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids",
                         "ignore_eos", "logprobs", "top_logprobs", "stream", "stream_options", "n", "best_of", "echo",
-                        "logit_bias", "min_tokens", "response_format", "guided_json", "guided_regex", "guided_grammar",
+                        "logit_bias", "response_format", "guided_json", "guided_regex", "guided_grammar",
                         "guided_choice", "structured_outputs", "grammar", "json_schema", "tools", "tool_choice",
-                        "parallel_tool_calls", "chat_template_kwargs", "enable_thinking", "add_generation_prompt"})
+                        "chat_template_kwargs", "enable_thinking"})
     EXPECT_EQ(classify_field(Endpoint::chat, f), FieldKind::read) << f;
   EXPECT_EQ(classify_field(Endpoint::completions, "prompt"), FieldKind::read);
   EXPECT_EQ(classify_field(Endpoint::completions, "suffix"), FieldKind::read);
@@ -66,6 +66,11 @@ TEST(FieldPolicy, OutputChangingFieldsAre400sNamingThem) {
   EXPECT_EQ(refused({{"truncate_prompt_tokens", 10}}, Endpoint::embeddings), "truncate_prompt_tokens");
   EXPECT_EQ(refused({{"n_predict", 5}}, Endpoint::completions), "n_predict");
   EXPECT_EQ(refused({{"modalities", {"text", "audio"}}}), "modalities");
+  // No reader takes these yet: their non-default values are refused, the defaults accepted.
+  EXPECT_EQ(refused({{"min_tokens", 5}}, Endpoint::completions), "min_tokens");
+  EXPECT_EQ(refused({{"parallel_tool_calls", false}}, Endpoint::responses), "parallel_tool_calls");
+  EXPECT_EQ(refused({{"add_generation_prompt", false}}), "add_generation_prompt");
+  EXPECT_EQ(refused({{"min_tokens", 0}, {"parallel_tool_calls", true}, {"add_generation_prompt", true}}), "");
 }
 
 TEST(FieldPolicy, NeutralValuesAndNullAreAccepted) {

@@ -204,3 +204,45 @@ def test_unknown_fields_are_accepted_and_logged_once_per_name(server, client):
     assert log.count(f'"{name}"') == 1, log[-2000:]
     assert f'"{name}" on /v1/chat/completions' in log
     assert log.count(f'"{name}_r" on /v1/responses') == 1
+
+
+def _metrics_wait(server, pred, what: str):
+    import time
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        m = server.metrics()
+        if pred(m):
+            return m
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: metrics stayed {server.metrics()}")
+
+
+def _raw_post(server, path, body: dict):
+    import socket
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", server.port))
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+LONG = {"model": MODEL, "input": "Write a very long story about a dragon who learns to bake bread.",
+        "max_output_tokens": 1500, "temperature": 0}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_responses_client_that_hangs_up_cancels_the_request(server, stream):
+    before = server.metrics()
+    s = _raw_post(server, "/v1/responses", {**LONG, "stream": stream})
+    if stream:  # three text deltas, then gone
+        got = b""
+        while got.count(b"event: response.output_text.delta") < 3:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+    else:
+        _metrics_wait(server, lambda m: m["generation_tokens_total"] > before["generation_tokens_total"] + 3, "the request to start")
+    s.close()
+    m = _metrics_wait(server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
+                      and m["request_aborted_total"] > before["request_aborted_total"], "the hung-up request")
+    assert m["generation_tokens_total"] - before["generation_tokens_total"] < 1500
