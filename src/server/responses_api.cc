@@ -14,20 +14,24 @@ namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
+// The request side keeps the request's key order (templates render tools and schemas as given).
+using rjson = nlohmann::ordered_json;
 
 // A string member, or `dflt` when it is missing or not a string (the callers then refuse by name).
-std::string str_or(const json& obj, const char* key, const std::string& dflt) {
+template <class J>
+std::string str_or(const J& obj, const char* key, const std::string& dflt) {
   auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : dflt;
+  return it != obj.end() && it->is_string() ? it->template get<std::string>() : dflt;
 }
 
-const json* field(const json& body, const char* name) {
+template <class J>
+const J* field(const J& body, const char* name) {
   auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
 // Fields fuselm cannot honour on this route unless they carry their "off" value.
-void refuse_stateful_and_unsupported(const json& body) {
+void refuse_stateful_and_unsupported(const rjson& body) {
   if (field(body, "previous_response_id"))
     throw ApiError(400, "'previous_response_id' is not supported: fuselm stores no responses; send the earlier turns in 'input'", "previous_response_id");
   if (field(body, "conversation"))
@@ -45,12 +49,12 @@ void refuse_stateful_and_unsupported(const json& body) {
 }
 
 // A content list's parts as chat text parts; `where` names the item for errors.
-json content_parts(const json& content, const std::string& where) {
+rjson content_parts(const rjson& content, const std::string& where) {
   if (content.is_string()) return content;
   if (!content.is_array()) throw ApiError(400, fmt::format("'{}.content' must be a string or a list of parts", where), where + ".content");
-  json parts = json::array();
+  rjson parts = rjson::array();
   for (size_t j = 0; j < content.size(); ++j) {
-    const json& p = content[j];
+    const rjson& p = content[j];
     const std::string at = fmt::format("{}.content[{}]", where, j);
     const std::string type = p.is_object() ? str_or(p, "type", "") : "";
     if (type == "input_text" || type == "output_text" || type == "text" || type == "refusal") {
@@ -64,14 +68,14 @@ json content_parts(const json& content, const std::string& where) {
   return parts;
 }
 
-std::string string_field(const json& item, const char* name, const std::string& where) {
+std::string string_field(const rjson& item, const char* name, const std::string& where) {
   const auto* v = field(item, name);
   if (!v || !v->is_string()) throw ApiError(400, fmt::format("'{}.{}' must be a string", where, name), where + "." + name);
   return v->get<std::string>();
 }
 
 // Appends one input item to the chat messages.
-void add_item(ordered_json& messages, const json& item, const std::string& where) {
+void add_item(ordered_json& messages, const rjson& item, const std::string& where) {
   if (!item.is_object()) throw ApiError(400, fmt::format("'{}' must be an object", where), where);
   const std::string type = str_or(item, "type", item.contains("role") ? "message" : "");
   if (type == "message") {
@@ -99,12 +103,12 @@ void add_item(ordered_json& messages, const json& item, const std::string& where
   }
 }
 
-ordered_json tools_to_chat(const json& tools) {
+ordered_json tools_to_chat(const rjson& tools) {
   if (!tools.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
   ordered_json out = ordered_json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = fmt::format("tools[{}]", i);
-    const json& t = tools[i];
+    const rjson& t = tools[i];
     const std::string type = t.is_object() ? str_or(t, "type", "") : "";
     if (type != "function") throw ApiError(400, fmt::format("'{}.type' '{}' is not supported (function tools only)", at, type), at + ".type");
     ordered_json f = {{"name", string_field(t, "name", at)}};
@@ -115,14 +119,14 @@ ordered_json tools_to_chat(const json& tools) {
   return out;
 }
 
-ordered_json tool_choice_to_chat(const json& tc) {
+ordered_json tool_choice_to_chat(const rjson& tc) {
   if (tc.is_string()) return tc;
   if (tc.is_object() && str_or(tc, "type", "") == "function") return {{"type", "function"}, {"function", {{"name", string_field(tc, "name", "tool_choice")}}}};
   throw ApiError(400, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}", "tool_choice");
 }
 
 // text.format → response_format (the chat form nests the schema under json_schema).
-void text_format_to_chat(const json& text, ordered_json& chat) {
+void text_format_to_chat(const rjson& text, ordered_json& chat) {
   if (!text.is_object()) throw ApiError(400, "'text' must be an object", "text");
   if (const auto* v = field(text, "verbosity"); v && *v != "medium") throw ApiError(400, "'text.verbosity' is not supported", "text.verbosity");
   const auto* f = field(text, "format");
@@ -143,7 +147,7 @@ void text_format_to_chat(const json& text, ordered_json& chat) {
 
 }  // namespace
 
-ordered_json responses_to_chat(const json& body) {
+ordered_json responses_to_chat(const ordered_json& body) {
   refuse_stateful_and_unsupported(body);
   ordered_json chat = ordered_json::object();
   if (const auto* m = field(body, "model")) chat["model"] = *m;
@@ -393,10 +397,12 @@ void ResponsesEventStream::on_error(const json& error) {
 
 void serve_responses(const httplib::Request& req, httplib::Response& res, const RequestLimits& limits,
                      const std::function<void(const httplib::Request&, httplib::Response&)>& chat) {
-  const json body = parse_request_body(req.body, limits);
+  // In request key order: the chat template renders tools and schemas as the client wrote them.
+  const ordered_json ordered = parse_request_body_ordered(req.body, limits);
+  const json body(ordered);
   check_fields(body, Endpoint::responses, stderr_unknown_field_log());
   httplib::Request creq = req;  // the peer's address and ports: the chat path watches for a hang-up
-  creq.body = responses_to_chat(body).dump();
+  creq.body = responses_to_chat(ordered).dump();
   httplib::Response cres;
   chat(creq, cres);
   if (!cres.content_provider_) {  // a whole chat.completion (or nothing: the client hung up)

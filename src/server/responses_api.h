@@ -31,7 +31,7 @@ namespace fuselm::server {
 /// text.format json_object/json_schema → response_format. A streamed request asks for the usage
 /// chunk. Throws ApiError 400 naming the field (input[2].content[0].type, tools[0].type,
 /// previous_response_id, ...) for what it cannot translate.
-nlohmann::ordered_json responses_to_chat(const nlohmann::json& body);
+nlohmann::ordered_json responses_to_chat(const nlohmann::ordered_json& body);
 
 /// The Response object for the chat.completion `completion` answered to Responses `request`:
 /// output items reasoning (reasoning_content), message (content as output_text) and

@@ -13,7 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string param_of(const json& body) {
+std::string param_of(const nlohmann::ordered_json& body) {
   try {
     responses_to_chat(body);
   } catch (const ApiError& e) {
@@ -32,7 +32,7 @@ TEST(ResponsesApi, StringInputAndInstructions) {
 }
 
 TEST(ResponsesApi, ItemsBecomeMessagesAndToolTurns) {
-  const json body = json::parse(R"({"input": [
+  const auto body = nlohmann::ordered_json::parse(R"({"input": [
       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
       {"type": "reasoning", "id": "rs_1", "summary": []},
       {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{\"city\": \"Paris\"}"},
@@ -54,22 +54,29 @@ TEST(ResponsesApi, ItemsBecomeMessagesAndToolTurns) {
     "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}, "strict": true}}})"));
 }
 
+TEST(ResponsesApi, RequestKeyOrderReachesTheChatBody) {
+  // The chat template renders tools as given (tojson): the schema keeps the client's key order.
+  const auto body = nlohmann::ordered_json::parse(
+      R"({"input": "x", "tools": [{"type": "function", "name": "w", "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}]})");
+  EXPECT_EQ(responses_to_chat(body)["tools"][0]["function"]["parameters"].dump(), R"({"type":"object","properties":{"z":{},"a":{}}})");
+}
+
 TEST(ResponsesApi, UntranslatableFieldsAreNamed) {
   EXPECT_EQ(param_of({{"input", "x"}, {"previous_response_id", "r"}}), "previous_response_id");
   EXPECT_EQ(param_of({{"instructions", "x"}}), "input");
-  EXPECT_EQ(param_of(json::parse(R"({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})")),
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})")),
             "input[0].content[0].type");
-  EXPECT_EQ(param_of(json::parse(R"({"input": [{"type": "function_call", "name": "w", "arguments": "{}"}]})")), "input[0].call_id");
-  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "tools": [{"type": "file_search"}]})")), "tools[0].type");
-  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "tool_choice": {"type": "web_search"}})")), "tool_choice");
-  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "include": ["reasoning.encrypted_content"]})")), "include");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": [{"type": "function_call", "name": "w", "arguments": "{}"}]})")), "input[0].call_id");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": "x", "tools": [{"type": "file_search"}]})")), "tools[0].type");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": "x", "tool_choice": {"type": "web_search"}})")), "tool_choice");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": "x", "include": ["reasoning.encrypted_content"]})")), "include");
   // Members of the wrong JSON type are 400s naming them (never a type error, which would be a 500).
-  EXPECT_EQ(param_of(json::parse(R"({"input": [{"type": 5}]})")), "input[0].type");
-  EXPECT_EQ(param_of(json::parse(R"({"input": [{"role": "user", "content": [{"type": null}]}]})")), "input[0].content[0].type");
-  EXPECT_EQ(param_of(json::parse(R"({"input": [{"role": 1, "content": "x"}]})")), "input[0].role");
-  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "tools": [{"type": "function", "name": 3}]})")), "tools[0].name");
-  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": 3}}, "stream": "yes"})")), "");
-  EXPECT_EQ(param_of(json::parse(R"({"input": "x", "store": true, "reasoning": {"summary": null}, "truncation": "disabled"})")), "");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": [{"type": 5}]})")), "input[0].type");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": [{"role": "user", "content": [{"type": null}]}]})")), "input[0].content[0].type");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": [{"role": 1, "content": "x"}]})")), "input[0].role");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": "x", "tools": [{"type": "function", "name": 3}]})")), "tools[0].name");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": 3}}, "stream": "yes"})")), "");
+  EXPECT_EQ(param_of(nlohmann::ordered_json::parse(R"({"input": "x", "store": true, "reasoning": {"summary": null}, "truncation": "disabled"})")), "");
 }
 
 TEST(ResponsesApi, ChatCompletionBecomesOutputItems) {
