@@ -86,10 +86,13 @@ void add_item(ordered_json& messages, const rjson& item, const std::string& wher
   } else if (type == "function_call") {
     ordered_json call = {{"id", string_field(item, "call_id", where)}, {"type", "function"},
                          {"function", {{"name", string_field(item, "name", where)}, {"arguments", string_field(item, "arguments", where)}}}};
-    // Consecutive calls are one assistant turn's parallel calls (as a chat history holds them).
-    if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls"))
-      messages.back()["tool_calls"].push_back(call);
-    else
+    // A call right after an assistant message or another call is part of that turn (a model's
+    // turn comes back as items: its text, then each call), as one chat message holds them.
+    if (!messages.empty() && messages.back()["role"] == "assistant") {
+      auto& turn = messages.back();
+      if (!turn.contains("tool_calls")) turn["tool_calls"] = ordered_json::array();
+      turn["tool_calls"].push_back(call);
+    } else
       messages.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ordered_json::array({call})}});
   } else if (type == "function_call_output") {
     const auto* out = field(item, "output");

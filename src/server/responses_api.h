@@ -24,8 +24,8 @@ namespace fuselm::server {
 
 /// The chat-completions body for a Responses body (an object): `instructions` → a system message
 /// first; `input` (a string → one user message; a list of items → messages, with input_text and
-/// output_text parts as text parts, consecutive function_call items → one assistant message's
-/// tool_calls, function_call_output → a tool message, reasoning items dropped as chat templates
+/// output_text parts as text parts, function_call items → the tool_calls of the assistant
+/// message they follow (a model's turn: its text, then each call) or of a new one, function_call_output → a tool message, reasoning items dropped as chat templates
 /// drop earlier turns' thinking); max_output_tokens → max_completion_tokens; temperature, top_p,
 /// seed, parallel_tool_calls as they are; flat function tools → chat tools; tool_choice;
 /// text.format json_object/json_schema → response_format. A streamed request asks for the usage

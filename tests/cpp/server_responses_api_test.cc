@@ -54,6 +54,17 @@ TEST(ResponsesApi, ItemsBecomeMessagesAndToolTurns) {
     "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}, "strict": true}}})"));
 }
 
+TEST(ResponsesApi, AModelTurnsTextAndCallsAreOneAssistantMessage) {
+  const auto body = nlohmann::ordered_json::parse(R"({"input": [{"role": "user", "content": "q"},
+      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]},
+      {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})");
+  EXPECT_EQ(json(responses_to_chat(body)["messages"]), json::parse(R"([{"role": "user", "content": "q"},
+      {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}],
+       "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"}])"));
+}
+
 TEST(ResponsesApi, RequestKeyOrderReachesTheChatBody) {
   // The chat template renders tools as given (tojson): the schema keeps the client's key order.
   const auto body = nlohmann::ordered_json::parse(
