@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <httplib.h>
 
+#include <cstring>
 #include <ctime>
 #include <utility>
 
@@ -398,6 +399,19 @@ void ResponsesEventStream::on_error(const json& error) {
   ended_ = true;
 }
 
+namespace {
+
+// The Responses name of a chat field an error names (the client wrote the former).
+std::string responses_name(std::string s) {
+  static const std::pair<const char*, const char*> names[] = {
+      {"max_completion_tokens", "max_output_tokens"}, {"response_format", "text.format"}, {"messages", "input"}};
+  for (const auto& [chat, resp] : names)
+    for (size_t at; (at = s.find(chat)) != std::string::npos;) s.replace(at, std::strlen(chat), resp);
+  return s;
+}
+
+}  // namespace
+
 void serve_responses(const httplib::Request& req, httplib::Response& res, const RequestLimits& limits,
                      const std::function<void(const httplib::Request&, httplib::Response&)>& chat) {
   // In request key order: the chat template renders tools and schemas as the client wrote them.
@@ -407,7 +421,11 @@ void serve_responses(const httplib::Request& req, httplib::Response& res, const 
   httplib::Request creq = req;  // the peer's address and ports: the chat path watches for a hang-up
   creq.body = responses_to_chat(ordered).dump();
   httplib::Response cres;
-  chat(creq, cres);
+  try {
+    chat(creq, cres);
+  } catch (const ApiError& e) {
+    throw ApiError(e.status, responses_name(e.what()), responses_name(e.param));
+  }
   if (!cres.content_provider_) {  // a whole chat.completion (or nothing: the client hung up)
     if (cres.body.empty()) return;
     const json completion = json::parse(cres.body, nullptr, false);

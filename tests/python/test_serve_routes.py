@@ -95,7 +95,7 @@ def test_response_json_schema_format_is_enforced_or_refused(client):
         r = client.responses.create(model=MODEL, input=QUESTION, max_output_tokens=64, temperature=0,
                                     text={"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}})
     except openai.BadRequestError as e:  # until the grammar engine constrains output: refused by name, never ignored
-        assert e.body["param"] == "response_format", e.body
+        assert e.body["param"] == "text.format", e.body  # the chat path's response_format, by its Responses name
         return
     got = json.loads(r.output_text)
     assert set(got) == {"city"} and isinstance(got["city"], str)
@@ -111,6 +111,7 @@ def test_response_json_schema_format_is_enforced_or_refused(client):
     ({"text": {"format": {"type": "grammar"}}}, "text.format.type"),
     ({"truncation": "auto"}, "truncation"),
     ({"input": 7}, "input"),
+    ({"max_output_tokens": 0}, "max_output_tokens"),  # the chat path's max_completion_tokens, by its Responses name
 ])
 def test_response_requests_it_cannot_honour_are_400s_naming_the_field(server, extra, param):
     status, err = server.post_json("/v1/responses", {"model": MODEL, "input": "hi", **extra}, AUTH)
