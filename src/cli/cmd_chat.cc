@@ -51,24 +51,31 @@ std::optional<std::string> read_turn(bool tty) {
   return text + line;
 }
 
-// Streams one reply to stdout; returns its text (what the conversation keeps).
+// Streams one reply to stdout; returns its text (what the conversation keeps). Ctrl-C cancels the
+// request: the flag is read after every event as well as every 100 ms without one, and nothing
+// that arrives after it is printed or kept, so a reply stops within the token being printed.
 std::string reply(engine::Engine& eng, engine::Request req) {
   auto stream = eng.submit(std::move(req));
   std::string text;
   engine::Event e;
   g_interrupted = false;
+  bool cancelled = false;
   for (;;) {
-    if (!stream->next(e, std::chrono::milliseconds(100))) {
-      if (g_interrupted) stream->cancel();
-      continue;
+    const bool got = stream->next(e, std::chrono::milliseconds(100));
+    if (g_interrupted && !cancelled) {
+      stream->cancel();
+      cancelled = true;
     }
-    std::fputs(e.text.c_str(), stdout);
-    std::fflush(stdout);
-    text += e.text;
+    if (!got) continue;
+    if (!cancelled) {
+      std::fputs(e.text.c_str(), stdout);
+      std::fflush(stdout);
+      text += e.text;
+    }
     if (e.finished) break;
   }
   if (e.finish_reason == engine::FinishReason::error) throw std::runtime_error("generation failed: " + e.error);
-  std::fputs(e.finish_reason == engine::FinishReason::abort ? " [stopped]\n" : "\n", stdout);
+  std::fputs(cancelled ? " [stopped]\n" : "\n", stdout);
   return text;
 }
 

@@ -30,7 +30,19 @@ struct ServeArgs {
   std::string served_model_name;
   server::RequestLimits limits;
   std::string pooling;  // --pooling: how /v1/embeddings pools (empty: the model's config, else last)
+  std::string allowed_origins, allowed_methods = "*", allowed_headers = "*";
+  bool allow_credentials = false;
 };
+
+// The CORS flags as vLLM takes them (server/cors.h): JSON lists or comma lists.
+server::CorsConfig cors_config(const ServeArgs& a) {
+  server::CorsConfig c;
+  c.allowed_origins = server::parse_list_flag("--allowed-origins", a.allowed_origins);
+  c.allowed_methods = server::parse_list_flag("--allowed-methods", a.allowed_methods);
+  c.allowed_headers = server::parse_list_flag("--allowed-headers", a.allowed_headers);
+  c.allow_credentials = a.allow_credentials;
+  return c;
+}
 
 // Waits for SIGINT/SIGTERM (blocked in every thread, so only this one sees them): new requests
 // get 503, in-flight ones finish (a second signal, or 60 s, aborts them), then the server stops.
@@ -58,6 +70,7 @@ void run(ServeArgs& a) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  const server::CorsConfig cors = cors_config(a);  // flag errors before the model loads
   apply_pool_sizing(a.engine, a.model);
   const std::filesystem::path dir = model_dir_of(a.model.model_dir);
   auto loaded = load_model(a.model);
@@ -78,6 +91,7 @@ void run(ServeArgs& a) {
   cfg.embedding = server::embedding_config(dir, a.pooling.empty() ? std::nullopt : engine::parse_pooling(a.pooling));
   if (loaded.tokenizer)  // structured output (response_format, guided_*, grammar): its compiler, once
     cfg.grammar = server::make_grammar_compiler(loaded.tokenizer->tokenizer(), backend.vocab_size(), backend.eos_token_ids());
+  cfg.cors = cors;
   server::HttpServer srv(eng, loaded.tokenizer ? &*loaded.tokenizer : nullptr, cfg);
   srv.bind();
   eng.start();
@@ -114,6 +128,11 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"mean", "last", "cls"}));
   cmd->add_option("--served-model-name", a->served_model_name, "model id in the API (default: the directory's name)");
   add_limit_options(*cmd, a->limits);
+  cmd->add_option("--allowed-origins", a->allowed_origins,
+                  "origins a browser page may call the API from (CORS): a JSON list or comma list, \"*\" for any; default: none (no CORS headers)");
+  cmd->add_option("--allowed-methods", a->allowed_methods, "methods cross-origin requests may use (JSON or comma list)")->capture_default_str();
+  cmd->add_option("--allowed-headers", a->allowed_headers, "request headers cross-origin requests may send (JSON or comma list)")->capture_default_str();
+  cmd->add_flag("--allow-credentials", a->allow_credentials, "let cross-origin requests send cookies and Authorization (CORS credentials)");
   cmd->callback([a] { run(*a); });
 }
 

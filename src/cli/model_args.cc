@@ -2,6 +2,7 @@
 #include "cli/model_tokenizer.h"
 
 #include <fmt/core.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   add_fuser_options(cmd, a.fusers);
   cmd.add_option("--tensor-parallel-size", a.tensor_parallel_size,
                  "split the model over N ranks of an MPI job (mpirun -np N fuselm ...); docs/tensor-parallel.md")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("-t,--threads", a.threads, "compute threads of the kernels (default: OMP_NUM_THREADS, else one per core)")
       ->check(CLI::Range(1, 1 << 16));
 }
 
@@ -101,7 +104,8 @@ LoadedModel load_model(const ModelArgs& a) {
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": not a directory (give a Hugging Face model directory)");
   fs::path ir_dir = engine::ensure_ir(dir, !a.no_capture, a.trust_remote_code);
   auto t0 = clock::now();
-  std::fprintf(stderr, "fuselm: loading %s\n", dir.c_str());
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  std::fprintf(stderr, "fuselm: loading %s (%d compute threads)\n", dir.c_str(), omp_get_max_threads());
   engine::ModelOptions mo;
   mo.dtype = weights::parse_dtype_policy(a.dtype);
   mo.kv_tokens = a.max_context;

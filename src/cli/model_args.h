@@ -34,6 +34,7 @@ struct ModelArgs {
   int tensor_parallel_size = 1;  // --tensor-parallel-size: ranks of the MPI job (mpirun -np N)
   kv::KvDType kv_dtype = kv::KvDType::f32;  // set by serve and chat (--kv-cache-dtype)
   bool kv_dtype_auto = false;                // --kv-cache-dtype auto: as the weights (serve, chat)
+  int threads = 0;  // -t/--threads: the kernels' compute threads (OpenMP); 0 = OMP_NUM_THREADS or the cores
 };
 
 struct LoadedModel {
@@ -45,6 +46,8 @@ struct LoadedModel {
   std::optional<tokenizer::PromptTokenizer> tokenizer;  // with the model's special-token rule (model_tokenizer.h)
 };
 
+/// The model's options, -t/--threads included (every command that runs a model takes them; bench
+/// has its own -t list of thread counts to sweep).
 void add_model_options(CLI::App& cmd, ModelArgs& a);
 void add_fuser_options(CLI::App& cmd, FuserArgs& a);
 
@@ -63,7 +66,9 @@ std::filesystem::path model_dir_of(const std::string& model);
 /// std::runtime_error when the GGUF's metadata cannot be read.
 std::filesystem::path gguf_model_dir(const std::filesystem::path& gguf);
 
-/// Resolves the model directory (model_dir_of), captures if needed, loads weights, KV cache and tokenizer,
+/// Sets the compute threads (a.threads, when given: omp_set_num_threads on this thread, which the
+/// engine's loop thread takes when it starts), resolves the model directory (model_dir_of),
+/// captures if needed, loads weights, KV cache and tokenizer,
 /// printing progress to stderr. Under tensor parallelism every rank loads its shards; ranks other
 /// than 0 then follow rank 0's steps and exit when it ends (this call returns on rank 0 only), which
 /// is when the returned LoadedModel (its TpSession) is destroyed.

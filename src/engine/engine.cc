@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <fmt/core.h>
+#include <omp.h>
 
 #include <chrono>
 
@@ -34,7 +35,13 @@ Engine::~Engine() { shutdown(true); }
 int64_t Engine::pool_tokens() const { return backend_.kv_cache().num_slots(); }
 
 void Engine::start() {
-  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  // The loop runs the kernels with the starter's OpenMP thread count (-t/--threads): a new
+  // std::thread would start from OMP_NUM_THREADS instead.
+  const int threads = omp_get_max_threads();
+  if (!thread_.joinable()) thread_ = std::thread([this, threads] {
+      omp_set_num_threads(threads);
+      loop();
+    });
 }
 
 void Engine::check(const Request& req) const {

@@ -16,10 +16,12 @@
 #include "server/body_reader.h"
 #include "server/chat_content.h"
 #include "server/embeddings.h"
+#include "server/field_policy.h"
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "server/responses.h"
+#include "server/responses_api.h"
 
 namespace fuselm::server {
 namespace {
@@ -99,19 +101,29 @@ void HttpServer::stop() { svr_->stop(); }
 
 void HttpServer::routes() {
   svr_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (cfg_.api_key.empty() || req.path.rfind("/v1", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    // A CORS preflight carries no credentials: install_cors answers it.
+    if (cfg_.api_key.empty() || req.path.rfind("/v1", 0) != 0 || req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, 401, "a valid API key is required (Authorization: Bearer <key>)");
     return httplib::Server::HandlerResponse::Handled;
   });
+  install_cors(*svr_, cfg_.cors);
   svr_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
   svr_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
   svr_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(engine::to_prometheus(engine_.metrics(), cfg_.model_name), "text/plain; version=0.0.4");
   });
-  svr_->Post("/v1/completions", guarded([this](const auto& q, auto& r) { generate(q, r, false); }, cfg_.limits.max_body_bytes));
-  svr_->Post("/v1/chat/completions", guarded([this](const auto& q, auto& r) { generate(q, r, true); }, cfg_.limits.max_body_bytes));
-  svr_->Post("/v1/embeddings", guarded([this](const auto& q, auto& r) {
+  // Every top-level field is read, harmless, refused by name or logged (field_policy.h).
+  auto policed = [this](Endpoint ep) {
+    return [this, ep](const httplib::Request& q) { check_fields(parse_request_body(q.body, cfg_.limits), ep, stderr_unknown_field_log()); };
+  };
+  svr_->Post("/v1/completions", guarded([this, p = policed(Endpoint::completions)](const auto& q, auto& r) { p(q), generate(q, r, false); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/v1/chat/completions", guarded([this, p = policed(Endpoint::chat)](const auto& q, auto& r) { p(q), generate(q, r, true); }, cfg_.limits.max_body_bytes));
+  svr_->Post("/v1/responses", guarded([this](const auto& q, auto& r) {
+    serve_responses(q, r, cfg_.limits, [this](const httplib::Request& cq, httplib::Response& cr) { generate(cq, cr, true); });
+  }, cfg_.limits.max_body_bytes));
+  svr_->Post("/v1/embeddings", guarded([this, p = policed(Endpoint::embeddings)](const auto& q, auto& r) {
+    p(q);
     serve_embeddings({engine_, tok_, cfg_.embedding, cfg_.limits, cfg_.model_name, cfg_.max_context}, q, r);
   }, cfg_.limits.max_body_bytes));
   svr_->Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }, cfg_.limits.max_body_bytes));

@@ -1,7 +1,9 @@
 #pragma once
 // The OpenAI-compatible HTTP server (cpp-httplib): /v1/models, /v1/completions,
-// /v1/chat/completions (server-sent events when streamed), /v1/embeddings, /tokenize, /detokenize,
-// /apply-template, /health and /metrics (Prometheus text), over one Engine.
+// /v1/chat/completions (server-sent events when streamed), /v1/responses (responses_api.h),
+// /v1/embeddings, /tokenize, /detokenize, /apply-template, /health and /metrics (Prometheus
+// text), over one Engine; OPTIONS and CORS headers by cors.h; request fields checked by
+// field_policy.h.
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include "grammar/grammar.h"
 #include "server/chat_request.h"
 #include "server/embedding_config.h"
+#include "server/cors.h"
 #include "server/request_limits.h"
 #include "tokenizer/prompt_tokenizer.h"
 
@@ -44,6 +47,7 @@ struct ServerConfig {
   /// Compiles the structured-output fields' grammars for the model's vocabulary (built once at
   /// startup, structured_output.h); null when the model has no tokenizer (those fields: 400).
   std::shared_ptr<grammar::Compiler> grammar;
+  CorsConfig cors;       // cross-origin access (cors.h); off by default
 };
 
 class HttpServer {
