@@ -38,6 +38,7 @@ struct GenerateArgs {
   std::string logits_out;
   std::vector<std::string> stop;
   std::string prompt_file;
+  std::string kv_cache_dtype = "f32";
 };
 
 /// --chat: the model's chat template applied to the prompt as one user message with
@@ -199,7 +200,11 @@ void add_generate_command(CLI::App& app) {
   chat->excludes(ids);
   cmd->add_option("--logits-out", a->logits_out,
                   "write every logits row (prompt tokens, then each decode step) as raw f32 to this file");
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache storage: f32, bf16 or q8_0 (as fuselm serve)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
   cmd->callback([a, p, ids, pf] {
+    a->model.kv_dtype = kv::parse_kv_dtype(a->kv_cache_dtype);
     if (pf->count() > 0) a->prompt = read_prompt_file(a->prompt_file);
     if (p->count() == 0 && ids->count() == 0 && pf->count() == 0)
       throw std::runtime_error("give a prompt: --prompt TEXT, --prompt-file FILE or --prompt-ids 1,2,3");

@@ -18,7 +18,7 @@ struct EngineArgs {
   int64_t max_num_batched_tokens = 512;
   int64_t max_waiting = 1024;
   std::string kv_cache_memory;  // bytes, with an optional K/M/G/KiB/MiB/GiB suffix
-  std::string kv_cache_dtype = "auto";  // auto (as the weights: engine::kv_dtype_for_weights) | f32 | bf16
+  std::string kv_cache_dtype = "auto";  // auto (as the weights: engine::kv_dtype_for_weights) | f32 | bf16 | q8_0
   bool no_prefix_caching = false;
   engine::EngineOptions options() const {
     return {max_num_seqs, max_num_batched_tokens, max_waiting, !no_prefix_caching};

@@ -31,7 +31,7 @@ KvLayer rows_of(const ir::Graph& g, const ir::Node& n, const ir::OpDef& def, std
   const auto& v = operand("v");
   if (k.size() != 4 || v.size() != 4 || k[1].symbolic() || k[3].symbolic() || v[1].symbolic() || v[3].symbolic())
     errors.push_back(fmt::format("attention in module {}: k/v head shapes are not static", l.module));
-  else l.k_width = k[1].value * k[3].value, l.v_width = v[1].value * v[3].value;
+  else l.k_width = k[1].value * k[3].value, l.v_width = v[1].value * v[3].value, l.k_head = k[3].value, l.v_head = v[3].value;
   return l;
 }
 

@@ -40,6 +40,7 @@ struct Report {
 /// k_width/v_width are floats per token; latent layers have one row [latent | rope], v_width 0.
 struct KvLayer {
   int64_t k_width = 0, v_width = 0;
+  int64_t k_head = 0, v_head = 0;  // head sizes within the rows (0 for a latent row)
   bool latent = false;
   std::string module;  // the module whose op writes the layer
 };

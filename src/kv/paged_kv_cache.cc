@@ -7,24 +7,41 @@ namespace fuselm::kv {
 KvDType parse_kv_dtype(const std::string& name) {
   if (name == "f32" || name == "float32" || name == "auto") return KvDType::f32;
   if (name == "bf16" || name == "bfloat16") return KvDType::bf16;
-  throw std::invalid_argument("--kv-cache-dtype: '" + name + "' is not a KV cache dtype (f32 or bf16)");
+  if (name == "q8_0") return KvDType::q8_0;
+  throw std::invalid_argument("--kv-cache-dtype: '" + name + "' is not a KV cache dtype (f32, bf16 or q8_0)");
 }
 
-const char* kv_dtype_name(KvDType d) { return d == KvDType::bf16 ? "bf16" : "f32"; }
+const char* kv_dtype_name(KvDType d) {
+  switch (d) {
+    case KvDType::bf16: return "bf16";
+    case KvDType::q8_0: return "q8_0";
+    default: return "f32";
+  }
+}
+
+int64_t kv_row_bytes(int64_t width, int64_t head, KvDType dtype) {
+  if (width == 0) return 0;
+  if (dtype == KvDType::f32) return width * 4;
+  if (dtype == KvDType::bf16) return width * 2;
+  if (head <= 0 || width % head != 0)
+    throw std::invalid_argument("--kv-cache-dtype q8_0: latent attention (MLA) rows cannot be stored as q8_0 yet; "
+                                "use --kv-cache-dtype bf16 or f32");
+  return width / head * kv_q8_blocks(head) * kKvQ8BlockBytes;
+}
 
 int64_t kv_bytes_per_token(const std::vector<LayerShape>& layers, KvDType dtype) {
   int64_t b = 0;
-  for (const auto& l : layers) b += (l.k_width + l.v_width) * kv_dtype_size(dtype);
+  for (const auto& l : layers) b += kv_row_bytes(l.k_width, l.k_head, dtype) + kv_row_bytes(l.v_width, l.v_head, dtype);
   return b;
 }
 
 PagedKvCache::PagedKvCache(std::vector<LayerShape> layers, int32_t num_blocks, int32_t block_size, KvDType dtype)
     : layers_(std::move(layers)), pool_(num_blocks, block_size), dtype_(dtype) {
   const int64_t slots = int64_t{num_blocks} * block_size;
-  auto words = [&](int64_t width) { return (slots * width * kv_dtype_size(dtype) + 3) / 4; };
+  auto words = [&](int64_t width, int64_t head) { return (slots * kv_row_bytes(width, head, dtype) + 3) / 4; };
   for (const auto& l : layers_) {
-    k_.emplace_back(l.k_width ? new uint32_t[words(l.k_width)] : nullptr);
-    v_.emplace_back(l.v_width ? new uint32_t[words(l.v_width)] : nullptr);
+    k_.emplace_back(l.k_width ? new uint32_t[words(l.k_width, l.k_head)] : nullptr);
+    v_.emplace_back(l.v_width ? new uint32_t[words(l.v_width, l.v_head)] : nullptr);
   }
 }
 

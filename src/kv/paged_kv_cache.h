@@ -1,7 +1,9 @@
 #pragma once
 // The engine-owned KV cache, paged by slot: for each layer, K rows [num_slots, k_width] and V rows
-// [num_slots, v_width] in f32 or bf16 (--kv-cache-dtype; bf16 halves the pool's bytes per token),
-// where slot = block * block_size + offset and k_width = Hkv * Dqk.
+// [num_slots, v_width] in f32, bf16 or q8_0 (--kv-cache-dtype; bf16 halves the pool's bytes per
+// token, q8_0 stores 34 bytes per 32 values), where slot = block * block_size + offset and
+// k_width = Hkv * Dqk. A q8_0 row is, per head, ceil(head size / 32) blocks of ggml's block_q8_0
+// (fp16 scale, 32 int8), the head padded with zeros to whole blocks.
 // (Latent attention stores one row [latent | rope key] per slot in K and has no V.) Attention
 // reads a sequence's context through its slot list, so a contiguous cache and a paged one look
 // the same to it. Blocks are handed out by the BlockPool (reference counts, prefix caching).
@@ -17,25 +19,39 @@ namespace fuselm::kv {
 struct LayerShape {
   int64_t k_width = 0;  // floats per slot for K (kv heads x q/k head size)
   int64_t v_width = 0;  // floats per slot for V (kv heads x v head size)
+  // Head sizes within the rows (q8_0 pads each head to whole blocks); 0: unknown, as for a
+  // latent (MLA) row, which a q8_0 cache refuses.
+  int64_t k_head = 0, v_head = 0;
 };
 
 /// How the cache stores its rows. Attention computes in f32 either way; bf16 rows are rounded to
-/// nearest even when written and widened when read.
-enum class KvDType : uint8_t { f32, bf16 };
+/// nearest even when written and widened when read; q8_0 rows are quantized per 32-block when
+/// written (ggml's quantize_row_q8_0_ref) and read block by block (scale x int8).
+enum class KvDType : uint8_t { f32, bf16, q8_0 };
 
-/// "f32" | "bf16" -> KvDType; throws std::invalid_argument naming the value otherwise.
+/// Values per q8_0 block and bytes per block (fp16 scale + 32 int8), as ggml's block_q8_0.
+inline constexpr int64_t kKvQ8Block = 32;
+inline constexpr int64_t kKvQ8BlockBytes = 34;
+/// q8_0 blocks of one head of `head` values (padded to whole blocks).
+inline int64_t kv_q8_blocks(int64_t head) { return (head + kKvQ8Block - 1) / kKvQ8Block; }
+
+/// "f32" | "bf16" | "q8_0" -> KvDType; throws std::invalid_argument naming the value otherwise.
 KvDType parse_kv_dtype(const std::string& name);
 const char* kv_dtype_name(KvDType d);
-/// Bytes of one stored element.
-inline int64_t kv_dtype_size(KvDType d) { return d == KvDType::bf16 ? 2 : 4; }
 
-/// Bytes of KV per token over all `layers`, stored as `dtype`.
+/// Bytes of one slot's row of `width` values in heads of `head` values, stored as `dtype`.
+/// Throws std::invalid_argument for q8_0 with an unknown head size (head 0: a latent row).
+int64_t kv_row_bytes(int64_t width, int64_t head, KvDType dtype);
+
+/// Bytes of KV per token over all `layers`, stored as `dtype`. Throws as kv_row_bytes, naming
+/// the layer.
 int64_t kv_bytes_per_token(const std::vector<LayerShape>& layers, KvDType dtype = KvDType::f32);
 
 class PagedKvCache {
  public:
   /// Allocates num_blocks * block_size slots for every layer (pages are touched lazily by the
   /// OS, so an unused pool costs address space, not memory). Throws std::bad_alloc.
+  /// Throws std::invalid_argument as kv_bytes_per_token (a q8_0 cache of latent rows).
   PagedKvCache(std::vector<LayerShape> layers, int32_t num_blocks, int32_t block_size, KvDType dtype = KvDType::f32);
 
   int num_layers() const { return static_cast<int>(layers_.size()); }
@@ -47,6 +63,10 @@ class PagedKvCache {
   /// bf16 rows of a layer (a bf16 cache; throws std::logic_error for an f32 one).
   uint16_t* k_bf16(int layer) { return static_cast<uint16_t*>(rows(k_, layer, KvDType::bf16)); }
   uint16_t* v_bf16(int layer) { return static_cast<uint16_t*>(rows(v_, layer, KvDType::bf16)); }
+  /// q8_0 rows of a layer: per slot, k_width / k_head heads of kv_q8_blocks(k_head) blocks of
+  /// kKvQ8BlockBytes bytes (a q8_0 cache; throws std::logic_error otherwise).
+  void* k_q8_0(int layer) { return rows(k_, layer, KvDType::q8_0); }
+  void* v_q8_0(int layer) { return rows(v_, layer, KvDType::q8_0); }
   int32_t block_size() const { return pool_.block_size(); }
   int64_t num_slots() const { return int64_t{pool_.num_blocks()} * pool_.block_size(); }
   BlockPool& pool() { return pool_; }

@@ -131,3 +131,16 @@ def test_bad_options_are_one_line_errors(fuselm_bin, tiny, args, needle):
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("kv", ["bf16", "q8_0"])
+def test_kv_cache_dtype_sets_the_type_fields_and_the_kv_bytes(fuselm_bin, tiny, kv):
+    cfg = tiny_models.make_config("llama")
+    head = cfg.hidden_size // cfg.num_attention_heads
+    # Bytes per position: bf16 2 per value; q8_0 34 per 32-block, each head padded to whole blocks.
+    per_head = 2 * head if kv == "bf16" else -(-head // 32) * 34
+    kv_per_pos = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * per_head
+    out = json.loads(bench(fuselm_bin, tiny[0], "--kv-cache-dtype", kv, "-o", "json"))
+    assert {(r["type_k"], r["type_v"]) for r in out} == {(kv, kv)}
+    tg = [r for r in out if r["n_gen"] > 0]
+    assert tg and all(r["kv_bytes_per_token"] == kv_per_pos * (r["n_depth"] + r["n_gen"] // 2) for r in tg)

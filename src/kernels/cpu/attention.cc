@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/isa_dispatch.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
@@ -27,6 +28,9 @@ const AttentionKernels& attention_kernels() {
 }
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("attention: " + what); }
+
+constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 34;  // ggml's block_q8_0
+int64_t q8_blocks(int64_t head) { return (head + kQ8Block - 1) / kQ8Block; }
 
 AttentionArgs resolve(const AttentionArgs& in) {
   AttentionArgs a = in;
@@ -46,11 +50,15 @@ AttentionArgs resolve(const AttentionArgs& in) {
   if (a.k_token_stride == 0) a.k_token_stride = a.hkv * a.k_head_stride;
   if (a.v_head_stride == 0) a.v_head_stride = a.dv;
   if (a.v_token_stride == 0) a.v_token_stride = a.hkv * a.v_head_stride;
-  if (a.k_row_stride == 0) a.k_row_stride = a.hkv * a.dqk;
-  if (a.v_row_stride == 0) a.v_row_stride = a.hkv * a.dv;
-  if (a.k_row_stride < a.hkv * a.dqk || a.v_row_stride < a.hkv * a.dv)
+  if (a.cache_bf16 && a.cache_q8_0) fail("the cache is bf16 or q8_0, not both");
+  // A row's width in the stride's unit: values, or q8_0 blocks (each head padded to whole blocks).
+  const int64_t k_width = a.hkv * (a.cache_q8_0 ? q8_blocks(a.dqk) : a.dqk);
+  const int64_t v_width = a.hkv * (a.cache_q8_0 ? q8_blocks(a.dv) : a.dv);
+  if (a.k_row_stride == 0) a.k_row_stride = k_width;
+  if (a.v_row_stride == 0) a.v_row_stride = v_width;
+  if (a.k_row_stride < k_width || a.v_row_stride < v_width)
     fail(fmt::format("cache row strides {}/{} are narrower than a row ({}/{})", a.k_row_stride, a.v_row_stride,
-                     a.hkv * a.dqk, a.hkv * a.dv));
+                     k_width, v_width));
   for (int64_t j = 0; j < a.ctx_len; ++j)
     if (a.slots[j] < 0 || a.slots[j] >= a.num_slots)
       fail(fmt::format("slot {} of context position {} is outside [0, {})", a.slots[j], j,
@@ -62,8 +70,22 @@ void copy_row(float* dst, const float* src, int64_t n) {
   if (dst != src) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-// Writes new K (V) row `src` at float offset `at` of the cache, rounding to bf16 for a bf16 cache.
-void store_row(const AttentionArgs& a, void* cache, int64_t at, const float* src, int64_t n) {
+// Writes the new K (V) of KV head `h`, `src` (n values), into the row of `slot` (row_stride
+// apart): as is into an f32 cache, rounded to nearest even into a bf16 one, quantized per block
+// (the head padded with zeros to whole blocks) into a q8_0 one.
+void store_row(const AttentionArgs& a, void* cache, int64_t slot, int64_t row_stride, int64_t h, const float* src,
+               int64_t n) {
+  if (a.cache_q8_0) {
+    const int64_t nb = q8_blocks(n);
+    uint8_t* dst = static_cast<uint8_t*>(cache) + (slot * row_stride + h * nb) * kQ8BlockBytes;
+    const int64_t whole = n / kQ8Block * kQ8Block;
+    if (whole > 0) quantize_row(QuantType::q8_0, src, dst, whole);
+    if (whole == n) return;
+    float pad[kQ8Block] = {};
+    std::copy(src + whole, src + n, pad);
+    return quantize_row(QuantType::q8_0, pad, dst + (nb - 1) * kQ8BlockBytes, kQ8Block);
+  }
+  const int64_t at = slot * row_stride + h * n;
   if (!a.cache_bf16) return copy_row(static_cast<float*>(cache) + at, src, n);
   uint16_t* dst = static_cast<uint16_t*>(cache) + at;
   for (int64_t e = 0; e < n; ++e) dst[e] = f32_to_bf16(src[e]);
@@ -78,7 +100,7 @@ int64_t first_key(const AttentionArgs& a, int64_t pos) {
 
 using GroupFn = decltype(AttentionKernels::attend_group);
 GroupFn group_kernel(const AttentionKernels& k, const AttentionArgs& a) {
-  return a.cache_bf16 ? k.attend_group_bf16 : k.attend_group;
+  return a.cache_q8_0 ? k.attend_group_q8_0 : a.cache_bf16 ? k.attend_group_bf16 : k.attend_group;
 }
 
 // Prefill tokens per work item of attend_blocks: each 64-key chunk is transposed once for them.
@@ -92,7 +114,7 @@ void attend_block_item(const AttentionKernels& kern, const AttentionArgs& a, int
   float* o[kBlockTokens * kMaxGroup];
   float m[kBlockTokens * kMaxGroup], l[kBlockTokens * kMaxGroup];
   int64_t lo[kBlockTokens], hi[kBlockTokens];
-  const auto attend = a.cache_bf16 ? kern.attend_block_bf16 : kern.attend_block;
+  const auto attend = a.cache_q8_0 ? kern.attend_block_q8_0 : a.cache_bf16 ? kern.attend_block_bf16 : kern.attend_block;
   const int64_t group = a.hq / a.hkv, first = a.ctx_len - a.t, nb = std::min(kBlockTokens, a.t - i0);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < nb; ++b) {
@@ -170,8 +192,8 @@ void attention(const AttentionArgs& args) {
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t i = w / a.hkv, h = w % a.hkv;
       const int64_t slot = a.slots[first + i];
-      store_row(a, a.k_cache, slot * k_row + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
-      store_row(a, a.v_cache, slot * v_row + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
+      store_row(a, a.k_cache, slot, k_row, h, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
+      store_row(a, a.v_cache, slot, v_row, h, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
   });
 
@@ -241,7 +263,7 @@ void attention_batch(std::span<const AttentionArgs> batch) {
     AttentionArgs a = resolve(in);
     if (a.t == 0) continue;
     if (!seqs.empty() && (a.hq != seqs[0].hq || a.hkv != seqs[0].hkv || a.dqk != seqs[0].dqk || a.dv != seqs[0].dv ||
-                          a.cache_bf16 != seqs[0].cache_bf16))
+                          a.cache_bf16 != seqs[0].cache_bf16 || a.cache_q8_0 != seqs[0].cache_q8_0))
       fail("the sequences of a batch have different head layouts or cache dtypes");
     first_item.push_back(items);
     items += token_blocks(a.t) * a.hkv;
@@ -277,8 +299,8 @@ void attention_batch(std::span<const AttentionArgs> batch) {
       const AttentionArgs& a = seq[sq];
       const int64_t r = w - first_w[sq], i = r / hkv, h = r % hkv;
       const int64_t slot = a.slots[a.ctx_len - a.t + i];
-      store_row(a, a.k_cache, slot * a.k_row_stride + h * a.dqk, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
-      store_row(a, a.v_cache, slot * a.v_row_stride + h * a.dv, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
+      store_row(a, a.k_cache, slot, a.k_row_stride, h, a.k + i * a.k_token_stride + h * a.k_head_stride, a.dqk);
+      store_row(a, a.v_cache, slot, a.v_row_stride, h, a.v + i * a.v_token_stride + h * a.v_head_stride, a.dv);
     }
   });
 

@@ -2,7 +2,7 @@
 // attention: causal softmax attention of a sequence's new tokens over an engine-owned KV cache
 // that is paged by slot (one layer).
 //
-// KV cache (fp32, or bf16 with cache_bf16; owned by the engine):
+// KV cache (fp32, bf16 with cache_bf16, or q8_0 with cache_q8_0; owned by the engine):
 //   k_cache [num_slots][hkv * dqk]    row of a slot: its K for every KV head, head-major
 //   v_cache [num_slots][hkv * dv]   (rows k_row_stride / v_row_stride apart when those are set)
 //   slots[j], j < ctx_len: the slot holding context position j (the caller's block table, flattened)
@@ -41,6 +41,12 @@ struct AttentionArgs {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   bool cache_bf16 = false;
+  // q8_0 rows (ggml's block_q8_0: fp16 scale d, 32 int8 q, x = d·q; 34 bytes per 32 values): each
+  // head of a row is ceil(head size / 32) blocks, padded with zeros. New K/V are quantized per
+  // block when written (ggml's quantize_row_q8_0_ref); the kernels read a block's int8 values
+  // times its scale as they need them. Row strides then count blocks (default hkv·ceil(dqk/32) and
+  // hkv·ceil(dv/32)). Not with cache_bf16.
+  bool cache_q8_0 = false;
   int64_t num_slots = 0;  // rows of each cache; every slot is checked against it
   const int32_t* slots = nullptr;
   int64_t ctx_len = 0;
@@ -55,7 +61,7 @@ struct AttentionArgs {
   float* out = nullptr;
 
   int64_t hq = 0, hkv = 0, dqk = 0, dv = 0;
-  // Floats between consecutive slots' rows; 0: hkv·dqk (K), hkv·dv (V). MLA's latent cache reads
+  // Floats (bf16 values, q8_0 blocks) between consecutive slots' rows; 0: hkv·dqk (K), hkv·dv (V). MLA's latent cache reads
   // V as the first dv floats of the K row (v_cache = k_cache, v_row_stride = k_row_stride).
   int64_t k_row_stride = 0, v_row_stride = 0;
   float scale = 1.f;

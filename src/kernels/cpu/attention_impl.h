@@ -13,7 +13,52 @@
 namespace fuselm::kernels {
 namespace {  // NOLINT
 
-// Cache rows as fp32 vectors: an f32 cache loads them, a bf16 cache widens them.
+// A q8_0 cache row of one head (AttentionArgs::cache_q8_0): ggml's block_q8_0 blocks (fp16 scale,
+// 32 int8) from `blk`, at element `off` of the head. Kernels index it as a pointer (row + d). A
+// load of W values (W divides 32, loads start at multiples of W) stays inside one block and is
+// that block's int8 values times its scale: the block is never widened as a whole. The head is
+// padded with zero values to whole blocks, so a tail load may read all W lanes.
+struct Q8Row {
+  const uint8_t* blk;
+  int64_t off;
+  Q8Row operator+(int64_t n) const { return {blk, off + n}; }
+};
+
+// Row pointers of a cache of element type T: const T* for f32 and bf16, Q8Row for q8_0.
+template <class T>
+using RowPtr = std::conditional_t<std::is_same_v<T, Q8Row>, Q8Row, const T*>;
+
+// Head `kvh` (head size `head`) of the row of `slot`; `stride`: floats (bf16 values; q8_0:
+// blocks) between slots' rows.
+template <class T>
+FUSELM_INLINE RowPtr<T> cache_row(const void* cache, int64_t slot, int64_t stride, int64_t kvh, int64_t head) {
+  if constexpr (std::is_same_v<T, Q8Row>) {
+    constexpr int64_t kBlockBytes = 34, kBlock = 32;
+    const int64_t block = slot * stride + kvh * ((head + kBlock - 1) / kBlock);
+    return {static_cast<const uint8_t*>(cache) + block * kBlockBytes, 0};
+  } else {
+    return static_cast<const T*>(cache) + slot * stride + kvh * head;
+  }
+}
+
+// Cache rows as fp32 vectors: an f32 cache loads them, a bf16 cache widens them, a q8_0 cache
+// scales the int8 values of the block it reads.
+FUSELM_INLINE float q8_scale(const uint8_t* block) {
+  uint16_t d;
+  std::memcpy(&d, block, sizeof d);
+#if defined(FUSELM_ISA_HAS_F16C)
+  return _cvtsh_ss(d);  // one instruction, where the path has F16C
+#else
+  return f16_to_f32(d);
+#endif
+}
+template <class V>
+FUSELM_INLINE typename V::R ld(Q8Row p) {
+  const uint8_t* b = p.blk + (p.off >> 5) * 34;
+  return V::mul(V::load_i8(reinterpret_cast<const int8_t*>(b + 2) + (p.off & 31)), V::set1(q8_scale(b)));
+}
+template <class V>
+FUSELM_INLINE typename V::R ldn(Q8Row p, int) { return ld<V>(p); }  // (the padding is zero)
 template <class V>
 FUSELM_INLINE typename V::R ld(const float* p) { return V::load(p); }
 template <class V>
@@ -23,9 +68,8 @@ FUSELM_INLINE typename V::R ldn(const float* p, int n) { return V::loadn(p, n); 
 template <class V>
 FUSELM_INLINE typename V::R ldn(const uint16_t* p, int n) { return V::loadn_bf16(p, n); }
 
-template <class V, class T>
-FUSELM_INLINE void dot4(const float* q, const T* k0, const T* k1, const T* k2,
-                        const T* k3, int64_t d, float* s) {
+template <class V, class P>
+FUSELM_INLINE void dot4(const float* q, P k0, P k1, P k2, P k3, int64_t d, float* s) {
   using R = typename V::R;
   constexpr int W = V::W;
   R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
@@ -51,8 +95,8 @@ FUSELM_INLINE void dot4(const float* q, const T* k0, const T* k1, const T* k2,
   s[3] = V::hsum(a3);
 }
 
-template <class V, class T>
-FUSELM_INLINE float dot1(const float* q, const T* k, int64_t d) {
+template <class V, class P>
+FUSELM_INLINE float dot1(const float* q, P k, int64_t d) {
   using R = typename V::R;
   constexpr int W = V::W;
   R a = V::zero();
@@ -67,9 +111,8 @@ FUSELM_INLINE float dot1(const float* q, const T* k, int64_t d) {
 
 // o[0, d) = o · alpha + sum_{c < n} p[c] · v_c[0, d). Slabs of 4 vectors of o stay in registers
 // over all n rows, with even and odd rows in separate accumulators (8 independent FMA chains).
-template <class V, class T>
-FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const T* const* v,
-                                 int n, int64_t d) {
+template <class V, class P>
+FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const P* v, int n, int64_t d) {
   using R = typename V::R;
   constexpr int W = V::W;
   const R al = V::set1(alpha);
@@ -84,8 +127,8 @@ FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const T*
     int c = 0;
     for (; c + 2 <= n; c += 2) {
       const R p0 = V::set1(p[c]), p1 = V::set1(p[c + 1]);
-      const T* v0 = v[c] + d0;
-      const T* v1 = v[c + 1] + d0;
+      const P v0 = v[c] + d0;
+      const P v1 = v[c + 1] + d0;
       FUSELM_UNROLL(4)
       for (int u = 0; u < 4; ++u) {
         e[u] = V::fma(p0, ld<V>(v0 + u * W), e[u]);
@@ -115,8 +158,8 @@ FUSELM_INLINE void pv_accumulate(float* o, float alpha, const float* p, const T*
 
 // K rows kr[0, n) of a chunk transposed into kt[d * CH + c] (d < dqk <= kMaxD; columns n..
 // rounded up to W are zero), W keys at a time in registers.
-template <class V, int CH, class T>
-FUSELM_INLINE void transpose_chunk(const T* const* kr, int n, int64_t dqk, float* kt) {
+template <class V, int CH, class P>
+FUSELM_INLINE void transpose_chunk(const P* kr, int n, int64_t dqk, float* kt) {
   using R = typename V::R;
   constexpr int W = V::W;
   for (int c0 = 0; c0 < n; c0 += W) {
@@ -151,9 +194,9 @@ FUSELM_INLINE typename V::R transposed_logits(const float* q, const float* kt, i
 
 // Logits of one chunk for the q heads [h0, h0 + nh): s[r*CH + c] = q_r · k_c (unscaled). The
 // chunk's keys are transposed once (transpose_chunk) and serve every head of the group.
-template <class V, int CH, int kMaxD, class T>
+template <class V, int CH, int kMaxD, class P>
 FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh,
-                                const T* const* kr, int n, float* s) {
+                                const P* kr, int n, float* s) {
   constexpr int W = V::W;
   const int64_t dqk = a.dqk;
   if (dqk > kMaxD) {  // very wide heads: plain dot products
@@ -179,8 +222,8 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
 // One head h over n keys of a chunk: s[0, n) its unscaled logits (overwritten with exp), dist
 // the keys' ALiBi distances (or null), vr their V rows; scale, softcap and ALiBi, the online
 // softmax rescale of (out, m, l), then out += p·V.
-template <Isa I, class T>
-FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const float* dist, const T* const* vr,
+template <Isa I, class P>
+FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const float* dist, const P* vr,
                               int n, float* out, float& m, float& l) {
   using V = Vec<I>;
   using R = typename V::R;
@@ -233,26 +276,24 @@ FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const
 // [lo, hi): per head r, o[r] (dv floats) accumulates unnormalised p·V with running max m[r] and
 // sum l[r] (set by the caller: -inf/0, or the sink). Keys go in chunks of 64; a chunk's K and V
 // rows are read from memory once and then serve every head of the group from L1.
-// T: the cache's element type (float, or uint16_t for bf16 rows).
+// T: the cache's element type (float, uint16_t for bf16 rows, Q8Row for q8_0 rows).
 template <Isa I, class T>
 void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t nh, int64_t lo,
                        int64_t hi, float* const* o, float* m, float* l) {
   using V = Vec<I>;
   constexpr int CH = 64;
   alignas(64) float s_all[64 * CH];
-  const T* kr[CH];
-  const T* vr[CH];
+  RowPtr<T> kr[CH];
+  RowPtr<T> vr[CH];
 
   const int64_t kvh = h0 / (a.hq / a.hkv);
   const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
-  const T* kc = static_cast<const T*>(a.k_cache) + kvh * a.dqk;
-  const T* vc = static_cast<const T*>(a.v_cache) + kvh * a.dv;
 
   for (int64_t j0 = lo; j0 < hi; j0 += CH) {
     const int n = static_cast<int>(std::min<int64_t>(CH, hi - j0));
     for (int c = 0; c < n; ++c) {
-      kr[c] = kc + a.slots[j0 + c] * k_row;
-      vr[c] = vc + a.slots[j0 + c] * v_row;
+      kr[c] = cache_row<T>(a.k_cache, a.slots[j0 + c], k_row, kvh, a.dqk);
+      vr[c] = cache_row<T>(a.v_cache, a.slots[j0 + c], v_row, kvh, a.dv);
     }
     chunk_logits<V, CH, 256>(a, ti, h0, nh, kr, n, s_all);
     // ALiBi: key distance j - p of each key of the chunk (p: the query's position), shared by heads.
@@ -284,18 +325,16 @@ void attend_block_impl(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h
   alignas(64) float kt[kMaxD * CH];
   alignas(64) float s_all[64 * CH];
   alignas(64) float dist[CH];
-  const T* kr[CH];
-  const T* vr[CH];
+  RowPtr<T> kr[CH];
+  RowPtr<T> vr[CH];
   const int64_t kvh = h0 / (a.hq / a.hkv), dqk = a.dqk;
-  const T* kc = static_cast<const T*>(a.k_cache) + kvh * dqk;
-  const T* vc = static_cast<const T*>(a.v_cache) + kvh * a.dv;
   const int64_t lo_all = *std::min_element(lo, lo + nb), hi_all = *std::max_element(hi, hi + nb);
 
   for (int64_t j0 = lo_all; j0 < hi_all; j0 += CH) {
     const int n = static_cast<int>(std::min<int64_t>(CH, hi_all - j0));
     for (int c = 0; c < n; ++c) {
-      kr[c] = kc + a.slots[j0 + c] * a.k_row_stride;
-      vr[c] = vc + a.slots[j0 + c] * a.v_row_stride;
+      kr[c] = cache_row<T>(a.k_cache, a.slots[j0 + c], a.k_row_stride, kvh, dqk);
+      vr[c] = cache_row<T>(a.v_cache, a.slots[j0 + c], a.v_row_stride, kvh, a.dv);
     }
     transpose_chunk<V, CH>(kr, n, dqk, kt);
     for (int64_t b = 0; b < nb; ++b) {
@@ -335,7 +374,8 @@ void scale_row_impl(float* o, int64_t n, float f) {
 template <Isa I>
 constexpr AttentionKernels make_attention_kernels() {
   return {&attend_group_impl<I, float>, &scale_row_impl<I>, &attend_group_impl<I, uint16_t>,
-          &attend_block_impl<I, float>, &attend_block_impl<I, uint16_t>};
+          &attend_block_impl<I, float>, &attend_block_impl<I, uint16_t>, &attend_group_impl<I, Q8Row>,
+          &attend_block_impl<I, Q8Row>};
 }
 
 }  // namespace

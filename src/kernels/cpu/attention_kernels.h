@@ -1,6 +1,7 @@
 #pragma once
 // Per-ISA kernel table of attention (internal).
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/attention.h"
 
@@ -24,6 +25,11 @@ struct AttentionKernels {
                        const int64_t* hi, float* const* o, float* m, float* l);
   /// attend_block over a bf16 cache.
   void (*attend_block_bf16)(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h0, int64_t nh,
+                            const int64_t* lo, const int64_t* hi, float* const* o, float* m, float* l);
+  /// attend_group and attend_block over a q8_0 cache (AttentionArgs::cache_q8_0).
+  void (*attend_group_q8_0)(const AttentionArgs& a, int64_t i, int64_t h0, int64_t nh, int64_t lo,
+                            int64_t hi, float* const* o, float* m, float* l);
+  void (*attend_block_q8_0)(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h0, int64_t nh,
                             const int64_t* lo, const int64_t* hi, float* const* o, float* m, float* l);
 };
 

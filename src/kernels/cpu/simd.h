@@ -66,6 +66,8 @@ struct Vec<Isa::generic> {
   static R loadn_bf16(const uint16_t* p, int n) { return n > 0 ? bf16_to_f32(*p) : 0.f; }
   static R load_f16(const uint16_t* p) { return f16_to_f32(*p); }
   static R loadn_f16(const uint16_t* p, int n) { return n > 0 ? f16_to_f32(*p) : 0.f; }
+  // W int8 values as fp32 (the q8_0 KV cache)
+  static R load_i8(const int8_t* p) { return static_cast<float>(*p); }
 
   // 2·W bf16 values: even = elements 0, 2, 4, ..., odd = elements 1, 3, 5, ... (as fp32)
   static void load_bf16_pairs(const uint16_t* p, R& even, R& odd) {

@@ -35,6 +35,10 @@ struct Vec<Isa::avx512> {
   static R loadn_f16(const uint16_t* p, int n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p));
   }
+  // W int8 values as fp32 (the q8_0 KV cache)
+  static R load_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
 
   // 2·W bf16 values: even = elements 0, 2, 4, ..., odd = elements 1, 3, 5, ... (as fp32): a
   // 32-bit word holds element 2i in its low half and 2i+1 in its high half

@@ -72,15 +72,19 @@ void attention(OpCall& c) {
   // One work list over all sequences (kernels::attention_batch): a decode step of many sequences
   // is one parallel region per layer, not one per sequence.
   thread_local std::vector<kernels::AttentionArgs> args;
-  const bool bf16 = batch.kv->dtype() == kv::KvDType::bf16;
+  const bool bf16 = batch.kv->dtype() == kv::KvDType::bf16, q8 = batch.kv->dtype() == kv::KvDType::q8_0;
+  const int li = static_cast<int>(layer);
+  void* k_cache = q8 ? batch.kv->k_q8_0(li) : bf16 ? static_cast<void*>(batch.kv->k_bf16(li)) : batch.kv->k(li);
+  void* v_cache = q8 ? batch.kv->v_q8_0(li) : bf16 ? static_cast<void*>(batch.kv->v_bf16(li)) : batch.kv->v(li);
   args.clear();
   int64_t covered = 0;
   for (const auto& s : batch.sequences) {
     if (s.first_token + s.num_tokens > T) c.fail("batch layout does not match the token count");
     kernels::AttentionArgs a;
     a.cache_bf16 = bf16;
-    a.k_cache = bf16 ? static_cast<void*>(batch.kv->k_bf16(static_cast<int>(layer))) : batch.kv->k(static_cast<int>(layer));
-    a.v_cache = bf16 ? static_cast<void*>(batch.kv->v_bf16(static_cast<int>(layer))) : batch.kv->v(static_cast<int>(layer));
+    a.cache_q8_0 = q8;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
     a.num_slots = batch.kv->num_slots();
     a.slots = s.slots;
     a.ctx_len = s.context_len;
