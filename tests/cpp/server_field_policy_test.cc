@@ -67,7 +67,7 @@ TEST(FieldPolicy, OutputChangingFieldsAre400sNamingThem) {
   EXPECT_EQ(refused({{"n_predict", 5}}, Endpoint::completions), "n_predict");
   EXPECT_EQ(refused({{"modalities", {"text", "audio"}}}), "modalities");
   // No reader takes these yet: their non-default values are refused, the defaults accepted.
-  EXPECT_EQ(refused({{"min_tokens", 5}}, Endpoint::completions), "min_tokens");
+  EXPECT_EQ(refused({{"min_tokens", 5}}, Endpoint::completions), "");  // read by the sampler (min_tokens)
   EXPECT_EQ(refused({{"parallel_tool_calls", false}}, Endpoint::responses), "parallel_tool_calls");
   EXPECT_EQ(refused({{"add_generation_prompt", false}}), "add_generation_prompt");
   EXPECT_EQ(refused({{"min_tokens", 0}, {"parallel_tool_calls", true}, {"add_generation_prompt", true}}), "");
