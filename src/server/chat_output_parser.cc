@@ -16,6 +16,11 @@ namespace {
 
 using detail::Match;
 
+// JSON text of a value built from generated text: a model may emit bytes that are not UTF-8 (a
+// byte-fallback token, a sequence cut short), which are written as U+FFFD rather than thrown on
+// (agent_fuzz found the throw).
+std::string json_text(const nlohmann::json& v) { return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 using tmpl::ToolFormat;
 using tmpl::trim;
 
@@ -232,11 +237,11 @@ std::string ChatOutputParser::param_value(const std::string& fn, const std::stri
       const auto p = f->value("parameters", nlohmann::json::object());
       if (p.is_object() && p.contains("properties") && p["properties"].contains(key) &&
           p["properties"][key].is_object() && p["properties"][key].value("type", nlohmann::json()) == "string")
-        return nlohmann::json(std::string(text)).dump();
+        return json_text(nlohmann::json(std::string(text)));
     }
   }
   const auto v = nlohmann::json::parse(text, nullptr, false);
-  return v.is_discarded() ? nlohmann::json(std::string(text)).dump() : v.dump();
+  return v.is_discarded() ? json_text(nlohmann::json(std::string(text))) : json_text(v);
 }
 
 namespace {
@@ -259,7 +264,7 @@ Match json_args_at(std::string_view s, size_t at, bool final, std::string& out) 
   const size_t b = skip_space(s, at);
   const auto args = nlohmann::json::parse(s.substr(b, j.end - b), nullptr, false);
   if (!args.is_object()) return {Match::fail, at};
-  out = args.dump();
+  out = json_text(args);
   return j;
 }
 
@@ -277,7 +282,7 @@ Match ChatOutputParser::parse_call(std::string_view s, size_t at, bool final, Pa
     nlohmann::json args = obj.value(f.args_key, nlohmann::json::object());
     if (args.is_string()) args = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
     if (!args.is_object()) return {Match::fail, at};
-    call.arguments = args.dump();
+    call.arguments = json_text(args);
     return j;
   }
   Match n = name_at(s, at, final);
@@ -303,12 +308,12 @@ Match ChatOutputParser::parse_params(std::string_view s, size_t at, bool final, 
     if (v == std::string_view::npos) return {final ? Match::fail : Match::need, at};
     const std::string key(trim(s.substr(po.end, k - po.end)));
     if (!first) args += ",";
-    args += nlohmann::json(key).dump() + ":" + param_value(call.name, key, s.substr(k + pmid.size(), v - k - pmid.size()));
+    args += json_text(nlohmann::json(key)) + ":" + param_value(call.name, key, s.substr(k + pmid.size(), v - k - pmid.size()));
     at = v + pclose.size();
   }
   const auto parsed = nlohmann::json::parse(args + "}", nullptr, false);
   if (!parsed.is_object()) return {Match::fail, at};
-  call.arguments = parsed.dump();
+  call.arguments = json_text(parsed);
   return {Match::ok, at};
 }
 

@@ -14,6 +14,7 @@
 
 #include "base/json_limited.h"
 #include "ir/load.h"
+#include "server/chat_output_parser.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
 #include "template/chat_template.h"
@@ -201,6 +202,28 @@ TEST(FuzzRegression, MacroDoesNotKeepItsRenderAlive) {
   nlohmann::json ctx = {{"messages", {{{"role", "user"}, {"content", "ab"}}}}};
   EXPECT_EQ(tmpl::render(src, ctx), "ababab");
   for (int i = 0; i < 3; ++i) EXPECT_EQ(tmpl::render(src, ctx), "ababab");
+}
+
+// agent_fuzz found: generated text that is not UTF-8 inside a tool call's parameter made the
+// parser's JSON dump throw (a 500 mid-stream); it is written as U+FFFD now
+// (fuzz/regressions/agent_fuzz/).
+TEST(FuzzRegression, ToolCallParameterThatIsNotUtf8) {
+  tmpl::ToolFormat f;
+  f.supported = true;
+  f.kind = tmpl::ToolFormat::Kind::name_then_params;
+  f.call_open = "<tool_call>\n<function=", f.mid = ">\n", f.call_close = "</function>\n</tool_call>";
+  f.param_open = "<parameter=", f.param_mid = ">\n", f.param_close = "\n</parameter>\n";
+  const auto raw = read_bytes(fs::path(FUSELM_SOURCE_DIR) / "fuzz/regressions/agent_fuzz/invalid_utf8_in_a_parameter");
+  for (const std::string& text : {raw.substr(1), std::string("<tool_call>\n<function=f>\n<parameter=a>\nh\xe8\n</parameter>\n</function>\n</tool_call>")}) {
+    server::ChatOutputParser p(&f, nlohmann::json::array(), {}, false);
+    EXPECT_NO_THROW(p.feed(text));
+    EXPECT_NO_THROW(p.finish());
+  }
+  server::ChatOutputParser p(&f, nlohmann::json::array(), {}, false);
+  p.feed("<tool_call>\n<function=f>\n<parameter=a>\nh\xe8\n</parameter>\n</function>\n</tool_call>");
+  p.finish();
+  ASSERT_EQ(p.calls().size(), 1u);
+  EXPECT_EQ(p.calls()[0].arguments, "{\"a\":\"h\xef\xbf\xbd\"}");
 }
 
 }  // namespace
