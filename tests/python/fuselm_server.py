@@ -89,3 +89,17 @@ def raw_post(server, path: str, body: bytes, headers: dict | None = None):
         return r.status, json.loads(data) if data else None
     finally:
         conn.close()
+
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "tests/data/chat-templates"
+
+
+def model_with_template(src: Path, dst: Path, template: str) -> Path:
+    """A model directory `dst` holding links to `src`'s files but chat_template.jinja, which is
+    tests/data/chat-templates/`template` (the same weights served with another template)."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "chat_template.jinja":
+            os.symlink(f.resolve(), dst / f.name)
+    (dst / "chat_template.jinja").write_text((TEMPLATES_DIR / template).read_text())
+    return dst

@@ -8,16 +8,14 @@ tool calls (they come with the chat-format work; this route only translates)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import openai
 import pytest
 
-from fuselm_server import Server
+from fuselm_server import Server, model_with_template
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 
-ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 FLAT = [{"type": "function", "name": "get_weather", "description": "Get the current weather in a city", "parameters": PARAMS}]
 CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
@@ -27,12 +25,7 @@ ASK = "What is the weather in Paris?"
 
 @pytest.fixture(scope="module")
 def server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
-    d = tmp_path_factory.mktemp("m") / "model"
-    d.mkdir()
-    for f in Path(smollm2_dir).iterdir():
-        if f.name != "chat_template.jinja":
-            os.symlink(f.resolve(), d / f.name)
-    (d / "chat_template.jinja").write_text((ROOT / "tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text())
+    d = model_with_template(Path(smollm2_dir), tmp_path_factory.mktemp("m") / "model", "Qwen-Qwen2.5-7B-Instruct.jinja")
     s = Server(fuselm_bin, d, ["--kv-cache-memory", "256MiB", "--max-num-seqs", "4"], tmp_path_factory.mktemp("serve") / "serve.log")
     yield s
     assert s.stop() == 0, s.log_path.read_text()[-2000:]

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from chat_template_oracle import transformers_render
-from fuselm_server import Server
+from fuselm_server import Server, model_with_template
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,15 +33,6 @@ NO_FORMAT = {"google-gemma-2-2b-it.jinja", "HuggingFaceTB-SmolLM3-3B.jinja", "mi
              "fireworks-ai-llama-3-firefunction-v2.jinja", "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
              "ibm-granite-granite-3.3-2B-Instruct.jinja", "LFM2-8B-A1B.jinja", "Kimi-K2-Instruct.jinja",
              "moonshotai-Kimi-K2.jinja", "muse-glimmer.jinja"}
-
-
-def swapped_model(src: Path, dst: Path, template: str) -> Path:
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.name != "chat_template.jinja":
-            os.symlink(f.resolve(), dst / f.name)
-    (dst / "chat_template.jinja").write_text((ROOT / "tests/data/chat-templates" / template).read_text())
-    return dst
 
 
 def call_text(template: str, bos: str, eos: str) -> str:
@@ -62,7 +53,7 @@ def call_text(template: str, bos: str, eos: str) -> str:
 
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_template_tools_end_to_end(fuselm_bin, smollm2_dir, tmp_path, template):  # noqa: F811
-    d = swapped_model(smollm2_dir, tmp_path / "model", template)
+    d = model_with_template(smollm2_dir, tmp_path / "model", template)
     server = Server(fuselm_bin, d, ["--kv-cache-memory", "128MiB"], tmp_path / "serve.log")
     try:
         client = openai.OpenAI(base_url=server.base + "/v1", api_key="x", max_retries=0, timeout=600)

@@ -6,14 +6,13 @@ required / named forces the call's opening text, so even this tiny model calls."
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
 import openai
 import pytest
 
-from fuselm_server import Server
+from fuselm_server import Server, model_with_template
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,18 +22,9 @@ TOOLS = [{"type": "function", "function": {
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def swapped_model(src: Path, dst: Path, template: str) -> Path:
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.name != "chat_template.jinja":
-            os.symlink(f.resolve(), dst / f.name)
-    (dst / "chat_template.jinja").write_text((ROOT / "tests/data/chat-templates" / template).read_text())
-    return dst
-
-
 @pytest.fixture(scope="module")
 def server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
-    d = swapped_model(smollm2_dir, tmp_path_factory.mktemp("m") / "model", "Qwen-Qwen2.5-7B-Instruct.jinja")
+    d = model_with_template(smollm2_dir, tmp_path_factory.mktemp("m") / "model", "Qwen-Qwen2.5-7B-Instruct.jinja")
     s = Server(fuselm_bin, d, ["--kv-cache-memory", "512MiB"], tmp_path_factory.mktemp("serve") / "serve.log")
     yield s
     assert s.stop() == 0, s.log_path.read_text()[-2000:]
@@ -171,7 +161,7 @@ def test_template_errors_carry_no_path(server):
 
 @pytest.fixture(scope="module")
 def qwen3(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
-    d = swapped_model(smollm2_dir, tmp_path_factory.mktemp("q3") / "model", "Qwen-Qwen3-0.6B.jinja")
+    d = model_with_template(smollm2_dir, tmp_path_factory.mktemp("q3") / "model", "Qwen-Qwen3-0.6B.jinja")
     s = Server(fuselm_bin, d, ["--kv-cache-memory", "256MiB"], tmp_path_factory.mktemp("serve") / "serve.log")
     yield s, d
     assert s.stop() == 0, s.log_path.read_text()[-2000:]
