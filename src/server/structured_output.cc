@@ -106,8 +106,8 @@ std::optional<StructuredOutput> structured_outputs(const json& so) {
     }
     std::optional<StructuredOutput> g;
     if (key == "json") g = StructuredOutput{grammar::Grammar::literal(""), kf};  // built below, once strict is known
-    else if (key == "regex") g = StructuredOutput{build(kf, [&] { return grammar::Grammar::regex(need_string(v, kf)); }), kf};
-    else if (key == "grammar") g = StructuredOutput{build(kf, [&] { return grammar::Grammar::ebnf(need_string(v, kf)); }), kf};
+    else if (key == "regex") g = StructuredOutput{build(kf, [&, &val = v] { return grammar::Grammar::regex(need_string(val, kf)); }), kf};
+    else if (key == "grammar") g = StructuredOutput{build(kf, [&, &val = v] { return grammar::Grammar::ebnf(need_string(val, kf)); }), kf};
     else if (key == "choice") g = StructuredOutput{choice_grammar(v, kf), kf};
     else if (key == "json_object" && v == json(true)) g = StructuredOutput{grammar::Grammar::any_json_object(), kf};
     else if (key == "json_object" && v == json(false)) continue;
