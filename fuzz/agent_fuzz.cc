@@ -10,15 +10,13 @@
 #include <string>
 #include <string_view>
 
-#include "server/api_error.h"
+#include "request_body.h"
 #include "server/chat_output_parser.h"
 #include "server/field_policy.h"
-#include "server/request_limits.h"
 #include "server/responses_api.h"
 
 namespace {
 
-using fuselm::server::ApiError;
 using fuselm::tmpl::ToolFormat;
 
 // Three formats as discovery finds them in real templates (tests/cpp has their derivations).
@@ -57,30 +55,14 @@ void parse_reply(std::string_view text, size_t cut) {
 }
 
 void translate_request(const std::string& raw) {
-  fuselm::server::RequestLimits limits;
   nlohmann::json body;
   nlohmann::ordered_json ordered;
-  try {
-    body = fuselm::server::parse_request_body(raw, limits);
-    ordered = fuselm::server::parse_request_body_ordered(raw, limits);
-  } catch (const ApiError& e) {
-    if (e.status != 400) __builtin_trap();
-    return;
-  }
+  if (!fuselm::fuzz::parse_body(raw, body, ordered)) return;
   static fuselm::server::UnknownFieldLog log([](const std::string&) {});
   using fuselm::server::Endpoint;
-  for (Endpoint ep : {Endpoint::completions, Endpoint::chat, Endpoint::responses, Endpoint::embeddings}) {
-    try {
-      fuselm::server::check_fields(body, ep, log);
-    } catch (const ApiError& e) {
-      if (e.status != 400) __builtin_trap();
-    }
-  }
-  try {
-    (void)fuselm::server::responses_to_chat(ordered);
-  } catch (const ApiError& e) {
-    if (e.status != 400) __builtin_trap();
-  }
+  for (Endpoint ep : {Endpoint::completions, Endpoint::chat, Endpoint::responses, Endpoint::embeddings})
+    fuselm::fuzz::ok_or_400([&] { fuselm::server::check_fields(body, ep, log); });
+  fuselm::fuzz::ok_or_400([&] { (void)fuselm::server::responses_to_chat(ordered); });
   fuselm::server::ResponsesEventStream events(body.is_object() ? body : nlohmann::json::object());
   (void)events.feed(raw);
 }

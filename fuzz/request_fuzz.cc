@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "request_body.h"
 #include "server/chat_content.h"
 #include "server/request_fields.h"
 #include "server/request_limits.h"
@@ -31,26 +32,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuselm::server::RequestLimits limits;
   nlohmann::json body;
   nlohmann::ordered_json ordered;
-  try {
-    body = fuselm::server::parse_request_body(raw, limits);
-    ordered = fuselm::server::parse_request_body_ordered(raw, limits);
-  } catch (const ApiError& e) {
-    if (e.status != 400) __builtin_trap();
-    return 0;
-  }
-  try {
-    fuselm::server::join_text_parts(ordered);
-  } catch (const ApiError& e) {
-    if (e.status != 400) __builtin_trap();
-  }
+  if (!fuselm::fuzz::parse_body(raw, body, ordered)) return 0;
+  fuselm::fuzz::ok_or_400([&] { fuselm::server::join_text_parts(ordered); });
   for (bool chat : {false, true}) {
-    try {
+    fuselm::fuzz::ok_or_400([&] {
       const auto c = fuselm::server::read_common(body, chat, 1234);
       if (c.request.max_tokens < 1) __builtin_trap();  // read_common admits only max_tokens >= 1
       (void)fuselm::server::check_max_tokens(limits, c.max_tokens_given, c.request.max_tokens, 16);
-    } catch (const ApiError& e) {
-      if (e.status != 400) __builtin_trap();
-    }
+    });
   }
   read_other_endpoints(body);
   return 0;
