@@ -8,6 +8,7 @@
 // has the recipe).
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +27,13 @@ enum class KvRows : uint8_t { none, heads, latent };
 /// definition) or the fusers (the driver writes the schema into the rewritten graph).
 enum class OpSource : uint8_t { capture, fusers };
 
+struct Graph;
+struct Node;
+
+/// Floats of recurrent state per sequence that a stateful op node keeps (docs/recurrent.md), from
+/// its operands' static widths; 0 with `error` set when they are not static or do not agree.
+using StateSize = int64_t (*)(const Graph& g, const Node& n, std::string& error);
+
 /// One fuselm op.
 struct OpDef {
   std::string_view name;                // "fuselm.attention.default"
@@ -34,12 +42,17 @@ struct OpDef {
   KvRows kv = KvRows::none;             // writes the KV cache of its layer
   std::string_view layer;               // the argument holding the layer index ("" when none)
   OpTraits traits;                      // what the passes need; its name is this op's (op_traits())
+  /// Stateful (recurrent) ops only: the argument holding the state index (docs/recurrent.md), and
+  /// the size of one sequence's state. "" / nullptr: the op keeps no state across steps.
+  std::string_view state;
+  StateSize state_size = nullptr;
 
   /// Index of argument `name`; throws std::logic_error naming the op when it has none (a
   /// programming error: callers name arguments of this table).
   size_t arg(std::string_view name) const;
-  /// Has an effect besides its output (it writes the KV cache): never removed as dead.
-  bool has_effects() const { return kv != KvRows::none; }
+  /// Has an effect besides its output (it writes the KV cache or its recurrent state): never
+  /// removed as dead.
+  bool has_effects() const { return kv != KvRows::none || !state.empty(); }
 };
 
 /// Every fuselm op, in table order.
