@@ -52,4 +52,7 @@ echo "test: function size (no function in src/ over 120 lines or over cyclomatic
 echo "test: C++ unit tests"
 ctest --test-dir build --output-on-failure -j2
 echo "test: Python tests (parity with transformers, tokenizer, bad input)"
-.venv/bin/python -m pytest -q --durations=15 tests/python "$@"
+# Two workers, one test file each at a time (--dist loadfile keeps a file's module-scoped server
+# or model in one process): capture is single-threaded Python, so two files overlap well on two
+# cores. FUSELM_TEST_WORKERS=0 runs them in this process.
+.venv/bin/python -m pytest -q --durations=15 -n "${FUSELM_TEST_WORKERS:-2}" --dist loadfile tests/python "$@"
