@@ -377,6 +377,12 @@ void ModelLoader::size_state(int64_t kv_bytes_per_token, kv::KvDType kv_dtype) {
 const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
                                       std::span<const runtime::SequenceSlice> sequences,
                                       std::optional<std::span<const int64_t>> logit_rows) {
+  if (states_)
+    for (size_t i = 0; i < sequences.size(); ++i)
+      if (sequences[i].state_slot < 0 || sequences[i].state_slot >= states_->cache().num_slots())
+        throw std::invalid_argument(fmt::format("forward: sequence {} has no state slot (state_slot {}), and the graph "
+                                                "keeps recurrent state",
+                                                i, sequences[i].state_slot));
   if (before_forward_) before_forward_(input_ids, positions, sequences, logit_rows);
   const int64_t n = static_cast<int64_t>(input_ids.size());
   ids_buf_.assign(input_ids.begin(), input_ids.end());
@@ -387,12 +393,6 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
                                          input_roles_[i] == 2 ? std::span<const int64_t>(shape + 1, 1)
                                                               : std::span<const int64_t>(shape, 2));
   runtime::Batch batch{sequences, kv_.get(), states_ ? &states_->cache() : nullptr};
-  if (states_)
-    for (size_t i = 0; i < sequences.size(); ++i)
-      if (sequences[i].state_slot < 0 || sequences[i].state_slot >= states_->cache().num_slots())
-        throw std::invalid_argument(fmt::format("forward: sequence {} has no state slot (state_slot {}), and the graph "
-                                                "keeps recurrent state",
-                                                i, sequences[i].state_slot));
   if (logit_rows && logit_rows->empty()) throw std::invalid_argument("forward: logit_rows is empty");
   if (logit_rows && selects_rows_) {
     batch.select_rows = true;
