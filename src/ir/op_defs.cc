@@ -50,7 +50,7 @@ int64_t static_dim(const Graph& g, const Node& n, std::string_view arg, int dim,
 /// a * b * c when every factor is known (> 0), else 0 (error already set).
 int64_t product(int64_t a, int64_t b, int64_t c = 1) { return a > 0 && b > 0 && c > 0 ? a * b * c : 0; }
 
-// causal_conv1d: the last K-1 inputs of each of the C channels, [C][K-1] (one float for K = 1).
+// causal_conv1d: the last K-1 inputs of each of the C channels, [K-1][C] (C floats for K = 1).
 int64_t conv1d_state(const Graph& g, const Node& n, std::string& error) {
   const int64_t c = static_dim(g, n, "weight", 0, error), k = static_dim(g, n, "weight", -1, error);
   return product(c, k > 1 ? k - 1 : (k == 1 ? 1 : -1));

@@ -82,14 +82,15 @@ void conv_case() {
   Host want{DType::f32, {1, C, kT}, std::vector<double>(C * kT)};
   for (size_t i = 0; i < kSeqs.size(); ++i)
     for (int64_t c = 0; c < C; ++c) {
-      std::vector<double> win(st[i].begin() + c * (K - 1), st[i].begin() + (c + 1) * (K - 1));
+      std::vector<double> win;  // the state is [K-1][C], oldest input first
+      for (int64_t j = 0; j < K - 1; ++j) win.push_back(st[i][j * C + c]);
       for (int64_t t = 0; t < kSeqs[i].count; ++t) win.push_back(at(x, {0, c, kSeqs[i].first + t}));
       for (int64_t t = 0; t < kSeqs[i].count; ++t) {
         double acc = at(b, {c});
         for (int64_t j = 0; j < K; ++j) acc += at(w, {c, j}) * win[t + j];
         want.v[c * kT + kSeqs[i].first + t] = silu(acc);
       }
-      for (int64_t j = 0; j < K - 1; ++j) st[i][c * (K - 1) + j] = win[win.size() - (K - 1) + j];
+      for (int64_t j = 0; j < K - 1; ++j) st[i][j * C + c] = win[win.size() - (K - 1) + j];
     }
   OpGraph g;
   int xn = g.input(x, Layout::transposed), wn = g.input(w), bn = g.input(b);

@@ -54,27 +54,54 @@ void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t r
 }
 
 // ---- causal conv1d ----------------------------------------------------------------------------
+// State [K-1][C], time-major: a token's inputs of all channels are one row, so the window of a
+// block of channels is K row pointers and a token is one vector pass over the block.
 
+/// Input u of the sequence for channels from c0 (u < 0: row K-1+u of the state).
+const float* conv_in(const Conv1dArgs& a, const RecurrentSeq& s, int64_t u, int64_t c0) {
+  return u < 0 ? s.state + (a.width - 1 + u) * a.channels + c0 : a.x + (s.first + u) * a.x_t + c0 * a.x_c;
+}
+
+/// Channels [c0, c1) of a sequence whose channels are unit-stride in x and out; wt: the weight
+/// transposed, [K][C].
+void conv_block(const Conv1dArgs& a, const RecurrentSeq& s, const float* wt, int64_t c0, int64_t c1) {
+  const int64_t K = a.width, hist = K - 1, C = a.channels;
+  if (s.fresh)
+    for (int64_t j = 0; j < hist; ++j) std::fill(s.state + j * C + c0, s.state + j * C + c1, 0.f);
+  std::vector<const float*> big;
+  const float* small[16];
+  const float** rows = K <= 16 ? small : (big.resize(K), big.data());
+  const RecurrentKernels& k = rk();
+  for (int64_t t = 0; t < s.count; ++t) {
+    for (int64_t j = 0; j < K; ++j) rows[j] = conv_in(a, s, t - hist + j, c0);
+    k.conv_rows(rows, K, wt + c0, C, a.bias ? a.bias + c0 : nullptr, a.out + (s.first + t) * a.out_t + c0, c1 - c0,
+                a.silu);
+  }
+  // Row m of the new state is input T-(K-1)+m; in ascending m a state row read (T+m > m) is never
+  // one already written.
+  for (int64_t m = 0; m < hist; ++m) {
+    const float* src = conv_in(a, s, s.count - hist + m, c0);
+    if (src != s.state + m * C + c0) std::copy(src, src + (c1 - c0), s.state + m * C + c0);
+  }
+}
+
+/// One channel of any strides (scalar).
 void conv_channel(const Conv1dArgs& a, const RecurrentSeq& s, int64_t c) {
-  const int64_t K = a.width, hist = K - 1, T = s.count;
-  float* st = s.state + c * std::max<int64_t>(hist, 1);
-  if (s.fresh) std::fill_n(st, hist, 0.f);
+  const int64_t K = a.width, hist = K - 1, T = s.count, C = a.channels;
+  float* st = s.state + c;  // row j at st[j * C]
+  if (s.fresh)
+    for (int64_t j = 0; j < hist; ++j) st[j * C] = 0.f;
   const float* w = a.weight + c * K;
   const float* x = a.x + c * a.x_c + s.first * a.x_t;
   float* out = a.out + c * a.out_c + s.first * a.out_t;
   const float b = a.bias ? a.bias[c] : 0.f;
-  auto in = [&](int64_t u) { return u < 0 ? st[hist + u] : x[u * a.x_t]; };
+  auto in = [&](int64_t u) { return u < 0 ? st[(hist + u) * C] : x[u * a.x_t]; };
   for (int64_t t = 0; t < T; ++t) {
     float acc = b;
     for (int64_t j = 0; j < K; ++j) acc += w[j] * in(t - hist + j);
     out[t * a.out_t] = a.silu ? acc / (1.f + std::exp(-acc)) : acc;
   }
-  // The window's last K-1 inputs become the state (read before any is overwritten).
-  float keep[16];
-  std::vector<float> big;
-  float* next = hist <= 16 ? keep : (big.resize(hist), big.data());
-  for (int64_t m = 0; m < hist; ++m) next[m] = in(T - hist + m);
-  std::copy_n(next, hist, st);
+  for (int64_t m = 0; m < hist; ++m) st[m * C] = in(T - hist + m);  // ascending: see conv_block
 }
 
 // ---- SSD ----------------------------------------------------------------------------------------
@@ -130,8 +157,12 @@ void ssd_chunk(const SsdHead& hd, int64_t t0, int64_t L) {
   for (int64_t t = 0; t < L; ++t)
     for (int64_t n = 0; n < N; ++n) BT[n * L + t] = hd.B(t0 + t)[n];
   k.gemm(hd.C(t0), a.c_t, BT, L, M, L, L, N, L, false);
-  for (int64_t t = 0; t < L; ++t)
-    for (int64_t s = 0; s < L; ++s) M[t * L + s] = s <= t ? M[t * L + s] * std::exp(cum[t] - cum[s]) * dt[s] : 0.f;
+  float* e = Ce;  // free until the C rows are scaled below
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t s = 0; s <= t; ++s) e[s] = cum[t] - cum[s];
+    k.exp_inplace(e, t + 1);
+    for (int64_t s = 0; s < L; ++s) M[t * L + s] = s <= t ? M[t * L + s] * e[s] * dt[s] : 0.f;
+  }
   k.gemm(M, L, hd.x(t0), a.x_t, Y, P, L, L, P, false);
   transpose(hd.S, N, ST, P, P, N);
   for (int64_t t = 0; t < L; ++t) {
@@ -223,12 +254,15 @@ void delta_pairs(const DeltaRuleArgs& a, const float* Q, const float* K, const f
   }
   rkn.gemm(K, Dk, KT, L, kk, L, L, Dk, L, false);
   rkn.gemm(Q, Dk, KT, L, qk, L, L, Dk, L, false);
-  for (int64_t t = 0; t < L; ++t)
+  float e[kChunk];
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t s = 0; s <= t; ++s) e[s] = G[t] - G[s];
+    rkn.exp_inplace(e, t + 1);
     for (int64_t s = 0; s < L; ++s) {
-      const float e = s <= t ? std::exp(G[t] - G[s]) : 0.f;
-      kk[t * L + s] = s < t ? -beta[t] * kk[t * L + s] * e : 0.f;
-      qk[t * L + s] *= e;
+      kk[t * L + s] = s < t ? -beta[t] * kk[t * L + s] * e[s] : 0.f;
+      qk[t * L + s] = s <= t ? qk[t * L + s] * e[s] : 0.f;
     }
+  }
 }
 
 // One chunk of L tokens in the WY form of torch_chunk_gated_delta_rule / chunk_kimi_delta_attention:
@@ -238,7 +272,7 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   const DeltaRuleArgs& a = hd.a;
   const RecurrentKernels& rkn = rk();
   const int64_t Dk = a.k_dim, Dv = a.v_dim, gw = a.per_channel_g ? Dk : 1;
-  float* buf = thread_scratch(1, static_cast<size_t>(L * (4 * Dk + 2 * L + 2 * Dv + gw + 1) + Dk * L));
+  float* buf = thread_scratch(1, static_cast<size_t>(L * (4 * Dk + 2 * L + 2 * Dv + 3 * gw + 1) + Dk * L));
   float* Q = buf;             // [L][Dk], then q⊙e^γ
   float* K = Q + L * Dk;      // [L][Dk]
   float* KT = K + L * Dk;     // [Dk][L], then (k⊙e^{γ_L-γ})ᵀ
@@ -249,6 +283,8 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   float* U = qk + L * L;      // [L][Dv]
   float* O = U + L * Dv;      // [L][Dv]
   float* beta = O + L * Dv;   // [L]
+  float* EG = beta + L;       // [L][gw]: e^γ
+  float* ER = EG + L * gw;    // [L][gw]: e^{γ_L-γ}
   for (int64_t t = 0; t < L; ++t) {
     hd.qk(t0 + t, Q + t * Dk, K + t * Dk);
     beta[t] = hd.beta(t0 + t);
@@ -257,11 +293,18 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   }
   transpose(K, Dk, KT, L, L, Dk);
   delta_pairs(a, Q, K, KT, G, beta, L, kk, qk);
-  auto gam = [&](int64_t t, int64_t i) { return G[t * gw + (gw == 1 ? 0 : i)]; };
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t i = 0; i < gw; ++i) {
+      EG[t * gw + i] = G[t * gw + i];
+      ER[t * gw + i] = G[(L - 1) * gw + i] - G[t * gw + i];
+    }
+  rkn.exp_inplace(EG, L * gw);
+  rkn.exp_inplace(ER, L * gw);
+  const int64_t gi = gw == 1 ? 0 : 1;  // channel i's decay is [t * gw + i * gi]
   for (int64_t t = 0; t < L; ++t) {
     const float* v = hd.v(t0 + t);
     for (int64_t j = 0; j < Dv; ++j) U[t * Dv + j] = beta[t] * v[j];
-    for (int64_t i = 0; i < Dk; ++i) NW[t * Dk + i] = -beta[t] * K[t * Dk + i] * std::exp(gam(t, i));
+    for (int64_t i = 0; i < Dk; ++i) NW[t * Dk + i] = -beta[t] * K[t * Dk + i] * EG[t * gw + i * gi];
     if (t) {
       rkn.gemm(kk + t * L, L, U, Dv, U + t * Dv, Dv, 1, t, Dv, true);
       rkn.gemm(kk + t * L, L, NW, Dk, NW + t * Dk, Dk, 1, t, Dk, true);
@@ -269,14 +312,14 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   }
   rkn.gemm(NW, Dk, hd.S, Dv, U, Dv, L, Dk, Dv, true);  // U is now v'
   for (int64_t t = 0; t < L; ++t)
-    for (int64_t i = 0; i < Dk; ++i) Q[t * Dk + i] *= std::exp(gam(t, i));
+    for (int64_t i = 0; i < Dk; ++i) Q[t * Dk + i] *= EG[t * gw + i * gi];
   rkn.gemm(Q, Dk, hd.S, Dv, O, Dv, L, Dk, Dv, false);
   rkn.gemm(qk, L, U, Dv, O, Dv, L, L, Dv, true);
   for (int64_t t = 0; t < L; ++t) std::copy_n(O + t * Dv, Dv, hd.o(t0 + t));
   for (int64_t i = 0; i < Dk; ++i) {
-    const float eL = std::exp(gam(L - 1, i));
+    const float eL = EG[(L - 1) * gw + i * gi];
     for (int64_t j = 0; j < Dv; ++j) hd.S[i * Dv + j] *= eL;
-    for (int64_t s = 0; s < L; ++s) KT[i * L + s] = K[s * Dk + i] * std::exp(gam(L - 1, i) - gam(s, i));
+    for (int64_t s = 0; s < L; ++s) KT[i * L + s] = K[s * Dk + i] * ER[s * gw + i * gi];
   }
   rkn.gemm(KT, L, U, Dv, hd.S, Dv, Dk, L, Dv, true);
 }
@@ -285,10 +328,18 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
 
 void causal_conv1d(const Conv1dArgs& a, std::span<const RecurrentSeq> seqs) {
   require(a.x && a.weight && a.out && a.channels > 0 && a.width > 0, "causal_conv1d: bad arguments");
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (a.channels + kBlock - 1) / kBlock;
-  for_items(seqs, blocks, kBlock * a.width, [&](const RecurrentSeq& s, int64_t b) {
-    for (int64_t c = b * kBlock; c < std::min(a.channels, (b + 1) * kBlock); ++c) conv_channel(a, s, c);
+  constexpr int64_t kBlock = 256;
+  const int64_t C = a.channels, K = a.width, blocks = (C + kBlock - 1) / kBlock;
+  if (a.x_c != 1 || a.out_c != 1) {  // channels not unit-stride: one channel at a time
+    for_items(seqs, blocks, kBlock * K, [&](const RecurrentSeq& s, int64_t b) {
+      for (int64_t c = b * kBlock; c < std::min(C, (b + 1) * kBlock); ++c) conv_channel(a, s, c);
+    });
+    return;
+  }
+  float* wt = thread_scratch(2, static_cast<size_t>(C * K));  // the caller's: read by every part
+  transpose(a.weight, K, wt, C, C, K);
+  for_items(seqs, blocks, kBlock * K, [&](const RecurrentSeq& s, int64_t b) {
+    conv_block(a, s, wt, b * kBlock, std::min(C, (b + 1) * kBlock));
   });
 }
 

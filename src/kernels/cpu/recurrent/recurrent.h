@@ -30,8 +30,9 @@ inline constexpr int64_t kRecurrentChunkMin = 16;
 
 /// Causal depthwise conv1d. x[c, t] at x + c*x_c + t*x_t, out likewise; weight [C, K] dense,
 /// bias [C] or null; out[c,t] = act(bias[c] + sum_j w[c,j] * x[c, t-(K-1)+j]), inputs before a
-/// sequence's first new token from its state [C][K-1] (oldest first). silu: act = x·sigmoid(x),
-/// else the identity. Throws std::invalid_argument for sizes < 1 or null pointers.
+/// sequence's first new token from its state [K-1][C] (oldest first; C floats for K = 1). silu:
+/// act = x·sigmoid(x), else the identity. Vectorised over channels when x_c and out_c are 1.
+/// Throws std::invalid_argument for sizes < 1 or null pointers.
 struct Conv1dArgs {
   const float* x = nullptr;
   int64_t x_c = 0, x_t = 0;
