@@ -237,15 +237,58 @@ void delta_steps(const DeltaHead& hd, int64_t t0, int64_t t1) {
   }
 }
 
+// Per-channel decays span at most this much (log) over a chunk for the factored products: each
+// factor is then within e^{±kMaxHalfSpan}, far inside the f32 range.
+constexpr float kMaxHalfSpan = 40.f;
+
+/// Per-channel decay, factored: e^{γ_t-γ_s} = e^{γ_t-c}·e^{c-γ_s} with c the channel's midpoint
+/// over the chunk, so the products are two matrix products. False (nothing written) when a
+/// channel's decay spans more than 2·kMaxHalfSpan, where a factor could overflow.
+bool delta_pairs_factored(const DeltaRuleArgs& a, const float* Q, const float* K, const float* G, int64_t L, float* kk,
+                          float* qk) {
+  const RecurrentKernels& rkn = rk();
+  const int64_t Dk = a.k_dim;
+  float* buf = thread_scratch(3, static_cast<size_t>(4 * L * Dk + Dk));
+  float *mid = buf, *left = mid + Dk, *right = left + L * Dk, *qm = right + L * Dk, *rt = qm + L * Dk;
+  for (int64_t i = 0; i < Dk; ++i) {
+    if (G[i] - G[(L - 1) * Dk + i] > 2 * kMaxHalfSpan) return false;
+    mid[i] = 0.5f * (G[i] + G[(L - 1) * Dk + i]);
+  }
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t i = 0; i < Dk; ++i) {
+      left[t * Dk + i] = G[t * Dk + i] - mid[i];
+      right[t * Dk + i] = mid[i] - G[t * Dk + i];
+    }
+  rkn.exp_inplace(left, L * Dk);
+  rkn.exp_inplace(right, L * Dk);
+  for (int64_t t = 0; t < L * Dk; ++t) {
+    qm[t] = Q[t] * left[t];
+    left[t] *= K[t];
+    right[t] *= K[t];
+  }
+  transpose(right, Dk, rt, L, L, Dk);
+  rkn.gemm(left, Dk, rt, L, kk, L, L, Dk, L, false);
+  rkn.gemm(qm, Dk, rt, L, qk, L, L, Dk, L, false);
+  return true;
+}
+
 /// The chunk's L×L decayed products: kk[t][s] = -β_t·Σ_i k_t[i]k_s[i]e^{γ_t[i]-γ_s[i]} (s < t) and
 /// qk[t][s] = Σ_i q_t[i]k_s[i]e^{γ_t[i]-γ_s[i]} (s <= t), 0 elsewhere. G: γ [L][Dk] (per channel)
-/// or [L] (per head); KT: k transposed [Dk][L] (per-head decay only).
+/// or [L] (per head); KT: k transposed [Dk][L].
 void delta_pairs(const DeltaRuleArgs& a, const float* Q, const float* K, const float* KT, const float* G,
                  const float* beta, int64_t L, float* kk, float* qk) {
   const RecurrentKernels& rkn = rk();
   const int64_t Dk = a.k_dim;
   if (a.per_channel_g) {
-    for (int64_t t = 0; t < L; ++t)
+    if (delta_pairs_factored(a, Q, K, G, L, kk, qk)) {
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t s = 0; s < L; ++s) {
+          kk[t * L + s] = s < t ? -beta[t] * kk[t * L + s] : 0.f;
+          qk[t * L + s] = s <= t ? qk[t * L + s] : 0.f;
+        }
+      return;
+    }
+    for (int64_t t = 0; t < L; ++t)  // a decay too strong to factor: each pair on its own
       for (int64_t s = 0; s < L; ++s) {
         kk[t * L + s] = s < t ? -beta[t] * rkn.decayed_dot(K + t * Dk, K + s * Dk, G + t * Dk, G + s * Dk, Dk) : 0.f;
         qk[t * L + s] = s <= t ? rkn.decayed_dot(Q + t * Dk, K + s * Dk, G + t * Dk, G + s * Dk, Dk) : 0.f;
