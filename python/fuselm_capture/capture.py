@@ -63,13 +63,20 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     decompose=False leaves ops the engine lacks in place (the caller rewrites them first, then
     calls decompose_for_engine)."""
     from .dispatch import DispatchRefused, number_states, recurrent_dispatch
+    from .length_watch import watch_length
     names = {id(m): n for n, m in module.named_modules()}
     try:
-        with torch.no_grad(), recurrent_dispatch(module):
+        with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length:
             ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except DispatchRefused as e:
         raise RecurrenceRefused(f"{type(module).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
+        if "Constraints violated" in str(e) and length.describe():
+            # An inline recurrence (or a branch on the length): torch names no module, the watch does.
+            raise CaptureError(
+                f"torch.export failed for {type(module).__name__} in module {length.describe()}: its forward "
+                "specialises the token count (a recurrence written inline, or a length-specialised forward, with "
+                "no kernel dispatch point that fuselm replaces), so one graph cannot serve every length") from e
         inner = _innermost_module(e, names)
         where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
         reason = messages.reason(str(e)) or type(e).__name__
