@@ -71,12 +71,6 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     except DispatchRefused as e:
         raise RecurrenceRefused(f"{type(module).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
-        if "Constraints violated" in str(e) and length.describe():
-            # An inline recurrence (or a branch on the length): torch names no module, the watch does.
-            raise CaptureError(
-                f"torch.export failed for {type(module).__name__} in module {length.describe()}: its forward "
-                "specialises the token count (a recurrence written inline, or a length-specialised forward, with "
-                "no kernel dispatch point that fuselm replaces), so one graph cannot serve every length") from e
         inner = _innermost_module(e, names)
         where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
         reason = messages.reason(str(e)) or type(e).__name__
@@ -85,6 +79,12 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
         not_experts = getattr(inner, "_fuselm_not_experts", None)
         hint = (f" (not captured as an experts op: {type(inner).__name__} is not routed through ExpertsInterface "
                 f"and {not_experts})") if not_experts else ""
+        if "Constraints violated" in str(e) and length.describe():
+            # torch names no module for a specialised token count (it checks the guards after
+            # tracing); the watch saw which module's forward added the guard.
+            where = length.describe()
+            hint = (": a recurrence written inline, or another length-specialised forward, with no kernel dispatch "
+                    "point that fuselm replaces")
         raise CaptureError(
             f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
         ) from e
