@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import parity
 from fuselm_server import Server
@@ -66,10 +67,18 @@ def client(server):
 
 
 def complete(client, prompt, max_tokens=8, stream=False):
-    kw = dict(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
+    """(text, token logprobs) of a greedy completion."""
+    kw = dict(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0, logprobs=1,
+              extra_body={"ignore_eos": True})
     if not stream:
-        return client.completions.create(**kw).choices[0].text
-    return "".join(c.choices[0].text or "" for c in client.completions.create(stream=True, **kw))
+        c = client.completions.create(**kw).choices[0]
+        return c.text, c.logprobs.token_logprobs
+    text, lps = "", []
+    for chunk in client.completions.create(stream=True, **kw):
+        c = chunk.choices[0]
+        text += c.text or ""
+        lps += c.logprobs.token_logprobs if c.logprobs else []
+    return text, lps
 
 
 def test_the_model_is_stateful_and_every_slot_is_counted(server):
@@ -86,8 +95,12 @@ def test_16_concurrent_greedy_streams_equal_each_run_alone(client):
     alone = [complete(client, p) for p in prompts]
     with cf.ThreadPoolExecutor(16) as pool:
         together = list(pool.map(lambda p: complete(client, p, stream=True), prompts))
-    assert together == alone
-    assert len(set(alone)) > 1  # the prompts lead somewhere different
+    assert [t for t, _ in together] == [t for t, _ in alone]
+    # Each stream's state is its own: the logprobs agree too (a state read from another sequence's
+    # slot would move them by far more than batching's fp32 rounding).
+    for (_, got), (_, want) in zip(together, alone):
+        np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
+    assert len({t for t, _ in alone}) > 1  # the prompts lead somewhere different
 
 
 def test_shared_200_token_prefix_is_cached_and_gives_the_cold_tokens(client, server, model_dir):
@@ -105,12 +118,18 @@ def test_shared_200_token_prefix_is_cached_and_gives_the_cold_tokens(client, ser
     # 16-token blocks: 12 whole blocks of the prefix, and a state checkpoint at 192 (the first
     # prompt's 230 tokens are checkpointed at 128, 192 and 224).
     assert b.usage.prompt_tokens_details.cached_tokens == 192
-    assert after["state_checkpoint_hits_total"] - before["state_checkpoint_hits_total"] == 1
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = parity.hf_model(model_dir)
-    for prompt, got in ((first, a), (second, b)):
-        assert got.choices[0].text == tok.decode(parity.hf_greedy(model, prompt, 6))
+    for prompt, got in ((first, a), (second, b)):  # transformers' cold run of each prompt
+        want = parity.hf_greedy(model, prompt, 6)
+        assert got.choices[0].text == tok.decode(want)
+        # The logprobs too: a tiny random model's greedy tokens may survive a wrong state, its
+        # logprobs do not.
+        logits = torch.log_softmax(torch.from_numpy(parity.hf_logits(model, prompt + want)), dim=-1)
+        hf_lps = [float(logits[len(prompt) - 1 + i, t]) for i, t in enumerate(want)]
+        np.testing.assert_allclose(got.choices[0].logprobs.token_logprobs, hf_lps, atol=2e-3, rtol=0)
+    assert after["state_checkpoint_hits_total"] - before["state_checkpoint_hits_total"] == 1
 
 
 def _stream_then_hang_up(server, tokens_to_read: int):
