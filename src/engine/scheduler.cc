@@ -94,7 +94,7 @@ int64_t Scheduler::take_cached_prefix(Sequence& s) {
   if (!states_ || got == 0) return got;
   const int64_t bs = kv_.block_size();
   const int64_t blocks = states_->restore_deepest(s.kv->block_keys(), got / bs, s.state->slot());
-  s.kv->truncate(static_cast<size_t>(blocks));
+  s.kv->keep_leading_blocks(static_cast<size_t>(blocks));
   return blocks * bs;
 }
 

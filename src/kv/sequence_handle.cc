@@ -81,7 +81,7 @@ void SequenceHandle::publish_full_blocks(std::span<const int64_t> tokens, int64_
   }
 }
 
-void SequenceHandle::truncate(size_t blocks) {
+void SequenceHandle::keep_leading_blocks(size_t blocks) {
   while (blocks_.size() > blocks) {
     cache_->pool().release(blocks_.back());
     blocks_.pop_back();

@@ -31,7 +31,7 @@ class SequenceHandle {
   void publish_full_blocks(std::span<const int64_t> tokens, int64_t computed);
   /// Keeps the first `blocks` blocks and returns the others to the pool (a stateful sequence
   /// resumes from a cached prefix only as deep as its state checkpoint: kv/state_pool.h).
-  void truncate(size_t blocks);
+  void keep_leading_blocks(size_t blocks);
   /// Returns every block to the pool; the handle is empty afterwards.
   void release();
 
