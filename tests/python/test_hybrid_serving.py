@@ -160,3 +160,35 @@ def test_disconnect_frees_every_block_and_state_slot(server):
     assert m["state_slots_used"] == 0
     assert m["state_slots_free"] == m["state_slots_total"]
     assert m["state_bytes_used"] == 0
+
+
+def test_small_pool_preempts_and_recomputes_the_state(fuselm_bin, model_dir, server, tmp_path):
+    """A pool whose KV blocks hold far less than 8 concurrent requests need (admitted in 32-token
+    chunks, so they grow past it): sequences are preempted (their state slots freed) and recomputed,
+    and each still gives its text and logprobs run alone."""
+    slot = int(server.metrics()["state_slot_bytes"])
+    small = Server(fuselm_bin, model_dir, ["--served-model-name", MODEL, "--max-num-seqs", "8",
+                                           "--max-num-batched-tokens", "32", "--kv-cache-memory", str(8 * slot + 160000)], tmp_path / "small.log")
+    try:
+        note = next(line for line in small.log_path.read_text().splitlines() if "stateful ops" in line)
+        blocks = int(note.split("KV: ")[1].split(" blocks")[0])
+        if "(0.0 MiB)" in note.split("KV: ")[1]:
+            pytest.skip(f"{FAMILY} has no attention: its blocks cost nothing, nothing is preempted")
+        import openai
+        c = openai.OpenAI(base_url=small.base + "/v1", api_key="none", max_retries=0, timeout=600)
+        pool = blocks * 16
+        length = pool // 3  # three fit at once, not eight
+        rng = np.random.default_rng(3)
+        prompts = [[int(x) for x in rng.integers(100, 40000, length - 40)] for _ in range(8)]
+        alone = [complete(c, p, max_tokens=40) for p in prompts]
+        assert small.metrics()["num_preemptions_total"] == 0
+        with cf.ThreadPoolExecutor(8) as ex:
+            together = list(ex.map(lambda p: complete(c, p, max_tokens=40, stream=True), prompts))
+        m = small.metrics()
+        assert m["num_preemptions_total"] > 0
+        assert [t for t, _ in together] == [t for t, _ in alone]
+        for (_, got), (_, want) in zip(together, alone):
+            np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
+        assert m["state_slots_used"] == 0 and m["kv_blocks_used"] == 0
+    finally:
+        assert small.stop() == 0
