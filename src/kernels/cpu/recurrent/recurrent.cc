@@ -204,14 +204,10 @@ struct DeltaHead {
   void qk(int64_t t, float* qo, float* ko) const {
     const int64_t n = a.k_dim;
     const float scale = 1.f / std::sqrt(static_cast<float>(n));
+    const RecurrentKernels& rkn = rk();
     auto norm = [&](const float* x, float* out, float extra) {
-      float f = extra;
-      if (a.l2norm) {
-        double ss = 0;
-        for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-        f *= static_cast<float>(1.0 / std::sqrt(ss + 1e-6));
-      }
-      for (int64_t i = 0; i < n; ++i) out[i] = x[i] * f;
+      const float f = a.l2norm ? extra / std::sqrt(rkn.dot(x, x, n) + 1e-6f) : extra;
+      rkn.scale_mul(x, nullptr, f, out, n);
     };
     norm(q(t), qo, scale);
     norm(k(t), ko, 1.f);
@@ -342,24 +338,25 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   rkn.exp_inplace(EG, L * gw);
   rkn.exp_inplace(ER, L * gw);
   const int64_t gi = gw == 1 ? 0 : 1;  // channel i's decay is [t * gw + i * gi]
+  auto decay_row = [&](float* row, const float* eg, float f) {  // row ⊙ e^γ_t times f
+    rkn.scale_mul(row, gw == 1 ? nullptr : eg, gw == 1 ? f * eg[0] : f, row, Dk);
+  };
   for (int64_t t = 0; t < L; ++t) {
-    const float* v = hd.v(t0 + t);
-    for (int64_t j = 0; j < Dv; ++j) U[t * Dv + j] = beta[t] * v[j];
-    for (int64_t i = 0; i < Dk; ++i) NW[t * Dk + i] = -beta[t] * K[t * Dk + i] * EG[t * gw + i * gi];
+    rkn.scale_mul(hd.v(t0 + t), nullptr, beta[t], U + t * Dv, Dv);
+    std::copy_n(K + t * Dk, Dk, NW + t * Dk);
+    decay_row(NW + t * Dk, EG + t * gw, -beta[t]);
     if (t) {
       rkn.gemm(kk + t * L, L, U, Dv, U + t * Dv, Dv, 1, t, Dv, true);
       rkn.gemm(kk + t * L, L, NW, Dk, NW + t * Dk, Dk, 1, t, Dk, true);
     }
   }
   rkn.gemm(NW, Dk, hd.S, Dv, U, Dv, L, Dk, Dv, true);  // U is now v'
-  for (int64_t t = 0; t < L; ++t)
-    for (int64_t i = 0; i < Dk; ++i) Q[t * Dk + i] *= EG[t * gw + i * gi];
+  for (int64_t t = 0; t < L; ++t) decay_row(Q + t * Dk, EG + t * gw, 1.f);
   rkn.gemm(Q, Dk, hd.S, Dv, O, Dv, L, Dk, Dv, false);
   rkn.gemm(qk, L, U, Dv, O, Dv, L, L, Dv, true);
   for (int64_t t = 0; t < L; ++t) std::copy_n(O + t * Dv, Dv, hd.o(t0 + t));
   for (int64_t i = 0; i < Dk; ++i) {
-    const float eL = EG[(L - 1) * gw + i * gi];
-    for (int64_t j = 0; j < Dv; ++j) hd.S[i * Dv + j] *= eL;
+    rkn.scale_mul(hd.S + i * Dv, nullptr, EG[(L - 1) * gw + i * gi], hd.S + i * Dv, Dv);
     for (int64_t s = 0; s < L; ++s) KT[i * L + s] = K[s * Dk + i] * ER[s * gw + i * gi];
   }
   rkn.gemm(KT, L, U, Dv, hd.S, Dv, Dk, L, Dv, true);

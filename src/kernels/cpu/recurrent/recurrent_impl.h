@@ -33,6 +33,10 @@ struct RecurrentKernels {
                     int64_t n, bool silu);
   /// x[i] <- exp(x[i]) over n floats.
   void (*exp_inplace)(float* x, int64_t n);
+  /// out[i] = f·a[i]·b[i] (f·a[i] when b is null) over n floats; out may be a.
+  void (*scale_mul)(const float* a, const float* b, float f, float* out, int64_t n);
+  /// Σ a[i]·b[i] over n floats.
+  float (*dot)(const float* a, const float* b, int64_t n);
 };
 
 extern const RecurrentKernels kRecurrentKernelsGeneric;
@@ -260,9 +264,27 @@ void rec_exp_inplace(float* x, int64_t n) {
 }
 
 template <Isa I>
+void rec_scale_mul(const float* a, const float* b, float f, float* out, int64_t n) {
+  using V = Vec<I>;
+  constexpr int W = V::W;
+  const typename V::R vf = V::set1(f);
+  for (int64_t i = 0; i < n; i += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, n - i));
+    const typename V::R x = V::mul(vf, V::loadn(a + i, m));
+    V::storen(out + i, b ? V::mul(x, V::loadn(b + i, m)) : x, m);
+  }
+}
+
+template <Isa I>
+float rec_dot_fn(const float* a, const float* b, int64_t n) {
+  return rec_dot<Vec<I>>(a, b, n);
+}
+
+template <Isa I>
 constexpr RecurrentKernels make_recurrent_kernels() {
   return {&rec_gemm<I>,        &rec_ssd_step<I>,   &rec_selective_step<I>, &rec_delta_step<I>,
-          &rec_decayed_dot<I>, &rec_conv_rows<I>, &rec_exp_inplace<I>};
+          &rec_decayed_dot<I>, &rec_conv_rows<I>, &rec_exp_inplace<I>, &rec_scale_mul<I>,
+          &rec_dot_fn<I>};
 }
 
 }  // namespace
