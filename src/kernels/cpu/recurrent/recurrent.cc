@@ -431,23 +431,26 @@ void selective_scan(const SelectiveArgs& a, std::span<const RecurrentSeq> seqs) 
   require(a.groups > 0 && a.channels % a.groups == 0, "selective_scan: the groups do not divide the channels");
   constexpr int64_t kBlock = 16;
   const int64_t N = a.state_dim, per_group = a.channels / a.groups, blocks = (a.channels + kBlock - 1) / kBlock;
+  // A block of channels token by token: the block's dt (softplus) and z (silu) are one vector each.
   for_items(seqs, blocks, kBlock * N * 4, [&](const RecurrentSeq& s, int64_t b) {
     const RecurrentKernels& k = rk();
-    for (int64_t d = b * kBlock; d < std::min(a.channels, (b + 1) * kBlock); ++d) {
-      float* S = s.state + d * N;
-      if (s.fresh) std::fill_n(S, N, 0.f);
-      const float* B = a.B + (d / per_group) * a.tokens * N;
-      const float* C = a.C + (d / per_group) * a.tokens * N;
-      for (int64_t t = s.first; t < s.first + s.count; ++t) {
-        float dt = a.dt[d * a.dt_d + t * a.dt_t] + (a.dt_bias ? a.dt_bias[d] : 0.f);
-        if (a.dt_softplus) dt = softplus(dt);
+    const int64_t d0 = b * kBlock, nd = std::min(a.channels, d0 + kBlock) - d0;
+    if (s.fresh) std::fill_n(s.state + d0 * N, nd * N, 0.f);
+    float dt[kBlock], z[kBlock];
+    for (int64_t t = s.first; t < s.first + s.count; ++t) {
+      for (int64_t c = 0; c < nd; ++c) {
+        dt[c] = a.dt[(d0 + c) * a.dt_d + t * a.dt_t] + (a.dt_bias ? a.dt_bias[d0 + c] : 0.f);
+        z[c] = a.z ? a.z[(d0 + c) * a.z_d + t * a.z_t] : 0.f;
+      }
+      if (a.dt_softplus) k.softplus_inplace(dt, nd);
+      if (a.z) k.silu_inplace(z, nd);
+      for (int64_t c = 0; c < nd; ++c) {
+        const int64_t d = d0 + c, grp = d / per_group;
         const float x = a.x[d * a.x_d + t * a.x_t];
-        float y = k.selective_step(S, a.A + d * N, B + t * N, C + t * N, N, dt, x) + (a.D ? a.D[d] * x : 0.f);
-        if (a.z) {
-          const float z = a.z[d * a.z_d + t * a.z_t];
-          y *= z / (1.f + std::exp(-z));
-        }
-        a.y[d * a.y_d + t * a.y_t] = y;
+        const float* B = a.B + (grp * a.tokens + t) * N;
+        const float* C = a.C + (grp * a.tokens + t) * N;
+        const float y = k.selective_step(s.state + d * N, a.A + d * N, B, C, N, dt[c], x) + (a.D ? a.D[d] * x : 0.f);
+        a.y[d * a.y_d + t * a.y_t] = a.z ? y * z[c] : y;
       }
     }
   });
