@@ -25,6 +25,11 @@ const RecurrentKernels& rk() { return isa_kernels<RecurrentKernels>(); }
 // Tokens of one chunk of the chunked forms (transformers' fallbacks use 64 too).
 constexpr int64_t kChunk = 64;
 
+// Multiply-adds a thread must get before a call splits: waking a pool thread costs tens of µs on
+// a shared machine, more than a small decode step (bench_recurrent: a selective scan's step of
+// 1536 channels ran slower on two threads at 1 << 15).
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 17;
+
 /// torch.nn.functional.softplus (beta 1, threshold 20).
 float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 
@@ -35,7 +40,7 @@ void for_items(std::span<const RecurrentSeq> seqs, int64_t units, int64_t work, 
   int64_t tokens = 0;
   for (const auto& s : seqs) tokens += s.count;
   const int64_t items = static_cast<int64_t>(seqs.size()) * units;
-  const int nt = kernel_threads(tokens * units * work, int64_t{1} << 15);
+  const int nt = kernel_threads(tokens * units * work, kMinWorkPerThread);
   parallel_for_dynamic(nt, items, [&](int64_t i) { fn(seqs[i / units], i % units); });
 }
 
@@ -62,8 +67,8 @@ const float* conv_in(const Conv1dArgs& a, const RecurrentSeq& s, int64_t u, int6
   return u < 0 ? s.state + (a.width - 1 + u) * a.channels + c0 : a.x + (s.first + u) * a.x_t + c0 * a.x_c;
 }
 
-/// Channels [c0, c1) of a sequence whose channels are unit-stride in x and out; wt: the weight
-/// transposed, [K][C].
+/// Channels [c0, c1) of a sequence whose channels are unit-stride in x and out; wt: the block's
+/// weight transposed, [K][c1 - c0].
 void conv_block(const Conv1dArgs& a, const RecurrentSeq& s, const float* wt, int64_t c0, int64_t c1) {
   const int64_t K = a.width, hist = K - 1, C = a.channels;
   if (s.fresh)
@@ -74,7 +79,7 @@ void conv_block(const Conv1dArgs& a, const RecurrentSeq& s, const float* wt, int
   const RecurrentKernels& k = rk();
   for (int64_t t = 0; t < s.count; ++t) {
     for (int64_t j = 0; j < K; ++j) rows[j] = conv_in(a, s, t - hist + j, c0);
-    k.conv_rows(rows, K, wt + c0, C, a.bias ? a.bias + c0 : nullptr, a.out + (s.first + t) * a.out_t + c0, c1 - c0,
+    k.conv_rows(rows, K, wt, c1 - c0, a.bias ? a.bias + c0 : nullptr, a.out + (s.first + t) * a.out_t + c0, c1 - c0,
                 a.silu);
   }
   // Row m of the new state is input T-(K-1)+m; in ascending m a state row read (T+m > m) is never
@@ -380,7 +385,7 @@ std::vector<float> ssd_group_products(const SsdArgs& a, std::span<const Recurren
   }
   std::vector<float> cb(static_cast<size_t>(total));
   const int64_t N = a.state_dim;
-  const int nt = kernel_threads(static_cast<int64_t>(blocks.size()) * kChunk * kChunk * N, int64_t{1} << 15);
+  const int nt = kernel_threads(static_cast<int64_t>(blocks.size()) * kChunk * kChunk * N, kMinWorkPerThread);
   parallel_for_dynamic(nt, static_cast<int64_t>(blocks.size()), [&](int64_t i) {
     const Block& b = blocks[i];
     const int64_t L = std::min(kChunk, b.s->count - b.t0), first = b.s->first + b.t0;
@@ -403,10 +408,15 @@ void causal_conv1d(const Conv1dArgs& a, std::span<const RecurrentSeq> seqs) {
     });
     return;
   }
-  float* wt = thread_scratch(2, static_cast<size_t>(C * K));  // the caller's: read by every part
-  transpose(a.weight, K, wt, C, C, K);
-  for_items(seqs, blocks, kBlock * K, [&](const RecurrentSeq& s, int64_t b) {
-    conv_block(a, s, wt, b * kBlock, std::min(C, (b + 1) * kBlock));
+  // One item per channel block, over every sequence: the block's weight is transposed once.
+  int64_t tokens = 0;
+  for (const auto& s : seqs) tokens += s.count;
+  const int nt = kernel_threads(tokens * C * K, kMinWorkPerThread);
+  parallel_for_dynamic(nt, blocks, [&](int64_t b) {
+    const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+    float* wt = thread_scratch(2, static_cast<size_t>(kBlock * K));
+    transpose(a.weight + c0 * K, K, wt, c1 - c0, c1 - c0, K);
+    for (const auto& s : seqs) conv_block(a, s, wt, c0, c1);
   });
 }
 
