@@ -228,7 +228,8 @@ void delta_steps(const DeltaHead& hd, int64_t t0, int64_t t1) {
     const float* g = hd.g(t);
     float all = 1.f;
     if (hd.a.per_channel_g) {
-      for (int64_t i = 0; i < Dk; ++i) e[i] = std::exp(g[i]);
+      std::copy_n(g, Dk, e);
+      rk().exp_inplace(e, Dk);
     } else {
       all = std::exp(g[0]);
     }
@@ -249,9 +250,11 @@ bool delta_pairs_factored(const DeltaRuleArgs& a, const float* Q, const float* K
   const int64_t Dk = a.k_dim;
   float* buf = thread_scratch(3, static_cast<size_t>(4 * L * Dk + Dk));
   float *mid = buf, *left = mid + Dk, *right = left + L * Dk, *qm = right + L * Dk, *rt = qm + L * Dk;
-  for (int64_t i = 0; i < Dk; ++i) {
-    if (G[i] - G[(L - 1) * Dk + i] > 2 * kMaxHalfSpan) return false;
-    mid[i] = 0.5f * (G[i] + G[(L - 1) * Dk + i]);
+  for (int64_t i = 0; i < Dk; ++i) {  // min and max over the chunk: g need not be monotone
+    float lo = G[i], hi = G[i];
+    for (int64_t t = 1; t < L; ++t) lo = std::min(lo, G[t * Dk + i]), hi = std::max(hi, G[t * Dk + i]);
+    if (!(hi - lo <= 2 * kMaxHalfSpan)) return false;
+    mid[i] = 0.5f * (lo + hi);
   }
   for (int64_t t = 0; t < L; ++t)
     for (int64_t i = 0; i < Dk; ++i) {
