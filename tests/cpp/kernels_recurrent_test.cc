@@ -92,12 +92,14 @@ struct DeltaData {
   int64_t T, Hk = 2, Hv = 4, Dk, Dv;
   bool per_channel;
   std::vector<float> q, k, v, g, beta;
-  DeltaData(int64_t t, int64_t dk, int64_t dv, bool pc) : T(t), Dk(dk), Dv(dv), per_channel(pc) {
+  /// decay: the scale of the log decays (3: strong enough per channel that a chunk's decay cannot
+  /// be factored and its products are taken pair by pair).
+  DeltaData(int64_t t, int64_t dk, int64_t dv, bool pc, float decay = 0.3f) : T(t), Dk(dk), Dv(dv), per_channel(pc) {
     q = random_floats(T * Hk * Dk, 11);
     k = random_floats(T * Hk * Dk, 12);
     v = random_floats(T * Hv * Dv, 13);
     g = random_floats(T * Hv * (pc ? Dk : 1), 14);
-    for (float& x : g) x = -std::log1p(std::exp(x)) * 0.3f;
+    for (float& x : g) x = -std::log1p(std::exp(x)) * decay;
     beta = random_floats(T * Hv, 15);
     for (float& b : beta) b = 1.f / (1.f + std::exp(-b));
   }
@@ -125,11 +127,11 @@ struct DeltaData {
 
 TEST_P(KernelsRecurrent, DeltaRuleChunkedEqualsSteps) {
   FUSELM_REQUIRE_ISA(GetParam());
-  for (bool per_channel : {false, true}) {
+  for (auto [per_channel, decay] : {std::pair{false, 0.3f}, {true, 0.3f}, {true, 3.f}}) {
     for (auto [dk, dv] : {std::pair<int64_t, int64_t>{20, 36}, {64, 64}}) {
       for (int64_t T : kLengths) {
-        SCOPED_TRACE(fmt::format("T={} Dk={} Dv={} per_channel={}", T, dk, dv, per_channel));
-        const DeltaData d(T, dk, dv, per_channel);
+        SCOPED_TRACE(fmt::format("T={} Dk={} Dv={} per_channel={} decay={}", T, dk, dv, per_channel, decay));
+        const DeltaData d(T, dk, dv, per_channel, decay);
         const std::vector<float> start = random_floats(d.Hv * dk * dv, 16, 0.3f);
         std::vector<float> o0, s0, o, s;
         {

@@ -208,15 +208,17 @@ def test_gated_delta_rule(tmp_path, Hk, Hv, Dk, Dv, l2norm):
     _check(_run(tmp_path, fn, make, {j: 1 for j in range(5)}), ref)
 
 
-def test_kimi_delta_attention(tmp_path):
-    """Per-key-channel decay g [1, T, H, Dk] (chunk_kda)."""
+@pytest.mark.parametrize("decay", [0.3, 3.0])
+def test_kimi_delta_attention(tmp_path, decay):
+    """Per-key-channel decay g [1, T, H, Dk] (chunk_kda); decay 3: strong enough that the engine's
+    chunks take the decayed products pair by pair instead of factored."""
     H, Dk, Dv = 2, 12, 8
     fallback = _fallback("kimi_linear.modeling_kimi_linear", "chunk_kimi_delta_attention")
 
     def make(T):
         g = _gen(400 + T)
         return [torch.randn(1, T, H, Dk, generator=g), torch.randn(1, T, H, Dk, generator=g),
-                torch.randn(1, T, H, Dv, generator=g), -F.softplus(torch.randn(1, T, H, Dk, generator=g)) * 0.3,
+                torch.randn(1, T, H, Dv, generator=g), -F.softplus(torch.randn(1, T, H, Dk, generator=g)) * decay,
                 torch.rand(1, T, H, generator=g)]
 
     def fn(q, k, v, gg, beta):

@@ -111,6 +111,7 @@ struct SsdHead {
   const RecurrentSeq& s;
   int64_t h, g;
   float* S;
+  const float* cb;  // the sequence's C·Bᵀ blocks ([chunk][group][kChunk][kChunk]; chunked runs)
 
   const float* x(int64_t t) const { return a.x + (s.first + t) * a.x_t + h * a.x_h; }
   const float* B(int64_t t) const { return a.B + (s.first + t) * a.b_t + g * a.b_g; }
@@ -139,12 +140,11 @@ void ssd_chunk(const SsdHead& hd, int64_t t0, int64_t L) {
   const SsdArgs& a = hd.a;
   const RecurrentKernels& k = rk();
   const int64_t P = a.head_dim, N = a.state_dim;
-  float* buf = thread_scratch(0, static_cast<size_t>(2 * L + L * L + N * L + L * P + N * P + L * N + P * L));
+  float* buf = thread_scratch(0, static_cast<size_t>(2 * L + L * L + L * P + N * P + L * N + P * L));
   float* dt = buf;
   float* cum = dt + L;
   float* M = cum + L;      // [L][L]
-  float* BT = M + L * L;   // [N][L]
-  float* Y = BT + N * L;   // [L][P]
+  float* Y = M + L * L;    // [L][P]
   float* ST = Y + L * P;   // [N][P]
   float* Ce = ST + N * P;  // [L][N]
   float* XT = Ce + L * N;  // [P][L]
@@ -154,14 +154,12 @@ void ssd_chunk(const SsdHead& hd, int64_t t0, int64_t L) {
     run += dt[t] * a.A[hd.h];
     cum[t] = run;
   }
-  for (int64_t t = 0; t < L; ++t)
-    for (int64_t n = 0; n < N; ++n) BT[n * L + t] = hd.B(t0 + t)[n];
-  k.gemm(hd.C(t0), a.c_t, BT, L, M, L, L, N, L, false);
+  const float* cb = hd.cb + ((t0 / kChunk) * a.groups + hd.g) * kChunk * kChunk;  // shared by the group's heads
   float* e = Ce;  // free until the C rows are scaled below
   for (int64_t t = 0; t < L; ++t) {
     for (int64_t s = 0; s <= t; ++s) e[s] = cum[t] - cum[s];
     k.exp_inplace(e, t + 1);
-    for (int64_t s = 0; s < L; ++s) M[t * L + s] = s <= t ? M[t * L + s] * e[s] * dt[s] : 0.f;
+    for (int64_t s = 0; s < L; ++s) M[t * L + s] = s <= t ? cb[t * L + s] * e[s] * dt[s] : 0.f;
   }
   k.gemm(M, L, hd.x(t0), a.x_t, Y, P, L, L, P, false);
   transpose(hd.S, N, ST, P, P, N);
@@ -237,15 +235,58 @@ void delta_steps(const DeltaHead& hd, int64_t t0, int64_t t1) {
   }
 }
 
+// Per-channel decays span at most this much (log) over a chunk for the factored products: each
+// factor is then within e^{±kMaxHalfSpan}, far inside the f32 range.
+constexpr float kMaxHalfSpan = 40.f;
+
+/// Per-channel decay, factored: e^{γ_t-γ_s} = e^{γ_t-c}·e^{c-γ_s} with c the channel's midpoint
+/// over the chunk, so the products are two matrix products. False (nothing written) when a
+/// channel's decay spans more than 2·kMaxHalfSpan, where a factor could overflow.
+bool delta_pairs_factored(const DeltaRuleArgs& a, const float* Q, const float* K, const float* G, int64_t L, float* kk,
+                          float* qk) {
+  const RecurrentKernels& rkn = rk();
+  const int64_t Dk = a.k_dim;
+  float* buf = thread_scratch(3, static_cast<size_t>(4 * L * Dk + Dk));
+  float *mid = buf, *left = mid + Dk, *right = left + L * Dk, *qm = right + L * Dk, *rt = qm + L * Dk;
+  for (int64_t i = 0; i < Dk; ++i) {
+    if (G[i] - G[(L - 1) * Dk + i] > 2 * kMaxHalfSpan) return false;
+    mid[i] = 0.5f * (G[i] + G[(L - 1) * Dk + i]);
+  }
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t i = 0; i < Dk; ++i) {
+      left[t * Dk + i] = G[t * Dk + i] - mid[i];
+      right[t * Dk + i] = mid[i] - G[t * Dk + i];
+    }
+  rkn.exp_inplace(left, L * Dk);
+  rkn.exp_inplace(right, L * Dk);
+  for (int64_t t = 0; t < L * Dk; ++t) {
+    qm[t] = Q[t] * left[t];
+    left[t] *= K[t];
+    right[t] *= K[t];
+  }
+  transpose(right, Dk, rt, L, L, Dk);
+  rkn.gemm(left, Dk, rt, L, kk, L, L, Dk, L, false);
+  rkn.gemm(qm, Dk, rt, L, qk, L, L, Dk, L, false);
+  return true;
+}
+
 /// The chunk's L×L decayed products: kk[t][s] = -β_t·Σ_i k_t[i]k_s[i]e^{γ_t[i]-γ_s[i]} (s < t) and
 /// qk[t][s] = Σ_i q_t[i]k_s[i]e^{γ_t[i]-γ_s[i]} (s <= t), 0 elsewhere. G: γ [L][Dk] (per channel)
-/// or [L] (per head); KT: k transposed [Dk][L] (per-head decay only).
+/// or [L] (per head); KT: k transposed [Dk][L].
 void delta_pairs(const DeltaRuleArgs& a, const float* Q, const float* K, const float* KT, const float* G,
                  const float* beta, int64_t L, float* kk, float* qk) {
   const RecurrentKernels& rkn = rk();
   const int64_t Dk = a.k_dim;
   if (a.per_channel_g) {
-    for (int64_t t = 0; t < L; ++t)
+    if (delta_pairs_factored(a, Q, K, G, L, kk, qk)) {
+      for (int64_t t = 0; t < L; ++t)
+        for (int64_t s = 0; s < L; ++s) {
+          kk[t * L + s] = s < t ? -beta[t] * kk[t * L + s] : 0.f;
+          qk[t * L + s] = s <= t ? qk[t * L + s] : 0.f;
+        }
+      return;
+    }
+    for (int64_t t = 0; t < L; ++t)  // a decay too strong to factor: each pair on its own
       for (int64_t s = 0; s < L; ++s) {
         kk[t * L + s] = s < t ? -beta[t] * rkn.decayed_dot(K + t * Dk, K + s * Dk, G + t * Dk, G + s * Dk, Dk) : 0.f;
         qk[t * L + s] = s <= t ? rkn.decayed_dot(Q + t * Dk, K + s * Dk, G + t * Dk, G + s * Dk, Dk) : 0.f;
@@ -324,6 +365,35 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   rkn.gemm(KT, L, U, Dv, hd.S, Dv, Dk, L, Dv, true);
 }
 
+/// C·Bᵀ of every chunk and group of the sequences that run chunked (the L×L products every head
+/// of a group shares), in one parallel pass; cb_at[i]: sequence i's first block (-1: steps).
+std::vector<float> ssd_group_products(const SsdArgs& a, std::span<const RecurrentSeq> seqs, ScanForm form,
+                                      std::vector<int64_t>& cb_at) {
+  struct Block {
+    const RecurrentSeq* s;
+    int64_t g, t0, at;
+  };
+  std::vector<Block> blocks;
+  int64_t total = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!chunked(form, seqs[i].count)) continue;
+    cb_at[i] = total;
+    for (int64_t t0 = 0; t0 < seqs[i].count; t0 += kChunk)
+      for (int64_t g = 0; g < a.groups; ++g, total += kChunk * kChunk) blocks.push_back({&seqs[i], g, t0, total});
+  }
+  std::vector<float> cb(static_cast<size_t>(total));
+  const int64_t N = a.state_dim;
+  const int nt = kernel_threads(static_cast<int64_t>(blocks.size()) * kChunk * kChunk * N, int64_t{1} << 15);
+  parallel_for_dynamic(nt, static_cast<int64_t>(blocks.size()), [&](int64_t i) {
+    const Block& b = blocks[i];
+    const int64_t L = std::min(kChunk, b.s->count - b.t0), first = b.s->first + b.t0;
+    float* bt = thread_scratch(0, static_cast<size_t>(N * L));  // B transposed, [N][L]
+    transpose(a.B + first * a.b_t + b.g * a.b_g, a.b_t, bt, L, L, N);
+    rk().gemm(a.C + first * a.c_t + b.g * a.c_g, a.c_t, bt, L, cb.data() + b.at, L, L, N, L, false);
+  });
+  return cb;
+}
+
 }  // namespace
 
 void causal_conv1d(const Conv1dArgs& a, std::span<const RecurrentSeq> seqs) {
@@ -348,10 +418,13 @@ void ssd_scan(const SsdArgs& a, std::span<const RecurrentSeq> seqs, ScanForm for
           "ssd_scan: bad arguments");
   require(a.groups > 0 && a.heads % a.groups == 0, "ssd_scan: the groups do not divide the heads");
   const int64_t per_group = a.heads / a.groups, hs = a.head_dim * a.state_dim;
+  std::vector<int64_t> cb_at(seqs.size(), -1);
+  const std::vector<float> cb = ssd_group_products(a, seqs, form, cb_at);
   for_items(seqs, a.heads, 2 * hs, [&](const RecurrentSeq& s, int64_t h) {
-    const SsdHead hd{a, s, h, h / per_group, s.state + h * hs};
+    const int64_t i = &s - seqs.data();
+    const SsdHead hd{a, s, h, h / per_group, s.state + h * hs, cb_at[i] < 0 ? nullptr : cb.data() + cb_at[i]};
     if (s.fresh) std::fill_n(hd.S, hs, 0.f);
-    if (!chunked(form, s.count)) return ssd_steps(hd, 0, s.count);
+    if (!hd.cb) return ssd_steps(hd, 0, s.count);
     for (int64_t t = 0; t < s.count; t += kChunk) ssd_chunk(hd, t, std::min(kChunk, s.count - t));
   });
 }
