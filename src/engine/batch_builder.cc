@@ -11,7 +11,7 @@ void BatchBuilder::build(std::span<const ScheduledSeq> batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const Sequence& s = *batch[i].seq;
     const int64_t n = batch[i].tokens;
-    slices_.push_back({static_cast<int64_t>(ids_.size()), n, s.computed + n, s.kv->slots()});
+    slices_.push_back({static_cast<int64_t>(ids_.size()), n, s.computed + n, s.kv->slots(), s.state_slot()});
     const bool last = s.computed + n == static_cast<int64_t>(s.tokens.size());
     const bool prompt_rows = s.reads_prompt_rows();
     for (int64_t p = s.computed; p < s.computed + n; ++p) {
