@@ -42,6 +42,9 @@ struct ParamEntry {
   // `concat_dim` of the stacked tensor (-1: one part per expert).
   std::vector<std::string> keys;
   int64_t experts = 0, parts = 0, concat_dim = -1;
+  // false for "experts": 0, a plain concatenation of the parts along concat_dim - 1 of the
+  // parameter itself (transformers' Concatenate alone: q/k/v convolution weights merged into one).
+  bool expert_axis = true;
 };
 
 [[noreturn]] void bad_entry(const std::string& target, const std::string& what) {
@@ -62,7 +65,8 @@ std::vector<int64_t> parse_shape(const std::string& target, const nlohmann::json
 }
 
 /// A stacked entry: checkpoint "keys" (experts × parts) and "stack" {experts, parts, concat_dim}
-/// that fit the entry's shape [E, ...].
+/// that fit the entry's shape [E, ...]; "experts": 0 concatenates the parts along concat_dim of
+/// the entry's own shape (no expert axis).
 void parse_stack(const std::string& target, const nlohmann::json& ck, const nlohmann::json& stack, ParamEntry& e) {
   auto keys = ck.find("keys");
   auto int_of = [&](const char* name) -> int64_t {
@@ -72,13 +76,18 @@ void parse_stack(const std::string& target, const nlohmann::json& ck, const nloh
   };
   if (!stack.is_object() || keys == ck.end() || !keys->is_array())
     bad_entry(target, "has a malformed checkpoint \"stack\"");
-  e.experts = int_of("experts");
+  auto ex = stack.find("experts");
+  e.expert_axis = !(ex != stack.end() && ex->is_number_integer() && ex->get<int64_t>() == 0);
+  e.experts = e.expert_axis ? int_of("experts") : 1;
   e.parts = int_of("parts");
   auto cd = stack.find("concat_dim");
   e.concat_dim = cd == stack.end() || cd->is_null() ? -1 : cd->is_number_integer() ? cd->get<int64_t>() : -2;
+  // Without an expert axis the parameter is one expert's [1, ...] stacked tensor with the axis left out.
+  if (!e.expert_axis && e.concat_dim >= 0) ++e.concat_dim;
+  const int64_t ndim = static_cast<int64_t>(e.shape.size()) + (e.expert_axis ? 0 : 1);
   if (e.experts <= 0 || e.parts <= 0 || e.concat_dim == -2 || e.concat_dim == 0 ||
       static_cast<int64_t>(keys->size()) != e.experts * e.parts || (e.concat_dim < 0 && e.parts != 1) ||
-      e.shape.empty() || e.shape[0] != e.experts || e.concat_dim >= static_cast<int64_t>(e.shape.size()))
+      e.shape.empty() || (e.expert_axis && e.shape[0] != e.experts) || e.concat_dim >= ndim)
     bad_entry(target, fmt::format("has checkpoint stack {} that does not fit {} keys and shape {}", stack.dump(),
                                   keys->size(), format_shape(e.shape)));
   for (const auto& k : *keys) {
@@ -136,7 +145,7 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
 /// exist, share one dtype, and have the per-expert shape with its concat dimension split evenly.
 WeightView load_stacked(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
                         const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
-  std::vector<int64_t> part_shape(e.shape.begin() + 1, e.shape.end());
+  std::vector<int64_t> part_shape(e.shape.begin() + (e.expert_axis ? 1 : 0), e.shape.end());
   const int64_t cd = e.concat_dim - 1;  // concat dim within one expert
   if (cd >= 0) {
     if (part_shape[cd] % e.parts != 0)
