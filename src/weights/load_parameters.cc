@@ -141,10 +141,77 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
   return e;
 }
 
+/// The checkpoint tensor of one part of a stacked entry and its storage dtype; every part must
+/// exist and have the dtype of the first (file_dtype, set by the first call).
+std::pair<TensorView, kernels::DType> part_tensor(const std::string& target, const std::string& key,
+                                                  const Checkpoint& checkpoint, std::optional<DType>& file_dtype) {
+  const std::optional<TensorView> t = checkpoint.find(key);
+  if (!t)
+    throw WeightsError(fmt::format("{}: parameter '{}' needs checkpoint key '{}', which the checkpoint does not have {}",
+                                   checkpoint.path().string(), target, key, kRecapture));
+  const std::string file = t->file->path().string();
+  if (file_dtype && *file_dtype != t->dtype)
+    throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}, other parts of parameter '{}' have {}", key, file,
+                                   file_dtype_name(t->dtype), target, file_dtype_name(*file_dtype)));
+  const std::optional<kernels::DType> from = kernels::storage_dtype(t->dtype);
+  if (!from)
+    throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", key, file,
+                                   file_dtype_name(t->dtype), target));
+  file_dtype = t->dtype;
+  return {*t, *from};
+}
+
+/// A plain concatenation ("experts": 0) along dim cd of the parameter: the parts may differ in
+/// size along cd (q, k and v widths), every other dim equal to the parameter's; their sizes along
+/// cd must add up to the parameter's.
+WeightView load_concatenated(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
+                             const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
+  const int64_t cd = e.concat_dim - 1;
+  std::optional<DType> file_dtype;
+  std::vector<std::pair<TensorView, kernels::DType>> parts;
+  int64_t along = 0;
+  for (const std::string& key : e.keys) {
+    parts.push_back(part_tensor(target, key, checkpoint, file_dtype));
+    const std::span<const int64_t> sh = parts.back().first.shape;
+    bool fits = sh.size() == e.shape.size();
+    for (size_t d = 0; fits && d < sh.size(); ++d) fits = static_cast<int64_t>(d) == cd || sh[d] == e.shape[d];
+    if (!fits)
+      throw WeightsError(fmt::format("tensor '{}' has shape {}, not a part of parameter '{}' {} along dim {} {}", key,
+                                     format_shape(sh), target, format_shape(e.shape), cd, kRecapture));
+    along += sh[cd];
+  }
+  if (along != e.shape[cd])
+    throw WeightsError(fmt::format("the parts of parameter '{}' {} add up to {} along dim {} {}", target,
+                                   format_shape(e.shape), along, cd, kRecapture));
+  WeightView v;
+  v.shape = e.shape;
+  v.checkpoint_key = e.keys.front();
+  v.owned = true;
+  v.dtype = target_dtype(parts.front().second, options);
+  const size_t out_es = static_cast<size_t>(kernels::dtype_size(v.dtype));
+  char* out = static_cast<char*>(buffers.emplace_back(static_cast<size_t>(v.numel()) * out_es).data());
+  v.data = out;
+  int64_t outer = 1, rest = 1;  // blocks before cd; elements after it
+  for (int64_t d = 0; d < cd; ++d) outer *= e.shape[d];
+  for (size_t d = static_cast<size_t>(cd) + 1; d < e.shape.size(); ++d) rest *= e.shape[d];
+  int64_t offset = 0;  // the part's first element within a block of the parameter
+  for (const auto& [t, from] : parts) {
+    const int64_t inner = t.shape[cd] * rest;
+    const size_t in_es = static_cast<size_t>(kernels::dtype_size(from));
+    for (int64_t o = 0; o < outer; ++o)
+      convert_elements(static_cast<const char*>(t.data) + static_cast<size_t>(o * inner) * in_es, from,
+                       out + static_cast<size_t>(o * along * rest + offset) * out_es, v.dtype,
+                       inner);
+    offset += inner;
+  }
+  return v;
+}
+
 /// Copies each expert's parts into one owned [E, ...] buffer in the target dtype. Every part must
 /// exist, share one dtype, and have the per-expert shape with its concat dimension split evenly.
 WeightView load_stacked(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
                         const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
+  if (!e.expert_axis && e.concat_dim > 0) return load_concatenated(target, e, checkpoint, options, buffers);
   std::vector<int64_t> part_shape(e.shape.begin() + (e.expert_axis ? 1 : 0), e.shape.end());
   const int64_t cd = e.concat_dim - 1;  // concat dim within one expert
   if (cd >= 0) {

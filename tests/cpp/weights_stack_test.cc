@@ -118,6 +118,19 @@ TEST(WeightsStack, PlainConcatenationHasNoExpertAxis) {
   EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", plain({6, 4}, 2)}}, c); }), "does not fit 2 keys and shape [6, 4]");
 }
 
+TEST(WeightsStack, PlainConcatenationOfUnequalParts) {
+  // q and k of width 1, v of width 2 (rows of [C, 1, K] convolution weights), concatenated along dim 0.
+  std::vector<float> q{1, 2}, k{3, 4}, v{5, 6, 7, 8};
+  Fixture fx({f32_tensor("q", {1, 1, 2}, q), f32_tensor("k", {1, 1, 2}, k), f32_tensor("v", {2, 1, 2}, v)});
+  Checkpoint c = fx.open();
+  nlohmann::json j = stacked({4, 1, 2}, 0, 3, 0);
+  j["checkpoint"]["keys"] = {"q", "k", "v"};
+  LoadedParameters p = load_parameters({{"w", j}}, c);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(value(p.at("w"), i), static_cast<float>(i + 1));
+  j["shape"] = {5, 1, 2};
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", j}}, c); }), "add up to 4 along dim 0");
+}
+
 TEST(WeightsStack, ErrorsNameTheTensor) {
   Fixture fx(experts_parts(2, 2, 3, 4, false));
   Checkpoint c = fx.open();
