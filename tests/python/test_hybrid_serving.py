@@ -2,7 +2,10 @@
 docs/recurrent.md "State in the engine") against the openai client, with transformers as the oracle:
 16 concurrent greedy streams each equal the same request run alone; a request that shares a
 200-token prefix with an earlier one reports cached tokens and gives transformers' greedy tokens
-(those of a cold run); after a client hangs up every KV block and state slot is free (/metrics).
+(those of a cold run); after a client hangs up every KV block and state slot is free (/metrics);
+a pool too small for the load preempts and recomputes the state; n > 1 choices copy the prompt's
+state. Texts and logprobs are compared (a tiny random model's greedy tokens may survive a wrong
+state; its logprobs do not).
 
 The model is tests/python/hybrid_models.py's tiny family (FUSELM_HYBRID_FAMILY, default bamba:
 Mamba2 mixers around one attention layer at index 1), with SmolLM2's tokenizer so serve takes text.
@@ -192,3 +195,20 @@ def test_small_pool_preempts_and_recomputes_the_state(fuselm_bin, model_dir, ser
         assert m["state_slots_used"] == 0 and m["kv_blocks_used"] == 0
     finally:
         assert small.stop() == 0
+
+
+def test_n_choices_each_take_a_copy_of_the_prompt_state(client, server):
+    """n = 3 greedy choices: the first computes the prompt, the others copy its state checkpoint
+    (prompt_tokens_shared_total) into their own slots; each equals the request with n = 1."""
+    rng = np.random.default_rng(11)
+    prompt = [int(x) for x in rng.integers(100, 40000, 100)]
+    before = server.metrics()  # a prompt never seen: the owner's own checkpoint is what the others copy
+    three = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, logprobs=1, n=3,
+                                      extra_body={"ignore_eos": True}).choices
+    after = server.metrics()
+    one = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, logprobs=1,
+                                    extra_body={"ignore_eos": True}).choices[0]
+    assert after["prompt_tokens_shared_total"] - before["prompt_tokens_shared_total"] == 2 * 96
+    for c in three:
+        assert c.text == one.text
+        np.testing.assert_allclose(c.logprobs.token_logprobs, one.logprobs.token_logprobs, atol=1e-3, rtol=0)
