@@ -212,3 +212,19 @@ def test_n_choices_each_take_a_copy_of_the_prompt_state(client, server):
     for c in three:
         assert c.text == one.text
         np.testing.assert_allclose(c.logprobs.token_logprobs, one.logprobs.token_logprobs, atol=1e-3, rtol=0)
+
+
+def test_inspect_lists_each_stateful_op_and_the_bytes_the_server_holds(fuselm_bin, model_dir, server):
+    import subprocess
+    r = subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--json", "--no-capture"], capture_output=True,
+                       text=True, check=True)
+    state = json.loads(r.stdout)["state"]
+    ops = state["ops"]
+    assert [op["state_idx"] for op in ops] == list(range(len(ops))) and ops
+    assert {op["op"] for op in ops} <= {"fuselm.causal_conv1d.default", "fuselm.ssd_scan.default",
+                                        "fuselm.selective_scan.default", "fuselm.gated_delta_rule.default"}
+    assert state["bytes_per_sequence"] == sum(op["bytes_per_sequence"] for op in ops)
+    assert state["bytes_per_sequence"] == server.metrics()["state_slot_bytes"]
+    text = subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--no-capture"], capture_output=True, text=True,
+                          check=True).stdout
+    assert f"state: {len(ops)} stateful ops, {state['bytes_per_sequence']} bytes per sequence (f32)" in text
