@@ -33,6 +33,13 @@ DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models
 # Selective scan (Mamba), SSD scan with attention (Bamba), gated delta rule with experts
 # (Qwen3-Next), Kimi delta attention with MLA (Kimi Linear), short convolutions (LFM2).
 IN_CI = ["mamba", "bamba", "qwen3_next", "kimi_linear", "lfm2"]
+# Families that capture (test_hybrid_capture.py passes) but the engine does not run yet, with why.
+WAITING = {
+    f: "one attention module shared by several layers (a shared transformer block) has no layer index of its "
+       "own (layer_idx -1; transformers passes the KV cache layer at the call): the engine refuses an attention "
+       "op without one"
+    for f in ("zamba", "zamba2")
+}
 
 
 def prompt_of(length: int, vocab: int, seed: int) -> list[int]:
@@ -110,7 +117,9 @@ def test_hybrid_chunked_prefill_parity(family, fuselm_bin, model_cache, tmp_path
 
 
 @pytest.mark.skipif(not LONG, reason="long mode: scripts/test.sh --long (FUSELM_LONG=1)")
-@pytest.mark.parametrize("family", [f for f in DISPATCHED if f not in IN_CI])
+@pytest.mark.parametrize("family", [
+    pytest.param(f, marks=pytest.mark.xfail(reason=WAITING[f], strict=False)) if f in WAITING else f
+    for f in DISPATCHED if f not in IN_CI])
 def test_long_hybrid_parity(family, fuselm_bin, model_cache, tmp_path):
     check_prompts(family, fuselm_bin, model_cache, tmp_path)
     check_chunked(family, fuselm_bin, model_cache, tmp_path)
