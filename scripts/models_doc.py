@@ -112,8 +112,8 @@ tokens, as above (five families in the default run: gemma3, llava, paligemma, qw
 every family in `scripts/test.sh --long`).
 
 Pass: gemma3, mistral3, llava, llava_next, llava_onevision, aya_vision, cohere2_vision, internvl,
-idefics3, smolvlm, paligemma, lfm2_vl (attention layers only: a short-convolution layer stops
-capture, as in the text lfm2), got_ocr2, mllama (its cross-attention layers, which a text-only
+idefics3, smolvlm, paligemma, lfm2_vl (a short-convolution layer, as
+`fuselm.causal_conv1d`, and an attention layer), got_ocr2, mllama (its cross-attention layers, which a text-only
 prompt skips), qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v (vision towers); qwen2_audio, voxtral (audio
 towers). (The sweep
 below still lists wrappers as skipped: it builds models through AutoModelForCausalLM from config
@@ -238,6 +238,20 @@ def render_sweep(rows: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+HYBRID_MARKER = "## Hybrid and recurrent families"
+
+
+def hybrid_section(out: Path) -> str:
+    """The section of `out` from HYBRID_MARKER to the next section: the hybrid families' results,
+    written by hand from tests/python/test_hybrid_parity.py; kept as it is by every render."""
+    text = out.read_text() if out.exists() else ""
+    at = text.find(HYBRID_MARKER)
+    if at < 0:
+        return ""
+    end = text.find("\n## ", at + len(HYBRID_MARKER))
+    return "\n" + text[at:end if end >= 0 else len(text)].rstrip("\n") + "\n"
+
+
 REAL_MARKER = "## Real checkpoints, verified"
 
 
@@ -273,7 +287,8 @@ def main() -> int:
     for f in args.sweep:
         sweep.update(json.loads(f.read_text()))
     kept = kept_real_section(args.out)
-    args.out.write_text(render(rows_of(known, kinds), kinds) + WRAPPERS_SECTION + (render_sweep(sweep) if sweep else "")
+    args.out.write_text(render(rows_of(known, kinds), kinds) + WRAPPERS_SECTION + hybrid_section(args.out)
+                        + (render_sweep(sweep) if sweep else "")
                         + kept)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -10,4 +10,5 @@ ACTIVATIONS = {
     "gelu": torch.nn.functional.gelu,
     "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
     "relu": torch.relu,
+    "relu2": lambda x: torch.relu(x) ** 2,  # ReLU squared (transformers' ReLUSquaredActivation)
 }

@@ -30,6 +30,11 @@ class CaptureError(RuntimeError):
     """A model that cannot be captured; the message names the model class, module and reason."""
 
 
+class RecurrenceRefused(CaptureError):
+    """A recurrence capture cannot replace: a dispatch point's call the fuselm op cannot express, or
+    a forward that specialises the token count. Final: no other attention implementation helps."""
+
+
 def _progress(msg: str) -> None:
     print(f"fuselm capture: {msg}", file=sys.stderr, flush=True)
 
@@ -57,10 +62,14 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     """torch.export in fuselm's configuration; failures become CaptureError naming the module.
     decompose=False leaves ops the engine lacks in place (the caller rewrites them first, then
     calls decompose_for_engine)."""
+    from .dispatch import DispatchRefused, number_states, recurrent_dispatch
+    from .length_watch import watch_length
     names = {id(m): n for n, m in module.named_modules()}
     try:
-        with torch.no_grad():
+        with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length:
             ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+    except DispatchRefused as e:
+        raise RecurrenceRefused(f"{type(module).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
         inner = _innermost_module(e, names)
         where = f"{names[id(inner)] or '<root>'} ({type(inner).__name__})" if inner is not None else "<unknown module>"
@@ -70,9 +79,16 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
         not_experts = getattr(inner, "_fuselm_not_experts", None)
         hint = (f" (not captured as an experts op: {type(inner).__name__} is not routed through ExpertsInterface "
                 f"and {not_experts})") if not_experts else ""
+        if "Constraints violated" in str(e) and length.describe():
+            # torch names no module for a specialised token count (it checks the guards after
+            # tracing); the watch saw which module's forward added the guard.
+            where = length.describe()
+            hint = (": a recurrence written inline, or another length-specialised forward, with no kernel dispatch "
+                    "point that fuselm replaces")
         raise CaptureError(
             f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
         ) from e
+    number_states(ep)
     return decompose_for_engine(ep, module) if decompose else ep
 
 
@@ -337,6 +353,14 @@ def _has_attention_op(ep) -> bool:
     return any(n.op == "call_function" and str(n.target).startswith("fuselm.attention") for n in ep.graph.nodes)
 
 
+def _mixes_tokens(ep) -> bool:
+    """Whether the graph mixes tokens only through the engine's ops: attention, or the recurrent ops
+    of dispatch points (a pure state-space model has no attention at all)."""
+    from .dispatch import RECURRENT_OPS
+    prefixes = ("fuselm.attention",) + tuple(f"fuselm.{op}" for op in RECURRENT_OPS)
+    return any(n.op == "call_function" and str(n.target).startswith(prefixes) for n in ep.graph.nodes)
+
+
 def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
     """(model on meta, its recomputed non-persistent buffers, ExportedProgram) of config's causal LM.
     token_max_cut lowers the token count's upper bound (see _capture_by_hand)."""
@@ -374,6 +398,8 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
     not provable either. The token bound is one below the context: a [C, C] mask buffer sliced
     at exactly C tokens makes torch guard T != C (the engine does not read the bound)."""
     from . import attn_by_hand
+    if isinstance(first, RecurrenceRefused):
+        raise first
     if isinstance(first, (CaptureError, ops.MaskCaptureError)) and "no fuselm.attention op" not in str(first):
         hand = _attention_by_hand(_causal_lm_class(config))
         if hand is None:  # a failure of its own, not of dispatching to fuselm's attention
@@ -464,7 +490,7 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     max_pos = int(getattr(text_config, "max_position_embeddings", 0) or 0) or None
     try:
         model, constants, ep = _build_and_export(config, kwargs, max_pos)
-        if not _has_attention_op(ep):
+        if not _mixes_tokens(ep):
             raise CaptureError("no fuselm.attention op")
     except Exception as e:  # noqa: BLE001 - by hand: the model's own dict lacks fuselm, or no attention op
         # The model may compute attention by hand: capture it through its eager implementation

@@ -87,9 +87,14 @@ def _expert_stack(parts: list[tuple[str, str]], stack_of: dict[str, tuple]):
 
     Supported: transformers' MergeModulelist(dim=0) optionally followed by Concatenate(dim=d), the
     conversion that stacks per-expert checkpoint tensors (experts.N.gate_proj / up_proj) into one
-    [E, ...] parameter. Anything else returns None, and the engine rejects the converter by name.
+    [E, ...] parameter; and Concatenate(dim=d) alone over named parts (a short convolution's q, k
+    and v weights merged into one), written with "experts": 0 (no expert axis). Anything else
+    returns None, and the engine rejects the converter by name.
     """
     import re
+    plain = _concatenation(parts, stack_of)
+    if plain is not None:
+        return plain
     ops = None
     slots: dict[tuple[int, int], str] = {}
     for key, pattern in parts:
@@ -112,6 +117,24 @@ def _expert_stack(parts: list[tuple[str, str]], stack_of: dict[str, tuple]):
         return None
     keys = [slots[(e, p)] for e in range(experts) for p in range(n_parts)]
     return keys, {"experts": experts, "parts": n_parts, "concat_dim": concat_dim}
+
+
+def _concatenation(parts: list[tuple[str, str]], stack_of: dict[str, tuple]):
+    """(keys in part order, {"experts": 0, "parts": P, "concat_dim": d}) when every part comes from
+    a source pattern without a wildcard of one Concatenate(dim=d) converter, each part once; else None."""
+    order: dict[int, str] = {}
+    n_parts, dim = 0, None
+    for key, pattern in parts:
+        if pattern not in stack_of or "*" in pattern:
+            return None
+        part, n_parts, ops = stack_of[pattern]
+        if [type(o).__name__ for o in ops] != ["Concatenate"] or part in order:
+            return None
+        dim = int(getattr(ops[0], "dim", 0))
+        order[part] = key
+    if sorted(order) != list(range(n_parts)):
+        return None
+    return [order[p] for p in range(n_parts)], {"experts": 0, "parts": n_parts, "concat_dim": dim}
 
 
 def unread_modules(model, unread: set[str], all_keys: list[str], found: dict[str, dict]) -> list[dict]:

@@ -98,11 +98,18 @@ def _min_all(x):
     return -_max_all(-x)
 
 
+def _concatenate(tensors, dim=0):
+    """aten.concatenate (torch.concatenate, an alias of cat): its CompositeImplicit kernel recurses
+    forever under run_decompositions, as aten.rms_norm's does."""
+    return torch.cat(tensors, dim)
+
+
 # ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor and the
-# whole-tensor max/min have no entry; aten.rms_norm's own definition does not terminate under
-# run_decompositions).
+# whole-tensor max/min have no entry; aten.rms_norm's and aten.concatenate's own definitions do not
+# terminate under run_decompositions).
 _OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm,
-        torch.ops.aten.max.default: _max_all, torch.ops.aten.min.default: _min_all}
+        torch.ops.aten.max.default: _max_all, torch.ops.aten.min.default: _min_all,
+        torch.ops.aten.concatenate.default: _concatenate}
 
 
 def _table(ops) -> dict:

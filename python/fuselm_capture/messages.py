@@ -17,8 +17,10 @@ def reason(text: str) -> str:
         # torch.export's first line says only that a dynamic dimension was specialised; the guard
         # that did it ("Not all values of num_tokens ... satisfy the generated guard ...") follows.
         guard = next((line for line in lines[1:] if "satisfy the generated guard" in line
-                      or "must be specialized" in line or "inferred to be a constant" in line), None)
+                      or "must be specialized" in line or "inferred to be a constant" in line
+                      or "specialized it to be a constant" in line), None)
         if guard is not None:
-            out = out.split("!")[0] + ": " + guard.lstrip("- ") + (
+            # torch's advice on mark_dynamic / Dim.DYNAMIC after the cause is about its own API.
+            out = out.split("!")[0] + ": " + guard.lstrip("- ").split(" If you're using")[0] + (
                 " (the forward branches on or fixes the token count, so one graph cannot serve every length)")
     return " ".join(out.split())

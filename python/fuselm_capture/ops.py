@@ -68,7 +68,7 @@ def experts(
 ) -> torch.Tensor:
     """hidden [T,H], top_k_index/weights [T,k], gate_up [E,2I,H] (or transposed) -> [T,H].
 
-    activation: silu | gelu | gelu_tanh | relu (act(gate) * up, or act(up) without a gate), or
+    activation: silu | gelu | gelu_tanh | relu | relu2 (act(gate) * up, or act(up) without a gate), or
     clamped_swiglu: (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max=limit).
     """
     raise RuntimeError("fuselm::experts runs only in the fuselm engine")

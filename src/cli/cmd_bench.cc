@@ -131,6 +131,7 @@ class BenchSequence {
   BenchSequence(engine::Model& m, int64_t capacity, int64_t ubatch) : m_(m), ubatch_(ubatch), rng_(1234) {
     if (!seq_.reserve(capacity, m.kv_cache()))
       throw std::runtime_error(fmt::format("the KV cache cannot hold {} tokens", capacity));
+    if (kv::StatePool* st = m.state_pool()) state_.emplace(*st, st->allocate());  // a stateful model's slot
   }
   ~BenchSequence() { seq_.release(m_.kv_cache()); }
   /// Forwards n random tokens at positions start.. in chunks of n_ubatch (BOS first at 0).
@@ -144,7 +145,7 @@ class BenchSequence {
         ids_[i] = static_cast<int64_t>(rng_() % static_cast<uint64_t>(m_.vocab_size()));
         if (pos_[i] == 0 && m_.bos_token_id()) ids_[i] = *m_.bos_token_id();
       }
-      runtime::SequenceSlice slice{0, chunk, start + done + chunk, seq_.slots()};
+      runtime::SequenceSlice slice{0, chunk, start + done + chunk, seq_.slots(), state_ ? state_->slot() : -1};
       // The logits of the chunk's last token only, as llama-bench's batch marks only its last
       // token as an output (common_batch_get_one): the LM head does not run on every prompt row.
       const int64_t last = chunk - 1;
@@ -158,6 +159,7 @@ class BenchSequence {
   int64_t ubatch_;
   std::mt19937_64 rng_;
   kv::SequenceKv seq_;
+  std::optional<kv::StateLease> state_;
   std::vector<int64_t> ids_, pos_;
 };
 

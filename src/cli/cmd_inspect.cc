@@ -13,6 +13,7 @@
 #include "passes/shard_plan.h"
 #include "engine/capture_runner.h"
 #include "engine/model.h"
+#include "engine/state_ops.h"
 #include "fusers/plan.h"
 #include "ir/load.h"
 
@@ -49,7 +50,7 @@ nlohmann::json kv_cache_json(const ir::Graph& g, const ir::Graph& captured) {
   try {
     const auto layers = engine::attention_layer_shapes(g);
     bool latent = false;
-    for (const auto& l : layers) latent = latent || l.v_width == 0;
+    for (const auto& l : layers) latent = latent || (l.k_width > 0 && l.v_width == 0);
     if (latent) {
       int64_t full = 0, padded = 0;
       for (const auto& l : engine::attention_layer_shapes(captured)) {
@@ -65,7 +66,7 @@ nlohmann::json kv_cache_json(const ir::Graph& g, const ir::Graph& captured) {
       const int64_t bytes = (layers[i].k_width + layers[i].v_width) * int64_t{sizeof(float)};
       total += bytes;
       j["layers"].push_back({{"layer", i},
-                             {"kind", layers[i].v_width == 0 ? "latent" : "kv"},
+                             {"kind", layers[i].k_width == 0 ? "none" : layers[i].v_width == 0 ? "latent" : "kv"},
                              {"k_width", layers[i].k_width},
                              {"v_width", layers[i].v_width},
                              {"bytes_per_token", bytes}});
@@ -79,6 +80,39 @@ nlohmann::json kv_cache_json(const ir::Graph& g, const ir::Graph& captured) {
   return j;
 }
 
+// The stateful (recurrent) ops the engine keeps a per-sequence state for (docs/recurrent.md): each
+// op's kind, module and f32 state bytes per sequence, and the total (one state slot's bytes).
+nlohmann::json state_json(const ir::Graph& g) {
+  nlohmann::json j;
+  try {
+    int64_t total = 0;
+    j["ops"] = nlohmann::json::array();
+    for (const auto& s : engine::stateful_ops(g)) {
+      const int64_t bytes = s.floats * int64_t{sizeof(float)};
+      total += bytes;
+      j["ops"].push_back({{"state_idx", s.state_idx}, {"op", s.op}, {"module", s.module}, {"bytes_per_sequence", bytes}});
+    }
+    j["bytes_per_sequence"] = total;
+  } catch (const std::exception& e) {
+    j["error"] = e.what();
+  }
+  return j;
+}
+
+void print_state(const nlohmann::json& st) {
+  if (st.contains("error")) {
+    std::printf("state: %s\n", st["error"].get<std::string>().c_str());
+    return;
+  }
+  if (st["ops"].empty()) return;
+  std::printf("state: %zu stateful ops, %lld bytes per sequence (f32)\n", st["ops"].size(),
+              static_cast<long long>(st["bytes_per_sequence"].get<int64_t>()));
+  for (const auto& op : st["ops"])
+    std::printf("  state %lld: %s in %s: %lld bytes\n", static_cast<long long>(op["state_idx"].get<int64_t>()),
+                op["op"].get<std::string>().c_str(), op["module"].get<std::string>().c_str(),
+                static_cast<long long>(op["bytes_per_sequence"].get<int64_t>()));
+}
+
 void run(const InspectArgs& a) {
   const fs::path ir_dir = ir_dir_of(a);
   const ir::Graph g = ir::load(ir_dir / "ir.json");
@@ -88,10 +122,12 @@ void run(const InspectArgs& a) {
   if (a.tensor_parallel_size > 1 && plan.report.errors.empty())
     tp = passes::format_shard_plan(passes::shard_plan(plan, a.tensor_parallel_size, 0));
   const auto kv = kv_cache_json(plan.graph, g);
+  const auto state = state_json(plan.graph);
   if (a.json) {
     auto j = fusers::report_json(plan.report);
     j["ir"] = (ir_dir / "ir.json").string();
     j["kv_cache"] = kv;
+    j["state"] = state;
     if (!tp.empty()) j["tensor_parallel"] = tp;
     std::puts(j.dump(1).c_str());
   } else {
@@ -99,11 +135,13 @@ void run(const InspectArgs& a) {
     std::fputs(fusers::format_report(plan.report).c_str(), stdout);
     std::fputs(tp.c_str(), stdout);
     if (kv.contains("bytes_per_token")) {
-      int latent = 0;
-      for (const auto& l : kv["layers"]) latent += l["kind"] == "latent";
+      int latent = 0, none = 0;
+      for (const auto& l : kv["layers"]) latent += l["kind"] == "latent", none += l["kind"] == "none";
       const auto bytes = kv["bytes_per_token"].get<int64_t>();
-      std::printf("kv cache: %lld bytes per token (f32) over %zu layers, %d of them latent\n",
-                  static_cast<long long>(bytes), kv["layers"].size(), latent);
+      std::printf("kv cache: %lld bytes per token (f32) over %zu layers, %d of them latent", static_cast<long long>(bytes),
+                  kv["layers"].size() - none, latent);
+      if (none) std::printf(", and %d layer indices without attention (recurrent layers)", none);
+      std::printf("\n");
       if (kv.contains("fallback_bytes_per_token")) {
         const auto full = kv["fallback_bytes_per_token"].get<int64_t>();
         const auto padded = kv["padded_fallback_bytes_per_token"].get<int64_t>();
@@ -112,8 +150,9 @@ void run(const InspectArgs& a) {
                     static_cast<long long>(padded), static_cast<double>(padded) / static_cast<double>(bytes));
       }
     }
+    print_state(state);
   }
-  if (!plan.report.errors.empty()) set_exit_code(1);
+  if (!plan.report.errors.empty() || state.contains("error")) set_exit_code(1);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ struct Header {
 // A slice as it travels: its slots are sent after all slices, in slice order.
 struct WireSlice {
   int64_t first_token = 0, num_tokens = 0, context_len = 0;
+  int64_t state_slot = -1;  // a stateful model's slot (every rank holds the same slots)
 };
 
 }  // namespace
@@ -26,7 +27,7 @@ void send_step(Communicator& c, std::span<const int64_t> ids, std::span<const in
            logit_rows ? static_cast<int64_t>(logit_rows->size()) : -1};
   std::vector<WireSlice> ws;
   for (const auto& s : slices) {
-    ws.push_back({s.first_token, s.num_tokens, s.context_len});
+    ws.push_back({s.first_token, s.num_tokens, s.context_len, s.state_slot});
     h.slots += s.context_len;
   }
   std::vector<int32_t> slots;
@@ -66,7 +67,8 @@ bool receive_step(Communicator& c, Step& out) {
   out.slices.clear();
   int64_t at = 0;
   for (const auto& w : ws) {
-    out.slices.push_back({w.first_token, w.num_tokens, w.context_len, out.slots.data() + at});
+    out.slices.push_back(
+        {w.first_token, w.num_tokens, w.context_len, out.slots.data() + at, static_cast<int32_t>(w.state_slot)});
     at += w.context_len;
   }
   return true;

@@ -7,6 +7,7 @@
 
 #include "engine/model.h"
 #include "kv/paged_kv_cache.h"
+#include "kv/state_pool.h"
 #include "runtime/batch.h"
 #include "runtime/tensor.h"
 
@@ -29,6 +30,8 @@ class Backend {
   /// Their width (0 when not exposed).
   virtual int64_t hidden_size() const { return 0; }
   virtual kv::PagedKvCache& kv_cache() = 0;
+  /// The recurrent state slots of a stateful model (docs/recurrent.md); nullptr when it keeps none.
+  virtual kv::StatePool* state_pool() { return nullptr; }
   virtual int64_t max_context() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual const std::vector<int64_t>& eos_token_ids() const = 0;
@@ -47,6 +50,7 @@ class ModelBackend final : public Backend {
   bool exposes_hidden() const override { return m_.exposes_hidden(); }
   int64_t hidden_size() const override { return m_.hidden_size(); }
   kv::PagedKvCache& kv_cache() override { return m_.kv_cache(); }
+  kv::StatePool* state_pool() override { return m_.state_pool(); }
   int64_t max_context() const override { return m_.max_context(); }
   int64_t vocab_size() const override { return m_.vocab_size(); }
   const std::vector<int64_t>& eos_token_ids() const override { return m_.eos_token_ids(); }

@@ -29,6 +29,7 @@ void BatchBuilder::build(std::span<const ScheduledSeq> batch) {
       uses_.push_back({i, s.computed + n - 1, true});
     }
   }
+  for (size_t i = 0; i < batch.size(); ++i) slices_[i].state_slot = batch[i].seq->state_slot();  // -1: stateless
   if (logit_rows_.empty()) logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);  // one row, unread
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Batch assembly: one step's scheduled sequences flattened into the model's inputs, the token ids
-// and positions of every scheduled token ([num_tokens]), one slice per sequence (its rows and KV
-// slots), and the rows whose logits are read: the last row of each sequence that has read all
+// and positions of every scheduled token ([num_tokens]), one slice per sequence (its rows, KV
+// slots and state slot), and the rows whose logits are read: the last row of each sequence that has read all
 // its tokens after this step (sampled), and every prompt row of a sequence that reads them
 // (prompt logprobs, pooled embeddings: Sequence::reads_prompt_rows). Only they go through the LM
 // head.

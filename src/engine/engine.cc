@@ -22,12 +22,13 @@ Engine::Engine(Backend& backend, const tokenizer::Tokenizer* tokenizer, EngineOp
     : backend_(backend),
       tok_(tokenizer),
       opt_(options),
-      scheduler_(backend.kv_cache(), {options.max_num_seqs, options.max_num_batched_tokens, options.prefix_caching}),
+      scheduler_(backend.kv_cache(), {options.max_num_seqs, options.max_num_batched_tokens, options.prefix_caching},
+                 backend.state_pool()),
       output_(tokenizer, backend.eos_token_ids(), backend.max_context()) {
   if (opt_.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
   if (opt_.max_num_batched_tokens < 1) throw std::invalid_argument("max_num_batched_tokens must be >= 1");
   metrics_.block_size = backend_.kv_cache().block_size();
-  metrics_.pool = backend_.kv_cache().pool().stats();
+  update_pool_metrics();
 }
 
 Engine::~Engine() { shutdown(true); }
@@ -155,6 +156,7 @@ void Engine::finish(Sequence& s, FinishReason reason, const std::string& error) 
   e.completion_tokens = s.num_output();
   e.cached_tokens = s.cached;
   s.kv.reset();  // every block back to the pool
+  s.state.reset();  // and its state slot
   const auto now = clock_type::now();
   {
     std::lock_guard lock(mu_);
@@ -200,6 +202,7 @@ void Engine::run_batch(const std::vector<ScheduledSeq>& batch) {
     s->computed += n;
     if (s->gate_owner && s->computed >= s->num_prompt) s->gate->open = true;
     if (opt_.prefix_caching) s->kv->publish_full_blocks(s->tokens, s->computed);
+    scheduler_.checkpoint(*s);
   }
   const auto uses = batch_.uses();
   for (size_t r = 0; r < uses.size(); ++r) {
@@ -261,7 +264,7 @@ bool Engine::step() {
   std::lock_guard lock(mu_);
   metrics_.running = scheduler_.running();
   metrics_.waiting = scheduler_.waiting();
-  metrics_.pool = backend_.kv_cache().pool().stats();
+  update_pool_metrics();
   return !batch.empty();
 }
 
@@ -291,7 +294,12 @@ void Engine::shutdown(bool abort) {
   scheduler_.remove_finished();
   std::lock_guard lock(mu_);
   metrics_.running = metrics_.waiting = 0;
+  update_pool_metrics();
+}
+
+void Engine::update_pool_metrics() {
   metrics_.pool = backend_.kv_cache().pool().stats();
+  if (kv::StatePool* st = backend_.state_pool()) metrics_.state = st->stats();
 }
 
 EngineMetrics Engine::metrics() const {

@@ -90,6 +90,7 @@ class Engine {
   void finish_embedding(Sequence& s);
   void finish(Sequence& s, FinishReason reason, const std::string& error = {});
   void count(const ScheduleCounts& c);
+  void update_pool_metrics();  // with mu_ held
   void loop();
 
   Backend& backend_;

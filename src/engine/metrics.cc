@@ -31,6 +31,27 @@ void histogram(std::string& out, const char* name, const char* help, const std::
   out += fmt::format("fuselm:{}_sum{{{}}} {}\nfuselm:{}_count{{{}}} {}\n", name, labels, h.sum, name, labels, h.count);
 }
 
+// A stateful model's slots beside the KV blocks: sequence slots used / free (free counts the
+// checkpoints' slots as kv_blocks_free counts cached blocks), checkpoints, bytes.
+void state_gauges(std::string& out, const std::string& l, const kv::StateStats& s) {
+  const int32_t total = s.seq_slots + s.checkpoint_slots;
+  gauge(out, "state_slots_total", "Recurrent state slots (sequence slots plus prefix-cache checkpoint slots).", "gauge", l,
+        total);
+  gauge(out, "state_slots_used", "State slots held by running sequences.", "gauge", l, s.seq_used);
+  gauge(out, "state_slots_free", "State slots no sequence holds (free or holding a checkpoint).", "gauge", l,
+        total - s.seq_used);
+  gauge(out, "state_slots_cached", "State slots holding a prefix-cache checkpoint.", "gauge", l, s.checkpoints);
+  gauge(out, "state_sequence_slots", "State slots for running sequences (sequences that can run at once).", "gauge", l,
+        s.seq_slots);
+  gauge(out, "state_slot_bytes", "Bytes of recurrent state per slot (per sequence).", "gauge", l, s.bytes_per_slot);
+  gauge(out, "state_bytes_total", "Bytes of all state slots.", "gauge", l, static_cast<double>(s.bytes_per_slot) * total);
+  gauge(out, "state_bytes_used", "Bytes of state slots held by running sequences.", "gauge", l,
+        static_cast<double>(s.bytes_per_slot) * s.seq_used);
+  gauge(out, "state_checkpoint_hits_total", "Requests that resumed from a prefix-cache state checkpoint.", "counter", l,
+        s.checkpoint_hits);
+  gauge(out, "state_checkpoint_stores_total", "State checkpoints stored.", "counter", l, s.checkpoint_stores);
+}
+
 }  // namespace
 
 std::string to_prometheus(const EngineMetrics& m, const std::string& model_name) {
@@ -43,6 +64,7 @@ std::string to_prometheus(const EngineMetrics& m, const std::string& model_name)
   gauge(out, "kv_blocks_free", "KV blocks not referenced (free or cached).", "gauge", l, m.pool.free + m.pool.cached);
   gauge(out, "kv_blocks_cached", "Unreferenced KV blocks holding a cached prefix.", "gauge", l, m.pool.cached);
   gauge(out, "kv_block_size", "Tokens per KV block.", "gauge", l, m.block_size);
+  if (m.state) state_gauges(out, l, *m.state);
   gauge(out, "prefix_cache_queries_total", "Full blocks looked up in the prefix cache.", "counter", l, m.pool.prefix_queries);
   gauge(out, "prefix_cache_hits_total", "Full blocks found in the prefix cache.", "counter", l, m.pool.prefix_hits);
   gauge(out, "prompt_tokens_total", "Prompt tokens of admitted requests.", "counter", l, m.prompt_tokens);

@@ -4,7 +4,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "kv/block_pool.h"
+#include "kv/state_pool.h"
 
 namespace fuselm::engine {
 
@@ -21,6 +24,7 @@ struct Histogram {
 struct EngineMetrics {
   int64_t running = 0, waiting = 0;
   kv::PoolStats pool;
+  std::optional<kv::StateStats> state;  // a stateful model's state slots (docs/recurrent.md)
   int32_t block_size = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, cached_prompt_tokens = 0;
   int64_t shared_prompt_tokens = 0;  // of the cached ones, shared between a request's choices (n > 1)

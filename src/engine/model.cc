@@ -164,6 +164,7 @@ struct ModelLoader {
   void make_executor();
   void read_token_ids();
   void size_kv();
+  void size_state(int64_t kv_bytes_per_token, kv::KvDType kv_dtype);
 
   const std::filesystem::path& model_dir;
   const std::filesystem::path& ir_dir;
@@ -195,7 +196,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& model_dir, const
   l.rewrite();          // LM-head row selection
   l.make_executor();    // the executor and the graph inputs the engine feeds
   l.read_token_ids();   // context length, EOS and BOS ids
-  l.size_kv();          // the paged KV pool
+  l.size_kv();          // the paged KV pool, and the state slots of a stateful graph
   return std::move(l.m);
 }
 
@@ -334,17 +335,54 @@ void ModelLoader::size_kv() {
   if (options.kv_tokens > m->max_context_)
     throw std::runtime_error(fmt::format("a KV cache of {} tokens was asked for, but the model's context is {} tokens",
                                          options.kv_tokens, m->max_context_));
-  const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
   const kv::KvDType kv_dtype = options.kv_dtype_auto ? kv_dtype_for_weights(seen, seen_type) : options.kv_dtype;
-  int32_t blocks = kv::pool_blocks(sizing, kv::kv_bytes_per_token(kv_layers, kv_dtype), m->max_context_,
-                                   options.kv_block_size);
+  const int64_t per_token = kv::kv_bytes_per_token(kv_layers, kv_dtype);
+  m->state_ops_ = stateful_ops(m->graph_);
+  if (!m->state_ops_.empty()) return size_state(per_token, kv_dtype);
+  const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
+  int32_t blocks = kv::pool_blocks(sizing, per_token, m->max_context_, options.kv_block_size);
   if (options.tp_size > 1) blocks = static_cast<int32_t>(tp_comm(options).all_min(blocks));
   m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, blocks, options.kv_block_size, kv_dtype);
+}
+
+// A stateful graph: its state slots and KV blocks share the budget (kv::stateful_pool).
+void ModelLoader::size_state(int64_t kv_bytes_per_token, kv::KvDType kv_dtype) {
+  const auto floats = state_floats(m->state_ops_);
+  int64_t slot_bytes = 0;
+  for (int64_t f : floats) slot_bytes += f * int64_t{sizeof(float)};
+  const kv::PoolSizing sizing{options.kv_cache_bytes, options.kv_tokens, options.kv_max_seqs};
+  // Under TP rank 0 alone schedules, and a checkpoint's copy would happen on rank 0 alone: none.
+  const int32_t max_checkpoints = options.tp_size > 1 ? 0 : std::max(1, options.kv_max_seqs) * kv::kCheckpointsPerSequence;
+  kv::StatefulPool p;
+  try {
+    p = kv::stateful_pool(sizing, kv_bytes_per_token, slot_bytes, max_checkpoints, m->max_context_,
+                          options.kv_block_size, kv::available_memory_bytes());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+  if (options.tp_size > 1) p.blocks = static_cast<int32_t>(tp_comm(options).all_min(p.blocks));
+  m->kv_ = std::make_unique<kv::PagedKvCache>(kv_layers, p.blocks, options.kv_block_size, kv_dtype);
+  m->states_ = std::make_unique<kv::StatePool>(floats, p.seq_slots, p.checkpoint_slots);
+  kv::StatePool* states = m->states_.get();
+  m->kv_->pool().set_evict_listener([states](uint64_t key) { states->drop(key); });
+  std::fprintf(stderr,
+               "fuselm: note: %zu stateful ops, %.2f MiB of state per sequence: %d sequence slots + %d prefix-cache "
+               "checkpoint slots (%.1f MiB); KV: %d blocks of %d tokens (%.1f MiB)\n",
+               m->state_ops_.size(), static_cast<double>(slot_bytes) / (1 << 20), p.seq_slots, p.checkpoint_slots,
+               static_cast<double>(slot_bytes) * (p.seq_slots + p.checkpoint_slots) / (1 << 20), p.blocks,
+               options.kv_block_size,
+               static_cast<double>(kv_bytes_per_token) * p.blocks * options.kv_block_size / (1 << 20));
 }
 
 const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::span<const int64_t> positions,
                                       std::span<const runtime::SequenceSlice> sequences,
                                       std::optional<std::span<const int64_t>> logit_rows) {
+  if (states_)
+    for (size_t i = 0; i < sequences.size(); ++i)
+      if (sequences[i].state_slot < 0 || sequences[i].state_slot >= states_->cache().num_slots())
+        throw std::invalid_argument(fmt::format("forward: sequence {} has no state slot (state_slot {}), and the graph "
+                                                "keeps recurrent state",
+                                                i, sequences[i].state_slot));
   if (before_forward_) before_forward_(input_ids, positions, sequences, logit_rows);
   const int64_t n = static_cast<int64_t>(input_ids.size());
   ids_buf_.assign(input_ids.begin(), input_ids.end());
@@ -354,7 +392,7 @@ const runtime::Tensor& Model::forward(std::span<const int64_t> input_ids, std::s
     inputs_[i] = Tensor::contiguous_view(input_roles_[i] == 0 ? ids_buf_.data() : pos_buf_.data(), runtime::DType::i64,
                                          input_roles_[i] == 2 ? std::span<const int64_t>(shape + 1, 1)
                                                               : std::span<const int64_t>(shape, 2));
-  runtime::Batch batch{sequences, kv_.get()};
+  runtime::Batch batch{sequences, kv_.get(), states_ ? &states_->cache() : nullptr};
   if (logit_rows && logit_rows->empty()) throw std::invalid_argument("forward: logit_rows is empty");
   if (logit_rows && selects_rows_) {
     batch.select_rows = true;

@@ -15,7 +15,9 @@
 #include "ir/graph.h"
 #include "ir/load.h"
 #include "engine/quant_weights.h"
+#include "engine/state_ops.h"
 #include "kv/paged_kv_cache.h"
+#include "kv/state_pool.h"
 #include "runtime/executor.h"
 #include "weights/checkpoint.h"
 #include "weights/load_parameters.h"
@@ -29,6 +31,8 @@ struct ModelOptions {
   int32_t kv_block_size = 16;
   /// KV pool size in bytes (fuselm serve --kv-cache-memory); when > 0 it wins over kv_tokens and
   /// may exceed one context. 0 with kv_tokens 0: kv_max_seqs contexts, capped by free memory.
+  /// A stateful model's budget also holds its state slots (kv::stateful_pool): one per
+  /// sequence that can run at once (kv_max_seqs) and its prefix-cache checkpoints.
   int64_t kv_cache_bytes = 0;
   int32_t kv_max_seqs = 1;
   /// How the KV cache stores its rows (--kv-cache-dtype): bf16 halves its bytes per token.
@@ -85,6 +89,11 @@ class Model {
   const std::string& shard_report() const { return shard_report_; }
 
   kv::PagedKvCache& kv_cache() { return *kv_; }
+  /// The per-sequence recurrent state slots (docs/recurrent.md); nullptr for a graph without
+  /// stateful ops. Every forward gives each sequence's slot (SequenceSlice::state_slot) to its ops.
+  kv::StatePool* state_pool() { return states_.get(); }
+  /// The graph's stateful ops in state index order (empty without any).
+  const std::vector<StateOp>& state_ops() const { return state_ops_; }
   const ir::Graph& graph() const { return graph_; }
   runtime::Executor& executor() { return *executor_; }
   int64_t vocab_size() const { return vocab_size_; }
@@ -111,6 +120,8 @@ class Model {
   std::optional<weights::Checkpoint> constants_file_;
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<kv::PagedKvCache> kv_;
+  std::unique_ptr<kv::StatePool> states_;
+  std::vector<StateOp> state_ops_;
   std::vector<int64_t> ids_buf_, pos_buf_;
   std::vector<int> input_roles_;  // per graph input: 0 = token ids, 1 = positions [1, T], 2 = positions [T]
   std::vector<runtime::Tensor> inputs_;
@@ -146,8 +157,9 @@ kv::KvDType kv_dtype_for_weights(const std::map<const void*, int64_t>& bytes,
                                  const std::map<const void*, WeightStorage>& type);
 
 /// KV layout of every attention layer in the graph, indexed by the op's layer index
-/// (fusers::kv_layers, the fusion plan's KV layers). Throws when a layer index is negative,
-/// claimed by two modules, or missing between 0 and the highest index.
+/// (fusers::kv_layers, the fusion plan's KV layers). Throws when a layer index is negative or
+/// claimed by two modules, or, in a graph without stateful ops, missing between 0 and the
+/// highest index (a stateful graph's missing indices hold no rows).
 std::vector<kv::LayerShape> attention_layer_shapes(const ir::Graph& g);
 
 }  // namespace fuselm::engine

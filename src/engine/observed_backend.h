@@ -26,6 +26,7 @@ class ObservedBackend final : public Backend {
                                  std::span<const runtime::SequenceSlice> sequences,
                                  std::span<const int64_t> logit_rows) override;
   kv::PagedKvCache& kv_cache() override { return m_.kv_cache(); }
+  kv::StatePool* state_pool() override { return m_.state_pool(); }
   int64_t max_context() const override { return m_.max_context(); }
   int64_t vocab_size() const override { return m_.vocab_size(); }
   const std::vector<int64_t>& eos_token_ids() const override { return m_.eos_token_ids(); }

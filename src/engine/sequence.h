@@ -1,6 +1,6 @@
 #pragma once
 // One request inside the engine: its tokens (prompt, then generated), how many have their KV
-// written, its KV blocks, its sampler and its output state (detokeniser, stop strings). The
+// written, its KV blocks (and a stateful model's state slot), its sampler and its output state (detokeniser, stop strings). The
 // scheduler moves it between the waiting queue and the running batch; the batch assembler reads
 // its tokens; the output processor appends to them.
 #include <chrono>
@@ -14,6 +14,7 @@
 #include "engine/stop_matcher.h"
 #include "grammar/grammar.h"
 #include "kv/sequence_handle.h"
+#include "kv/state_pool.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace fuselm::engine {
@@ -36,6 +37,7 @@ struct Sequence {
   int64_t cached = 0;    // prompt tokens served by the prefix cache at first admission
   bool admitted_once = false, done = false;
   std::optional<kv::SequenceHandle> kv;
+  std::optional<kv::StateLease> state;  // a stateful model's slot, held while running (scheduler.h)
   Sampler sampler;
   StopMatcher stop;
   std::optional<tokenizer::StreamDecoder> decoder;  // none without a tokenizer: no text
@@ -58,6 +60,8 @@ struct Sequence {
   /// Whether every prompt row's output is read (prompt logprobs, pooling over all rows), so the
   /// prefix cache may not stand in for any of them.
   bool reads_prompt_rows() const { return req.prompt_logprobs || (req.embed && pools_all_rows(*req.embed)); }
+  /// Its slot in the StateCache, -1 when it holds none (SequenceSlice::state_slot).
+  int32_t state_slot() const { return state ? state->slot() : -1; }
   /// Whether this sequence waits for another one to compute its prompt first.
   bool gated() const { return gate && !gate_owner && !gate->open; }
 };

@@ -1,4 +1,5 @@
 // Attention sites and KV layers: one source of truth for what the engine's KV cache holds.
+#include <algorithm>
 #include <map>
 
 #include "fusers/driver.h"
@@ -57,13 +58,21 @@ std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& err
       errors.push_back(fmt::format("module {} calls attention twice for layer index {}: the KV cache holds one "
                                    "K/V per layer", l.module, la.i));
   }
+  // A hybrid numbers its attention by the model's layer index (only layers 3, 7, 11 attend): an
+  // index no attention serves is a recurrent layer and holds no KV rows. Without stateful ops a
+  // gap means an attention the capture did not find, and is refused.
+  const bool stateful = std::any_of(g.nodes.begin(), g.nodes.end(), [](const ir::Node& n) {
+    const ir::OpDef* def = ir::find_op_def(n.op);
+    return def && !def->state.empty();
+  });
   std::vector<KvLayer> out;
   for (const auto& [idx, l] : layers) {
-    if (idx != static_cast<int64_t>(out.size())) {
+    if (idx != static_cast<int64_t>(out.size()) && !stateful) {
       errors.push_back(fmt::format("no attention module serves layer index {} (the next, {}, is served by {})",
                                    out.size(), idx, l.module));
       break;
     }
+    out.resize(static_cast<size_t>(idx));  // the unserved indices: no rows
     out.push_back(l);
   }
   return out;

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "ir/graph.h"
+
 namespace fuselm::ir {
 
 size_t OpDef::arg(std::string_view n) const {
@@ -20,6 +22,62 @@ OpTraits tp(TpRule rule, bool rowwise = false) {
   t.tp = rule;
   t.rowwise = rowwise;
   return t;
+}
+
+// ---- the recurrent ops' state sizes (docs/recurrent.md) ---------------------------------------
+// Each reads its operands' static sizes; a symbolic or missing one (or operands that disagree) is
+// 0 with `error` naming the op and the operand.
+
+/// The static size of dim `dim` of argument `arg` of stateful op node `n`, or -1 with `error` set.
+int64_t static_dim(const Graph& g, const Node& n, std::string_view arg, int dim, std::string& error) {
+  const OpDef& d = op_def(n.op);
+  const size_t i = d.arg(arg);
+  const Arg* a = i < n.args.size() ? &n.args[i] : nullptr;
+  if (!a || a->kind != Arg::Kind::ref || a->ref < 0 || a->ref >= static_cast<int>(g.nodes.size())) {
+    error = fmt::format("{}: argument '{}' is not a tensor", d.name, arg);
+    return -1;
+  }
+  const auto& shape = g.nodes[a->ref].out.shape;
+  const int rank = static_cast<int>(shape.size());
+  const int k = dim < 0 ? dim + rank : dim;
+  if (k < 0 || k >= rank || shape[k].symbolic() || shape[k].value <= 0) {
+    error = fmt::format("{}: dim {} of argument '{}' is not a static size", d.name, dim, arg);
+    return -1;
+  }
+  return shape[k].value;
+}
+
+/// a * b * c when every factor is known (> 0), else 0 (error already set).
+int64_t product(int64_t a, int64_t b, int64_t c = 1) { return a > 0 && b > 0 && c > 0 ? a * b * c : 0; }
+
+// causal_conv1d: the last K-1 inputs of each of the C channels, [K-1][C] (C floats for K = 1).
+int64_t conv1d_state(const Graph& g, const Node& n, std::string& error) {
+  const int64_t c = static_dim(g, n, "weight", 0, error), k = static_dim(g, n, "weight", -1, error);
+  return product(c, k > 1 ? k - 1 : (k == 1 ? 1 : -1));
+}
+
+// ssd_scan: [H][P][N], H and P from x [1,T,H,P], N from B [1,T,G,N].
+int64_t ssd_state(const Graph& g, const Node& n, std::string& error) {
+  return product(static_dim(g, n, "x", 2, error), static_dim(g, n, "x", 3, error), static_dim(g, n, "B", -1, error));
+}
+
+// selective_scan: [Dm][N] from A [Dm, N].
+int64_t selective_state(const Graph& g, const Node& n, std::string& error) {
+  return product(static_dim(g, n, "A", 0, error), static_dim(g, n, "A", 1, error));
+}
+
+// gated_delta_rule: [Hv][Dk][Dv], Dk from k [1,T,Hk,Dk], Hv and Dv from v [1,T,Hv,Dv].
+int64_t delta_rule_state(const Graph& g, const Node& n, std::string& error) {
+  return product(static_dim(g, n, "v", 2, error), static_dim(g, n, "k", 3, error), static_dim(g, n, "v", 3, error));
+}
+
+/// A stateful op of capture (recurrent_ops.py): replicated under tensor parallelism (the op stays
+/// whole on every rank), its state index in "state_idx".
+OpDef recurrent(std::string_view name, std::vector<std::string_view> args, StateSize size) {
+  OpDef d{name, std::move(args), OpSource::capture, KvRows::none, "", OpTraits{}};
+  d.state = "state_idx";
+  d.state_size = size;
+  return d;
 }
 
 }  // namespace
@@ -76,6 +134,14 @@ std::span<const OpDef> op_defs() {
       {"fuselm.rms_norm_split.default",  // dist_ops.cc; an RMSNorm over a width split across ranks
        {"input", "weight", "eps", "weight_offset", "width"}},
       {"fuselm.select_rows.default", {"input"}},  // select_rows_op.cc; inserted by the engine before the LM head
+      // recurrent_ops.cc; capture: python/fuselm_capture/recurrent_ops.py (docs/recurrent.md).
+      recurrent("fuselm.causal_conv1d.default", {"x", "weight", "bias", "activation", "state_idx"}, conv1d_state),
+      recurrent("fuselm.ssd_scan.default",
+                {"x", "dt", "A", "B", "C", "D", "dt_bias", "dt_softplus", "dt_min", "dt_max", "state_idx"}, ssd_state),
+      recurrent("fuselm.selective_scan.default",
+                {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus", "state_idx"}, selective_state),
+      recurrent("fuselm.gated_delta_rule.default", {"q", "k", "v", "g", "beta", "use_qk_l2norm", "state_idx"},
+                delta_rule_state),
   };
   return kDefs;
 }

@@ -46,8 +46,11 @@ int32_t BlockPool::allocate() {
     b = lru_.front();
     lru_.pop_front();
     blocks_[b].in_lru = false;
+    const bool keyed = blocks_[b].cached;
+    const uint64_t hash = blocks_[b].hash;
     forget(b);
     ++evictions_;
+    if (keyed && on_evict_) on_evict_(hash);
   } else {
     return -1;
   }

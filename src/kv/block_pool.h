@@ -6,6 +6,7 @@
 // are evicted, least recently released first, when a fresh block is needed.
 // Not thread-safe: the engine thread owns it.
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -40,6 +41,9 @@ class BlockPool {
   void publish(int32_t block, uint64_t hash, std::span<const int64_t> tokens);
   /// Drops one reference; at 0 a cached block joins the eviction order, any other is freed.
   void release(int32_t block);
+  /// Called with the key of every cached block allocate() evicts (the state checkpoints kept
+  /// under that key go with it: kv/state_pool.h).
+  void set_evict_listener(std::function<void(uint64_t hash)> f) { on_evict_ = std::move(f); }
 
   int32_t ref_count(int32_t block) const { return blocks_.at(block).refs; }
   bool is_cached(int32_t block) const { return blocks_.at(block).cached; }
@@ -66,6 +70,7 @@ class BlockPool {
   std::list<int32_t> lru_;  // unreferenced cached blocks, least recently released first
   std::unordered_map<uint64_t, int32_t> by_hash_;
   int64_t queries_ = 0, hits_ = 0, evictions_ = 0;
+  std::function<void(uint64_t)> on_evict_;
 };
 
 }  // namespace fuselm::kv

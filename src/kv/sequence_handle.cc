@@ -81,6 +81,15 @@ void SequenceHandle::publish_full_blocks(std::span<const int64_t> tokens, int64_
   }
 }
 
+void SequenceHandle::keep_leading_blocks(size_t blocks) {
+  while (blocks_.size() > blocks) {
+    cache_->pool().release(blocks_.back());
+    blocks_.pop_back();
+  }
+  if (hashes_.size() > blocks) hashes_.resize(blocks);
+  slots_.resize(blocks * static_cast<size_t>(cache_->block_size()));
+}
+
 void SequenceHandle::release() {
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) cache_->pool().release(*it);
   blocks_.clear();

@@ -29,12 +29,17 @@ class SequenceHandle {
   /// Publishes to the prefix cache every full block of tokens[0, computed) not yet published;
   /// `tokens` are the sequence's tokens from position 0 and their KV must be written.
   void publish_full_blocks(std::span<const int64_t> tokens, int64_t computed);
+  /// Keeps the first `blocks` blocks and returns the others to the pool (a stateful sequence
+  /// resumes from a cached prefix only as deep as its state checkpoint: kv/state_pool.h).
+  void keep_leading_blocks(size_t blocks);
   /// Returns every block to the pool; the handle is empty afterwards.
   void release();
 
   const int32_t* slots() const { return slots_.data(); }
   int64_t capacity() const { return static_cast<int64_t>(slots_.size()); }
   const std::vector<int32_t>& blocks() const { return blocks_; }
+  /// The chained key of each leading full block matched or published so far (block_hash).
+  const std::vector<uint64_t>& block_keys() const { return hashes_; }
 
  private:
   void push_block(int32_t b);

@@ -51,6 +51,7 @@ const OpRegistry& OpRegistry::builtin() {
     ops::register_dist_ops(reg);
     ops::register_select_rows_ops(reg);
     ops::register_core_aten_ops(reg);
+    ops::register_recurrent_ops(reg);
     return reg;
   }();
   return r;

@@ -98,6 +98,7 @@ void register_moe_route_ops(OpRegistry& r);  // fuselm.moe_route, inserted by th
 void register_dist_ops(OpRegistry& r);       // fuselm.all_reduce, inserted by the TP sharding plan
 void register_select_rows_ops(OpRegistry& r);  // fuselm.select_rows, inserted by the engine (select_rows_op.cc)
 void register_core_aten_ops(OpRegistry& r);  // clamp, square, softplus, stack, ... (core_aten_ops.cc)
+void register_recurrent_ops(OpRegistry& r);  // the stateful ops of hybrid models (recurrent_ops.cc)
 }  // namespace ops
 
 }  // namespace fuselm::runtime

@@ -42,6 +42,9 @@ struct ParamEntry {
   // `concat_dim` of the stacked tensor (-1: one part per expert).
   std::vector<std::string> keys;
   int64_t experts = 0, parts = 0, concat_dim = -1;
+  // false for "experts": 0, a plain concatenation of the parts along concat_dim - 1 of the
+  // parameter itself (transformers' Concatenate alone: q/k/v convolution weights merged into one).
+  bool expert_axis = true;
 };
 
 [[noreturn]] void bad_entry(const std::string& target, const std::string& what) {
@@ -62,7 +65,8 @@ std::vector<int64_t> parse_shape(const std::string& target, const nlohmann::json
 }
 
 /// A stacked entry: checkpoint "keys" (experts × parts) and "stack" {experts, parts, concat_dim}
-/// that fit the entry's shape [E, ...].
+/// that fit the entry's shape [E, ...]; "experts": 0 concatenates the parts along concat_dim of
+/// the entry's own shape (no expert axis).
 void parse_stack(const std::string& target, const nlohmann::json& ck, const nlohmann::json& stack, ParamEntry& e) {
   auto keys = ck.find("keys");
   auto int_of = [&](const char* name) -> int64_t {
@@ -72,13 +76,18 @@ void parse_stack(const std::string& target, const nlohmann::json& ck, const nloh
   };
   if (!stack.is_object() || keys == ck.end() || !keys->is_array())
     bad_entry(target, "has a malformed checkpoint \"stack\"");
-  e.experts = int_of("experts");
+  auto ex = stack.find("experts");
+  e.expert_axis = !(ex != stack.end() && ex->is_number_integer() && ex->get<int64_t>() == 0);
+  e.experts = e.expert_axis ? int_of("experts") : 1;
   e.parts = int_of("parts");
   auto cd = stack.find("concat_dim");
   e.concat_dim = cd == stack.end() || cd->is_null() ? -1 : cd->is_number_integer() ? cd->get<int64_t>() : -2;
+  // Without an expert axis the parameter is one expert's [1, ...] stacked tensor with the axis left out.
+  if (!e.expert_axis && e.concat_dim >= 0) ++e.concat_dim;
+  const int64_t ndim = static_cast<int64_t>(e.shape.size()) + (e.expert_axis ? 0 : 1);
   if (e.experts <= 0 || e.parts <= 0 || e.concat_dim == -2 || e.concat_dim == 0 ||
       static_cast<int64_t>(keys->size()) != e.experts * e.parts || (e.concat_dim < 0 && e.parts != 1) ||
-      e.shape.empty() || e.shape[0] != e.experts || e.concat_dim >= static_cast<int64_t>(e.shape.size()))
+      e.shape.empty() || (e.expert_axis && e.shape[0] != e.experts) || e.concat_dim >= ndim)
     bad_entry(target, fmt::format("has checkpoint stack {} that does not fit {} keys and shape {}", stack.dump(),
                                   keys->size(), format_shape(e.shape)));
   for (const auto& k : *keys) {
@@ -132,11 +141,78 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
   return e;
 }
 
+/// The checkpoint tensor of one part of a stacked entry and its storage dtype; every part must
+/// exist and have the dtype of the first (file_dtype, set by the first call).
+std::pair<TensorView, kernels::DType> part_tensor(const std::string& target, const std::string& key,
+                                                  const Checkpoint& checkpoint, std::optional<DType>& file_dtype) {
+  const std::optional<TensorView> t = checkpoint.find(key);
+  if (!t)
+    throw WeightsError(fmt::format("{}: parameter '{}' needs checkpoint key '{}', which the checkpoint does not have {}",
+                                   checkpoint.path().string(), target, key, kRecapture));
+  const std::string file = t->file->path().string();
+  if (file_dtype && *file_dtype != t->dtype)
+    throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}, other parts of parameter '{}' have {}", key, file,
+                                   file_dtype_name(t->dtype), target, file_dtype_name(*file_dtype)));
+  const std::optional<kernels::DType> from = kernels::storage_dtype(t->dtype);
+  if (!from)
+    throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", key, file,
+                                   file_dtype_name(t->dtype), target));
+  file_dtype = t->dtype;
+  return {*t, *from};
+}
+
+/// A plain concatenation ("experts": 0) along dim cd of the parameter: the parts may differ in
+/// size along cd (q, k and v widths), every other dim equal to the parameter's; their sizes along
+/// cd must add up to the parameter's.
+WeightView load_concatenated(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
+                             const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
+  const int64_t cd = e.concat_dim - 1;
+  std::optional<DType> file_dtype;
+  std::vector<std::pair<TensorView, kernels::DType>> parts;
+  int64_t along = 0;
+  for (const std::string& key : e.keys) {
+    parts.push_back(part_tensor(target, key, checkpoint, file_dtype));
+    const std::span<const int64_t> sh = parts.back().first.shape;
+    bool fits = sh.size() == e.shape.size();
+    for (size_t d = 0; fits && d < sh.size(); ++d) fits = static_cast<int64_t>(d) == cd || sh[d] == e.shape[d];
+    if (!fits)
+      throw WeightsError(fmt::format("tensor '{}' has shape {}, not a part of parameter '{}' {} along dim {} {}", key,
+                                     format_shape(sh), target, format_shape(e.shape), cd, kRecapture));
+    along += sh[cd];
+  }
+  if (along != e.shape[cd])
+    throw WeightsError(fmt::format("the parts of parameter '{}' {} add up to {} along dim {} {}", target,
+                                   format_shape(e.shape), along, cd, kRecapture));
+  WeightView v;
+  v.shape = e.shape;
+  v.checkpoint_key = e.keys.front();
+  v.owned = true;
+  v.dtype = target_dtype(parts.front().second, options);
+  const size_t out_es = static_cast<size_t>(kernels::dtype_size(v.dtype));
+  char* out = static_cast<char*>(buffers.emplace_back(static_cast<size_t>(v.numel()) * out_es).data());
+  v.data = out;
+  int64_t outer = 1, rest = 1;  // blocks before cd; elements after it
+  for (int64_t d = 0; d < cd; ++d) outer *= e.shape[d];
+  for (size_t d = static_cast<size_t>(cd) + 1; d < e.shape.size(); ++d) rest *= e.shape[d];
+  int64_t offset = 0;  // the part's first element within a block of the parameter
+  for (const auto& [t, from] : parts) {
+    const int64_t inner = t.shape[cd] * rest;
+    const size_t in_es = static_cast<size_t>(kernels::dtype_size(from));
+    for (int64_t o = 0; o < outer; ++o)
+      convert_elements(static_cast<const char*>(t.data) + static_cast<size_t>(o * inner) * in_es, from,
+                       out + static_cast<size_t>(o * along * rest + offset) * out_es, v.dtype,
+                       inner);
+    offset += inner;
+  }
+  return v;
+}
+
 /// Copies each expert's parts into one owned [E, ...] buffer in the target dtype. Every part must
 /// exist, share one dtype, and have the per-expert shape with its concat dimension split evenly.
 WeightView load_stacked(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
                         const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
-  std::vector<int64_t> part_shape(e.shape.begin() + 1, e.shape.end());
+  if (!e.expert_axis && e.concat_dim > 0) return load_concatenated(target, e, checkpoint, options, buffers);
+  std::vector<int64_t> part_shape(e.shape.begin() + (e.expert_axis ? 1 : 0), e.shape.end());
   const int64_t cd = e.concat_dim - 1;  // concat dim within one expert
   if (cd >= 0) {
     if (part_shape[cd] % e.parts != 0)

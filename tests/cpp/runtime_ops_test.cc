@@ -1891,6 +1891,7 @@ const Cases& op_cases() {
     add_complex_cases(m);
     add_router_cases(m);
     add_core_aten_cases(m);
+    add_recurrent_cases(m);
     return m;
   }();
   return cases;

@@ -182,6 +182,7 @@ double act_ref(const std::string& a, double v) {
   if (a == "silu") return v / (1 + std::exp(-v));
   if (a == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
   if (a == "gelu_tanh") return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  if (a == "relu2") return v > 0 ? v * v : 0;
   return v > 0 ? v : 0;
 }
 
@@ -321,6 +322,12 @@ void experts_case() {
   nog.act = "relu";
   nog.concatenated = false;
   check_experts(nog, "no gate, relu");
+  ExpertsCase sq = nog;
+  sq.act = "relu2";
+  check_experts(sq, "no gate, relu2 (relu(x)^2, Nemotron-H's experts)");
+  ExpertsCase sq_gated;
+  sq_gated.act = "relu2";
+  check_experts(sq_gated, "relu2(gate) * up");
   ExpertsCase gelu;
   gelu.act = "gelu";
   gelu.concatenated = false;

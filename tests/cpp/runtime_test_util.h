@@ -475,5 +475,7 @@ Host nonzero_host(std::vector<int64_t> shape, uint32_t seed);
 void add_router_cases(std::map<std::string, std::function<void()>>& m);
 /// Cases of core_aten_ops.cc (runtime_core_aten_ops_test.cc).
 void add_core_aten_cases(std::map<std::string, std::function<void()>>& m);
+/// Cases of the stateful ops, recurrent_ops.cc (runtime_recurrent_ops_test.cc).
+void add_recurrent_cases(std::map<std::string, std::function<void()>>& m);
 
 }  // namespace fuselm::runtime::testing

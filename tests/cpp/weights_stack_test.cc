@@ -96,6 +96,41 @@ TEST(WeightsStack, MergeOnlyAndDtypeConversion) {
   for (int e = 0; e < 4; ++e) EXPECT_EQ(value(wide.at("down"), e * 4 + 3), 2.f);  // r = 1, c = 1
 }
 
+TEST(WeightsStack, PlainConcatenationHasNoExpertAxis) {
+  // transformers' Concatenate(dim=d) alone ("experts": 0): the two parts of "expert" 0 laid side by
+  // side along dim d of the parameter itself, e.g. q/k/v convolution weights merged into one.
+  Fixture fx(experts_parts(1, 2, 3, 4, false));
+  Checkpoint c = fx.open();
+  auto plain = [](std::vector<int64_t> shape, int d) {
+    nlohmann::json j = stacked(shape, 0, 2, d);
+    j["checkpoint"]["keys"] = {"experts.0.gate_proj.weight", "experts.0.up_proj.weight"};
+    return j;
+  };
+  LoadedParameters rows = load_parameters({{"w", plain({6, 4}, 0)}}, c);
+  LoadedParameters cols = load_parameters({{"w", plain({3, 8}, 1)}}, c);
+  EXPECT_EQ(rows.at("w").shape, (std::vector<int64_t>{6, 4}));
+  int bad = 0;
+  for (int r = 0; r < 6; ++r)
+    for (int col = 0; col < 4; ++col) bad += value(rows.at("w"), r * 4 + col) != elem(0, r / 3, r % 3, col);
+  for (int r = 0; r < 3; ++r)
+    for (int col = 0; col < 8; ++col) bad += value(cols.at("w"), r * 8 + col) != elem(0, col / 4, r, col % 4);
+  EXPECT_EQ(bad, 0);
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", plain({6, 4}, 2)}}, c); }), "does not fit 2 keys and shape [6, 4]");
+}
+
+TEST(WeightsStack, PlainConcatenationOfUnequalParts) {
+  // q and k of width 1, v of width 2 (rows of [C, 1, K] convolution weights), concatenated along dim 0.
+  std::vector<float> q{1, 2}, k{3, 4}, v{5, 6, 7, 8};
+  Fixture fx({f32_tensor("q", {1, 1, 2}, q), f32_tensor("k", {1, 1, 2}, k), f32_tensor("v", {2, 1, 2}, v)});
+  Checkpoint c = fx.open();
+  nlohmann::json j = stacked({4, 1, 2}, 0, 3, 0);
+  j["checkpoint"]["keys"] = {"q", "k", "v"};
+  LoadedParameters p = load_parameters({{"w", j}}, c);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(value(p.at("w"), i), static_cast<float>(i + 1));
+  j["shape"] = {5, 1, 2};
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"w", j}}, c); }), "add up to 4 along dim 0");
+}
+
 TEST(WeightsStack, ErrorsNameTheTensor) {
   Fixture fx(experts_parts(2, 2, 3, 4, false));
   Checkpoint c = fx.open();

@@ -19,6 +19,10 @@ FAMILIES = [
     "deepseek", "deepseek_v2", "deepseek_v3", "glm", "glm4", "glm4_moe", "gpt_oss", "longcat", "longcat_flash",
     "smollm", "smollm2", "smollm3", "helium", "nemotron", "persimmon", "xglm", "exaone", "arcee", "seed_oss", "mpt",
     "jamba", "mamba", "jetmoe", "dbrx", "internlm", "baichuan", "chatglm", "yi", "minicpm",
+    # hybrid and recurrent families (issue 29: their mixers are found by kernel dispatch name)
+    "mamba2", "falcon_mamba", "bamba", "zamba", "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h",
+    "qwen3_next", "qwen3_5", "lfm2", "lfm2_moe", "kimi", "kimi_linear", "minimax", "rwkv", "recurrent_gemma",
+    "xlstm", "olmo_hybrid",
 ]
 ATTRIBUTES = [
     "q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj",

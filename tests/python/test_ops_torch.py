@@ -469,6 +469,9 @@ ELSEWHERE = {
     "fuselm.all_gather.default": "needs an MPI communicator: test_tensor_parallel, runtime_ops_test",
     "fuselm.vocab_embedding.default": "put in by the sharding plan (a rank's vocabulary slice): test_tensor_parallel, runtime_ops_test",
     "fuselm.rms_norm_split.default": "put in by the sharding plan (a norm over a split width, with an all-reduce): test_tensor_parallel, runtime_ops_test",
+    **{f"fuselm.{op}.default": "needs the engine's state slots: test_recurrent_ops (against transformers' torch "
+                               "fallbacks), runtime_recurrent_ops_test, kernels_recurrent_test"
+       for op in ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule")},
 }
 
 

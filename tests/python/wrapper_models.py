@@ -49,7 +49,7 @@ WRAPPERS: dict[str, tuple[dict, dict, dict]] = {
                  {}),
     "llava_onevision": ({}, vision(), {}),
     "cohere2_vision": ({}, vision(), {}),
-    "lfm2_vl": ({"layer_types": ["full_attention", "full_attention"]},
+    "lfm2_vl": ({"layer_types": ["conv", "full_attention"]},
                 {"vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                                    "num_attention_heads": 2, "patch_size": 14}}, {}),
     "got_ocr2": ({}, {"vision_config": {"hidden_size": 32, "mlp_dim": 64, "num_hidden_layers": 1,

@@ -22,6 +22,7 @@ float act_of(ExpertsAct act, float v) {
       return 0.5f * v * (1.0f + std::tanh(u));
     }
     case ExpertsAct::relu: return v > 0.0f ? v : 0.0f;
+    case ExpertsAct::relu2: return v > 0.0f ? v * v : 0.0f;
   }
   return v;
 }
@@ -29,7 +30,8 @@ float act_of(ExpertsAct act, float v) {
 // g [rows, n_up] -> out [rows, i]
 void apply_gate(const ExpertsArgs& a, const float* g, float* out, int64_t rows) {
   const int64_t i = a.i, n_up = a.gate == ExpertsGate::act_only ? i : 2 * i;
-  if (a.gate == ExpertsGate::act_mul && !a.interleaved && a.act != ExpertsAct::relu) {
+  const bool vector_act = a.act == ExpertsAct::silu || a.act == ExpertsAct::gelu || a.act == ExpertsAct::gelu_tanh;
+  if (a.gate == ExpertsGate::act_mul && !a.interleaved && vector_act) {
     const Act act = a.act == ExpertsAct::silu ? Act::silu : a.act == ExpertsAct::gelu ? Act::gelu : Act::gelu_tanh;
     act_and_mul(act, g, n_up, g + i, n_up, out, i, rows, i);
     return;

@@ -31,7 +31,8 @@
 
 namespace fuselm::kernels {
 
-enum class ExpertsAct : unsigned char { silu, gelu, gelu_tanh, relu };
+// relu2: relu(x)² (ReLU squared, Primer; transformers' "relu2").
+enum class ExpertsAct : unsigned char { silu, gelu, gelu_tanh, relu, relu2 };
 enum class ExpertsGate : unsigned char { act_mul, act_only, clamped_swiglu };
 
 struct ExpertsArgs {

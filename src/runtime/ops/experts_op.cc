@@ -3,7 +3,7 @@
 //                  gate_up_bias?, down_bias?, activation, is_concatenated, is_transposed, has_gate,
 //                  alpha, limit) -> [T,H]
 //   gate_up [E, n_up, H] and down [E, H, I], or [E, H, n_up] and [E, I, H] when is_transposed;
-//   n_up = 2·I with a gate. activation: silu | gelu | gelu_tanh | relu | clamped_swiglu.
+//   n_up = 2·I with a gate. activation: silu | gelu | gelu_tanh | relu | relu2 (relu(x)²) | clamped_swiglu.
 // fuselm.experts_shared(the same 13 arguments, shared_gate [Is, H]?, shared_up [Is, H],
 //                       shared_down [H, Is], shared_scale [1, H]?, shared_activation) -> [T, H]:
 //   the same plus the block's shared expert on every token, scaled by sigmoid(x · shared_scale)
@@ -21,7 +21,8 @@ kernels::ExpertsAct act_named(OpCall& c, const std::string& a) {
   if (a == "gelu") return kernels::ExpertsAct::gelu;
   if (a == "gelu_tanh") return kernels::ExpertsAct::gelu_tanh;
   if (a == "relu") return kernels::ExpertsAct::relu;
-  c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu");
+  if (a == "relu2") return kernels::ExpertsAct::relu2;
+  c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu, relu2");
 }
 
 kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
@@ -36,8 +37,8 @@ void read_activation(OpCall& c, kernels::ExpertsArgs& k, bool has_gate) {
   if (act.kind != Value::Kind::string || !act.s) c.fail("activation is not a string");
   const std::string a = act.s;
   if (a == "clamped_swiglu") k.gate = kernels::ExpertsGate::clamped_swiglu;
-  else if (a == "silu" || a == "gelu" || a == "gelu_tanh" || a == "relu") k.act = act_named(c, a);
-  else c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu, clamped_swiglu");
+  else if (a == "silu" || a == "gelu" || a == "gelu_tanh" || a == "relu" || a == "relu2") k.act = act_named(c, a);
+  else c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu, relu2, clamped_swiglu");
   if (!has_gate) {
     if (k.gate == kernels::ExpertsGate::clamped_swiglu) c.fail("clamped_swiglu needs a gate");
     k.gate = kernels::ExpertsGate::act_only;
