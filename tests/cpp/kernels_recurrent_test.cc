@@ -155,7 +155,9 @@ TEST_P(KernelsRecurrent, SelectiveScanMatchesDoubleRecurrence) {
   FUSELM_REQUIRE_ISA(GetParam());
   ScopedCpuIsa isa(GetParam());
   const int64_t Dm = 10, N = 19, G = 2, T = 37;
-  const auto x = random_floats(Dm * T, 21), dt = random_floats(Dm * T, 22), z = random_floats(Dm * T, 23);
+  const auto x = random_floats(Dm * T, 21), z = random_floats(Dm * T, 23);
+  auto dt = random_floats(Dm * T, 22);
+  dt[0] = 25.f, dt[1] = -30.f, dt[T] = 19.9f, dt[T + 1] = 20.1f;  // softplus's threshold and tails
   auto A = random_floats(Dm * N, 24);
   for (float& a : A) a = -std::fabs(a);
   const auto B = random_floats(G * T * N, 25), C = random_floats(G * T * N, 26), D = random_floats(Dm, 27);

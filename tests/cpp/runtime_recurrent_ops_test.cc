@@ -74,7 +74,9 @@ double silu(double x) { return x / (1 + std::exp(-x)); }
 
 // ---- causal conv1d: out[c,t] = silu(b[c] + Σ_j w[c,j]·win[t+j]), win = state ++ x --------------
 
-void conv_case() {
+// layout: x as a transposed view (channels unit-stride: the vector path) or contiguous [1, C, T]
+// (the scalar path).
+void conv_case(Layout layout) {
   const int64_t C = 5, K = 4;
   Host x = rand_host(DType::f32, {1, C, kT}, 1), w = rand_host(DType::f32, {C, K}, 2), b = rand_host(DType::f32, {C}, 3);
   kv::StateCache states = make_states(C * (K - 1));
@@ -93,7 +95,7 @@ void conv_case() {
       for (int64_t j = 0; j < K - 1; ++j) st[i][j * C + c] = win[win.size() - (K - 1) + j];
     }
   OpGraph g;
-  int xn = g.input(x, Layout::transposed), wn = g.input(w), bn = g.input(b);
+  int xn = g.input(x, layout), wn = g.input(w), bn = g.input(b);
   g.output(g.op("fuselm.causal_conv1d.default", {R(xn), R(wn), R(bn), S("silu"), I(0)}, DType::f32, {1, C, kT}));
   expect_close(run_batch(g, states), want, 1e-5, 1e-5);
   expect_states(states, st, 1e-6);
@@ -241,7 +243,8 @@ void expect_state_errors() {
 
 void add_recurrent_cases(std::map<std::string, std::function<void()>>& m) {
   m["fuselm.causal_conv1d.default"] = [] {
-    conv_case();
+    conv_case(Layout::transposed);
+    conv_case(Layout::contiguous);
     expect_state_errors();
   };
   m["fuselm.ssd_scan.default"] = ssd_case;

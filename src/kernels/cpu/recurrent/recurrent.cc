@@ -25,6 +25,11 @@ const RecurrentKernels& rk() { return isa_kernels<RecurrentKernels>(); }
 // Tokens of one chunk of the chunked forms (transformers' fallbacks use 64 too).
 constexpr int64_t kChunk = 64;
 
+// Multiply-adds a thread must get before a call splits: waking a pool thread costs tens of µs on
+// a shared machine, more than a small decode step (bench_recurrent: a selective scan's step of
+// 1536 channels ran slower on two threads at 1 << 15).
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 17;
+
 /// torch.nn.functional.softplus (beta 1, threshold 20).
 float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 
@@ -35,7 +40,7 @@ void for_items(std::span<const RecurrentSeq> seqs, int64_t units, int64_t work, 
   int64_t tokens = 0;
   for (const auto& s : seqs) tokens += s.count;
   const int64_t items = static_cast<int64_t>(seqs.size()) * units;
-  const int nt = kernel_threads(tokens * units * work, int64_t{1} << 15);
+  const int nt = kernel_threads(tokens * units * work, kMinWorkPerThread);
   parallel_for_dynamic(nt, items, [&](int64_t i) { fn(seqs[i / units], i % units); });
 }
 
@@ -62,8 +67,8 @@ const float* conv_in(const Conv1dArgs& a, const RecurrentSeq& s, int64_t u, int6
   return u < 0 ? s.state + (a.width - 1 + u) * a.channels + c0 : a.x + (s.first + u) * a.x_t + c0 * a.x_c;
 }
 
-/// Channels [c0, c1) of a sequence whose channels are unit-stride in x and out; wt: the weight
-/// transposed, [K][C].
+/// Channels [c0, c1) of a sequence whose channels are unit-stride in x and out; wt: the block's
+/// weight transposed, [K][c1 - c0].
 void conv_block(const Conv1dArgs& a, const RecurrentSeq& s, const float* wt, int64_t c0, int64_t c1) {
   const int64_t K = a.width, hist = K - 1, C = a.channels;
   if (s.fresh)
@@ -74,7 +79,7 @@ void conv_block(const Conv1dArgs& a, const RecurrentSeq& s, const float* wt, int
   const RecurrentKernels& k = rk();
   for (int64_t t = 0; t < s.count; ++t) {
     for (int64_t j = 0; j < K; ++j) rows[j] = conv_in(a, s, t - hist + j, c0);
-    k.conv_rows(rows, K, wt + c0, C, a.bias ? a.bias + c0 : nullptr, a.out + (s.first + t) * a.out_t + c0, c1 - c0,
+    k.conv_rows(rows, K, wt, c1 - c0, a.bias ? a.bias + c0 : nullptr, a.out + (s.first + t) * a.out_t + c0, c1 - c0,
                 a.silu);
   }
   // Row m of the new state is input T-(K-1)+m; in ascending m a state row read (T+m > m) is never
@@ -204,14 +209,10 @@ struct DeltaHead {
   void qk(int64_t t, float* qo, float* ko) const {
     const int64_t n = a.k_dim;
     const float scale = 1.f / std::sqrt(static_cast<float>(n));
+    const RecurrentKernels& rkn = rk();
     auto norm = [&](const float* x, float* out, float extra) {
-      float f = extra;
-      if (a.l2norm) {
-        double ss = 0;
-        for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-        f *= static_cast<float>(1.0 / std::sqrt(ss + 1e-6));
-      }
-      for (int64_t i = 0; i < n; ++i) out[i] = x[i] * f;
+      const float f = a.l2norm ? extra / std::sqrt(rkn.dot(x, x, n) + 1e-6f) : extra;
+      rkn.scale_mul(x, nullptr, f, out, n);
     };
     norm(q(t), qo, scale);
     norm(k(t), ko, 1.f);
@@ -227,7 +228,8 @@ void delta_steps(const DeltaHead& hd, int64_t t0, int64_t t1) {
     const float* g = hd.g(t);
     float all = 1.f;
     if (hd.a.per_channel_g) {
-      for (int64_t i = 0; i < Dk; ++i) e[i] = std::exp(g[i]);
+      std::copy_n(g, Dk, e);
+      rk().exp_inplace(e, Dk);
     } else {
       all = std::exp(g[0]);
     }
@@ -248,9 +250,11 @@ bool delta_pairs_factored(const DeltaRuleArgs& a, const float* Q, const float* K
   const int64_t Dk = a.k_dim;
   float* buf = thread_scratch(3, static_cast<size_t>(4 * L * Dk + Dk));
   float *mid = buf, *left = mid + Dk, *right = left + L * Dk, *qm = right + L * Dk, *rt = qm + L * Dk;
-  for (int64_t i = 0; i < Dk; ++i) {
-    if (G[i] - G[(L - 1) * Dk + i] > 2 * kMaxHalfSpan) return false;
-    mid[i] = 0.5f * (G[i] + G[(L - 1) * Dk + i]);
+  for (int64_t i = 0; i < Dk; ++i) {  // min and max over the chunk: g need not be monotone
+    float lo = G[i], hi = G[i];
+    for (int64_t t = 1; t < L; ++t) lo = std::min(lo, G[t * Dk + i]), hi = std::max(hi, G[t * Dk + i]);
+    if (!(hi - lo <= 2 * kMaxHalfSpan)) return false;
+    mid[i] = 0.5f * (lo + hi);
   }
   for (int64_t t = 0; t < L; ++t)
     for (int64_t i = 0; i < Dk; ++i) {
@@ -342,24 +346,25 @@ void delta_chunk(const DeltaHead& hd, int64_t t0, int64_t L) {
   rkn.exp_inplace(EG, L * gw);
   rkn.exp_inplace(ER, L * gw);
   const int64_t gi = gw == 1 ? 0 : 1;  // channel i's decay is [t * gw + i * gi]
+  auto decay_row = [&](float* row, const float* eg, float f) {  // row ⊙ e^γ_t times f
+    rkn.scale_mul(row, gw == 1 ? nullptr : eg, gw == 1 ? f * eg[0] : f, row, Dk);
+  };
   for (int64_t t = 0; t < L; ++t) {
-    const float* v = hd.v(t0 + t);
-    for (int64_t j = 0; j < Dv; ++j) U[t * Dv + j] = beta[t] * v[j];
-    for (int64_t i = 0; i < Dk; ++i) NW[t * Dk + i] = -beta[t] * K[t * Dk + i] * EG[t * gw + i * gi];
+    rkn.scale_mul(hd.v(t0 + t), nullptr, beta[t], U + t * Dv, Dv);
+    std::copy_n(K + t * Dk, Dk, NW + t * Dk);
+    decay_row(NW + t * Dk, EG + t * gw, -beta[t]);
     if (t) {
       rkn.gemm(kk + t * L, L, U, Dv, U + t * Dv, Dv, 1, t, Dv, true);
       rkn.gemm(kk + t * L, L, NW, Dk, NW + t * Dk, Dk, 1, t, Dk, true);
     }
   }
   rkn.gemm(NW, Dk, hd.S, Dv, U, Dv, L, Dk, Dv, true);  // U is now v'
-  for (int64_t t = 0; t < L; ++t)
-    for (int64_t i = 0; i < Dk; ++i) Q[t * Dk + i] *= EG[t * gw + i * gi];
+  for (int64_t t = 0; t < L; ++t) decay_row(Q + t * Dk, EG + t * gw, 1.f);
   rkn.gemm(Q, Dk, hd.S, Dv, O, Dv, L, Dk, Dv, false);
   rkn.gemm(qk, L, U, Dv, O, Dv, L, L, Dv, true);
   for (int64_t t = 0; t < L; ++t) std::copy_n(O + t * Dv, Dv, hd.o(t0 + t));
   for (int64_t i = 0; i < Dk; ++i) {
-    const float eL = EG[(L - 1) * gw + i * gi];
-    for (int64_t j = 0; j < Dv; ++j) hd.S[i * Dv + j] *= eL;
+    rkn.scale_mul(hd.S + i * Dv, nullptr, EG[(L - 1) * gw + i * gi], hd.S + i * Dv, Dv);
     for (int64_t s = 0; s < L; ++s) KT[i * L + s] = K[s * Dk + i] * ER[s * gw + i * gi];
   }
   rkn.gemm(KT, L, U, Dv, hd.S, Dv, Dk, L, Dv, true);
@@ -383,7 +388,7 @@ std::vector<float> ssd_group_products(const SsdArgs& a, std::span<const Recurren
   }
   std::vector<float> cb(static_cast<size_t>(total));
   const int64_t N = a.state_dim;
-  const int nt = kernel_threads(static_cast<int64_t>(blocks.size()) * kChunk * kChunk * N, int64_t{1} << 15);
+  const int nt = kernel_threads(static_cast<int64_t>(blocks.size()) * kChunk * kChunk * N, kMinWorkPerThread);
   parallel_for_dynamic(nt, static_cast<int64_t>(blocks.size()), [&](int64_t i) {
     const Block& b = blocks[i];
     const int64_t L = std::min(kChunk, b.s->count - b.t0), first = b.s->first + b.t0;
@@ -406,10 +411,15 @@ void causal_conv1d(const Conv1dArgs& a, std::span<const RecurrentSeq> seqs) {
     });
     return;
   }
-  float* wt = thread_scratch(2, static_cast<size_t>(C * K));  // the caller's: read by every part
-  transpose(a.weight, K, wt, C, C, K);
-  for_items(seqs, blocks, kBlock * K, [&](const RecurrentSeq& s, int64_t b) {
-    conv_block(a, s, wt, b * kBlock, std::min(C, (b + 1) * kBlock));
+  // One item per channel block, over every sequence: the block's weight is transposed once.
+  int64_t tokens = 0;
+  for (const auto& s : seqs) tokens += s.count;
+  const int nt = kernel_threads(tokens * C * K, kMinWorkPerThread);
+  parallel_for_dynamic(nt, blocks, [&](int64_t b) {
+    const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+    float* wt = thread_scratch(2, static_cast<size_t>(kBlock * K));
+    transpose(a.weight + c0 * K, K, wt, c1 - c0, c1 - c0, K);
+    for (const auto& s : seqs) conv_block(a, s, wt, c0, c1);
   });
 }
 
@@ -434,23 +444,26 @@ void selective_scan(const SelectiveArgs& a, std::span<const RecurrentSeq> seqs) 
   require(a.groups > 0 && a.channels % a.groups == 0, "selective_scan: the groups do not divide the channels");
   constexpr int64_t kBlock = 16;
   const int64_t N = a.state_dim, per_group = a.channels / a.groups, blocks = (a.channels + kBlock - 1) / kBlock;
+  // A block of channels token by token: the block's dt (softplus) and z (silu) are one vector each.
   for_items(seqs, blocks, kBlock * N * 4, [&](const RecurrentSeq& s, int64_t b) {
     const RecurrentKernels& k = rk();
-    for (int64_t d = b * kBlock; d < std::min(a.channels, (b + 1) * kBlock); ++d) {
-      float* S = s.state + d * N;
-      if (s.fresh) std::fill_n(S, N, 0.f);
-      const float* B = a.B + (d / per_group) * a.tokens * N;
-      const float* C = a.C + (d / per_group) * a.tokens * N;
-      for (int64_t t = s.first; t < s.first + s.count; ++t) {
-        float dt = a.dt[d * a.dt_d + t * a.dt_t] + (a.dt_bias ? a.dt_bias[d] : 0.f);
-        if (a.dt_softplus) dt = softplus(dt);
+    const int64_t d0 = b * kBlock, nd = std::min(a.channels, d0 + kBlock) - d0;
+    if (s.fresh) std::fill_n(s.state + d0 * N, nd * N, 0.f);
+    float dt[kBlock], z[kBlock];
+    for (int64_t t = s.first; t < s.first + s.count; ++t) {
+      for (int64_t c = 0; c < nd; ++c) {
+        dt[c] = a.dt[(d0 + c) * a.dt_d + t * a.dt_t] + (a.dt_bias ? a.dt_bias[d0 + c] : 0.f);
+        z[c] = a.z ? a.z[(d0 + c) * a.z_d + t * a.z_t] : 0.f;
+      }
+      if (a.dt_softplus) k.softplus_inplace(dt, nd);
+      if (a.z) k.silu_inplace(z, nd);
+      for (int64_t c = 0; c < nd; ++c) {
+        const int64_t d = d0 + c, grp = d / per_group;
         const float x = a.x[d * a.x_d + t * a.x_t];
-        float y = k.selective_step(S, a.A + d * N, B + t * N, C + t * N, N, dt, x) + (a.D ? a.D[d] * x : 0.f);
-        if (a.z) {
-          const float z = a.z[d * a.z_d + t * a.z_t];
-          y *= z / (1.f + std::exp(-z));
-        }
-        a.y[d * a.y_d + t * a.y_t] = y;
+        const float* B = a.B + (grp * a.tokens + t) * N;
+        const float* C = a.C + (grp * a.tokens + t) * N;
+        const float y = k.selective_step(s.state + d * N, a.A + d * N, B, C, N, dt[c], x) + (a.D ? a.D[d] * x : 0.f);
+        a.y[d * a.y_d + t * a.y_t] = a.z ? y * z[c] : y;
       }
     }
   });

@@ -33,6 +33,14 @@ struct RecurrentKernels {
                     int64_t n, bool silu);
   /// x[i] <- exp(x[i]) over n floats.
   void (*exp_inplace)(float* x, int64_t n);
+  /// out[i] = f·a[i]·b[i] (f·a[i] when b is null) over n floats; out may be a.
+  void (*scale_mul)(const float* a, const float* b, float f, float* out, int64_t n);
+  /// Σ a[i]·b[i] over n floats.
+  float (*dot)(const float* a, const float* b, int64_t n);
+  /// x[i] <- softplus(x[i]) (torch's: x above 20 kept) over n floats.
+  void (*softplus_inplace)(float* x, int64_t n);
+  /// x[i] <- silu(x[i]) over n floats.
+  void (*silu_inplace)(float* x, int64_t n);
 };
 
 extern const RecurrentKernels kRecurrentKernelsGeneric;
@@ -260,9 +268,60 @@ void rec_exp_inplace(float* x, int64_t n) {
 }
 
 template <Isa I>
+void rec_scale_mul(const float* a, const float* b, float f, float* out, int64_t n) {
+  using V = Vec<I>;
+  constexpr int W = V::W;
+  const typename V::R vf = V::set1(f);
+  for (int64_t i = 0; i < n; i += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, n - i));
+    const typename V::R x = V::mul(vf, V::loadn(a + i, m));
+    V::storen(out + i, b ? V::mul(x, V::loadn(b + i, m)) : x, m);
+  }
+}
+
+template <Isa I>
+float rec_dot_fn(const float* a, const float* b, int64_t n) {
+  return rec_dot<Vec<I>>(a, b, n);
+}
+
+// softplus(x) = max(x, 0) + log1p(e^{-|x|}), with log1p(y) = 2·atanh(y / (2 + y)) by its odd
+// series: y <= 1 makes the argument at most 1/3, so nine terms are exact to f32 rounding.
+template <Isa I>
+void rec_softplus_inplace(float* x, int64_t n) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  for (int64_t i = 0; i < n; i += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, n - i));
+    const R v = V::loadn(x + i, m);
+    if constexpr (V::isa == Isa::generic) {
+      V::storen(x + i, v > 20.f ? v : std::log1p(std::exp(v)), m);
+    } else {
+      const R e = V::exp(V::neg(V::abs(v)));
+      const R z = V::div(e, V::add(V::set1(2.f), e)), z2 = V::mul(z, z);
+      R p = V::set1(1.f / 17.f);
+      for (int k = 15; k >= 1; k -= 2) p = V::fma(p, z2, V::set1(1.f / static_cast<float>(k)));
+      const R sp = V::fma(V::add(z, z), p, V::max(v, V::zero()));
+      V::storen(x + i, V::select(V::lt(V::set1(20.f), v), v, sp), m);
+    }
+  }
+}
+
+template <Isa I>
+void rec_silu_inplace(float* x, int64_t n) {
+  using V = Vec<I>;
+  constexpr int W = V::W;
+  for (int64_t i = 0; i < n; i += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, n - i));
+    V::storen(x + i, vsilu<V>(V::loadn(x + i, m)), m);
+  }
+}
+
+template <Isa I>
 constexpr RecurrentKernels make_recurrent_kernels() {
   return {&rec_gemm<I>,        &rec_ssd_step<I>,   &rec_selective_step<I>, &rec_delta_step<I>,
-          &rec_decayed_dot<I>, &rec_conv_rows<I>, &rec_exp_inplace<I>};
+          &rec_decayed_dot<I>, &rec_conv_rows<I>, &rec_exp_inplace<I>, &rec_scale_mul<I>,
+          &rec_dot_fn<I>,      &rec_softplus_inplace<I>, &rec_silu_inplace<I>};
 }
 
 }  // namespace
