@@ -62,6 +62,18 @@ def test_greedy_speculation_gives_the_plain_tokens(fuselm_bin, smollm2_dir, plai
         assert s["accepted_tokens"] / s["draft_tokens"] > 0.5, s
 
 
+def test_sampled_ngram_speculation_is_plain_sampling_token_for_token(fuselm_bin, smollm2_dir, tmp_path):  # noqa: F811
+    # An n-gram draft is a point mass: the target's own seeded sample judges it, so the text is
+    # the plain seeded text, not merely one from the same distribution.
+    sampled = ["--temperature", "0.9", "--top-p", "0.95", "--seed", "11"]
+    plain_ids, _ = generate(fuselm_bin, smollm2_dir, PROMPT + PROMPT, 48, tmp_path, extra=sampled, logits=False)
+    ours, _ = generate(fuselm_bin, smollm2_dir, PROMPT + PROMPT, 48, tmp_path, logits=False,
+                       extra=sampled + SPECS["ngram-k2"])
+    assert ours["token_ids"] == plain_ids["token_ids"]
+    greedy, _ = generate(fuselm_bin, smollm2_dir, PROMPT + PROMPT, 48, tmp_path, logits=False)
+    assert greedy["token_ids"] != ours["token_ids"]  # it did sample
+
+
 @pytest.fixture(scope="module")
 def spec_server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
     s = Server(fuselm_bin, smollm2_dir, ["--max-num-seqs", "4", "--speculative-method", "ngram", "--num-speculative-tokens", "4",
