@@ -1,6 +1,7 @@
 #include "engine/drafter_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/speculative_sampling.h"
 
@@ -42,24 +43,32 @@ bool ModelDrafter::catch_up_slice(Sequence& s, int32_t k) {
   return true;
 }
 
-void ModelDrafter::draw(Sequence& s, std::span<const float> row) {
+bool ModelDrafter::draw(Sequence& s, std::span<const float> row) {
   SpecState& st = s.spec;
+  const auto top = std::max_element(row.begin(), row.end());
   if (s.sampler.greedy()) {
-    st.draft.push_back(std::max_element(row.begin(), row.end()) - row.begin());
-    return;
+    st.draft.push_back(top - row.begin());
+  } else {
+    Sampler q(draft_params(s.req.sampling));
+    q.distribution(row, q_);
+    st.draft.push_back(draw_from(q_, *st.rng));
+    st.q.insert(st.q.end(), q_.begin(), q_.end());
   }
-  Sampler q(draft_params(s.req.sampling));
-  q.distribution(row, q_);
-  st.draft.push_back(draw_from(q_, *st.rng));
-  st.q.insert(st.q.end(), q_.begin(), q_.end());
+  // The draft model's own top probability: below kMinConfidence the next draft would rarely
+  // survive, so it is not worth a draft forward (a dynamic draft length).
+  double z = 0;
+  for (float v : row) z += std::exp(static_cast<double>(v - *top));
+  return 1.0 / z >= kMinConfidence;
 }
 
-void ModelDrafter::run(std::span<Sequence* const> seqs) {
+void ModelDrafter::run(std::span<Sequence* const> seqs, std::span<int32_t> want) {
   const runtime::Tensor& logits = m_.forward(ids_, pos_, slices_, rows_);
   const int64_t vocab = logits.shape[2];
   for (size_t i = 0; i < seqs.size(); ++i) {
-    draw(*seqs[i], {logits.ptr<float>() + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)});
-    seqs[i]->spec.draft_computed = slices_[i].context_len;
+    Sequence& s = *seqs[i];
+    if (!draw(s, {logits.ptr<float>() + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)}))
+      want[i] = static_cast<int32_t>(s.spec.draft.size());  // no further draft for it
+    s.spec.draft_computed = slices_[i].context_len;
   }
 }
 
@@ -78,13 +87,14 @@ void ModelDrafter::propose(std::span<Sequence* const> seqs, std::span<const int3
     want.push_back(k[i]);
   }
   if (active_.empty()) return;
-  run(active_);  // the catch-up: each sequence's first draft
+  run(active_, want);  // the catch-up: each sequence's first draft
   for (int32_t round = 1;; ++round) {
     ids_.clear();
     pos_.clear();
     rows_.clear();
     slices_.clear();
     std::vector<Sequence*> next;
+    std::vector<int32_t> next_want;
     for (size_t i = 0; i < active_.size(); ++i) {
       Sequence& s = *active_[i];
       if (round >= want[i]) continue;
@@ -94,9 +104,12 @@ void ModelDrafter::propose(std::span<Sequence* const> seqs, std::span<const int3
       pos_.push_back(p);
       rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
       next.push_back(&s);
+      next_want.push_back(want[i]);
     }
     if (next.empty()) return;
-    run(next);
+    run(next, next_want);
+    for (size_t i = 0, j = 0; i < active_.size(); ++i)  // a sequence whose draft stopped keeps its count
+      if (j < next.size() && active_[i] == next[j]) want[i] = next_want[j++];
   }
 }
 
