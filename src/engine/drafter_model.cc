@@ -55,7 +55,10 @@ bool ModelDrafter::draw(Sequence& s, std::span<const float> row) {
     st.q.insert(st.q.end(), q_.begin(), q_.end());
   }
   // The draft model's own top probability: below kMinConfidence the next draft would rarely
-  // survive, so it is not worth a draft forward (a dynamic draft length).
+  // survive, so it is not worth a draft forward (a dynamic draft length). Not for a sequence
+  // whose drafts the target has been accepting (kTrusted): its draft model agrees with the target
+  // even where both are unsure.
+  if (st.acceptance >= kTrusted) return true;
   double z = 0;
   for (float v : row) z += std::exp(static_cast<double>(v - *top));
   return 1.0 / z >= kMinConfidence;

@@ -23,13 +23,16 @@ class ModelDrafter final : public Drafter {
   /// Greedy sequences get the draft model's argmax (point masses); sampled ones a token drawn
   /// from the draft model's softmax at the request's temperature, top-k and top-p (no penalties),
   /// its row kept in spec.q for the acceptance rule. A sequence's draft ends early after a token
-  /// the draft model itself is unsure of (top probability under kMinConfidence).
+  /// the draft model itself is unsure of (top probability under kMinConfidence), unless its
+  /// drafts for that sequence have mostly been accepted (acceptance at least kTrusted).
   void propose(std::span<Sequence* const> seqs, std::span<const int32_t> k) override;
   void on_verified(Sequence& s) override;
 
  private:
   /// A draft stops at a token the draft model gives less than this probability.
   static constexpr double kMinConfidence = 0.4;
+  /// ... unless the sequence's acceptance (SpecState::acceptance) is at least this.
+  static constexpr double kTrusted = 0.8;
   bool catch_up_slice(Sequence& s, int32_t k);
   bool draw(Sequence& s, std::span<const float> row);
   void run(std::span<Sequence* const> seqs, std::span<int32_t> want);
