@@ -30,7 +30,9 @@ std::vector<float> fake_logits(const std::vector<int64_t>& ctx, float markov, ui
   for (int64_t t = 0; t < kVocab; ++t) row[t] = static_cast<float>(((h >> 7) + t * (h % 11 + 3)) % 23) / 3.0f;
   if (markov > 0 && ctx.size() >= 2) {
     const uint64_t pair = static_cast<uint64_t>(ctx[ctx.size() - 2] * kVocab + ctx.back());
-    row[(pair * 2654435761u + (salt & 1 ? pair % 3 == 0 : 0)) % kVocab] += markov;
+    // Salt bit 0: another choice on a third of the pairs; bit 1: on every pair.
+    const uint64_t other = (salt & 1 ? pair % 3 == 0 : 0) + (salt & 2 ? 1 : 0);
+    row[(pair * 2654435761u + other) % kVocab] += markov;
   }
   return row;
 }
@@ -213,6 +215,44 @@ TEST(Speculative, GreedyDraftModelOutputEqualsPlainDecodingAndRejectedDraftsLeav
     }
     EXPECT_GT(eng.metrics().pool.prefix_hits, 0);
     EXPECT_EQ(eng.metrics().pool.used, 0);
+  }
+}
+
+TEST(Speculative, BacksOffWhenDraftsFailAndWhenTheBatchIsLarge) {
+  // A draft model that never agrees (its Markov choice is always another token, and the choice
+  // outweighs the rest of the logits): a sequence's pauses double, so over 100 tokens it drafts in
+  // a handful of steps, not in every one; the text is still plain decoding's.
+  {
+    FakeModel target(400, 4, 20.f, 0), draft(400, 4, 20.f, 2);
+    EngineOptions o = spec_options(SpecMethod::draft, 4, &draft);
+    o.speculative.min_acceptance = 0.3;
+    Engine eng(target, nullptr, o);
+    const Request r = make_request(6, 100, 3, 0.f);
+    auto st = eng.submit(r);
+    run_until_idle(eng);
+    EXPECT_EQ(drain(*st), alone(r, 20.f));
+    const auto m = eng.metrics();
+    EXPECT_EQ(m.spec_accepted_tokens, 0);
+    EXPECT_GT(m.spec_drafts, 0);
+    EXPECT_LE(m.spec_drafts, 8);  // steps 1, 2, then after pauses of 4, 8, 16, 32, 64
+  }
+  // Six sequences running together with disable_by_batch_size 5: no drafts at all, although the
+  // same requests alone (batch size 1) draft.
+  for (const int32_t limit : {5, 6}) {
+    FakeModel target(400, 4, 6.f, 0);
+    EngineOptions o = spec_options(SpecMethod::ngram, 3, nullptr);
+    o.speculative.disable_by_batch_size = limit;
+    Engine eng(target, nullptr, o);
+    std::vector<Request> reqs;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 6; ++i) {
+      reqs.push_back(make_request(4, 30, i, 0.f));
+      streams.push_back(eng.submit(reqs.back()));
+    }
+    run_until_idle(eng);
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(drain(*streams[i]), alone(reqs[i], 6.f));
+    if (limit == 5) EXPECT_EQ(eng.metrics().spec_draft_tokens, 0);
+    else EXPECT_GT(eng.metrics().spec_draft_tokens, 0);
   }
 }
 
