@@ -308,6 +308,7 @@ void add_bench_command(CLI::App& app) {
     check_args(*a);
     if (a->speculative.enabled()) {
       if (a->prompt_file.empty()) throw std::runtime_error("--speculative-method: give the prompt to decode with --prompt-file");
+      if (a->output != "md") throw std::runtime_error("--speculative-method: the comparison prints a markdown table only (-o md)");
       bench_speculative({a->model_dir, a->dtypes, a->threads, a->prompt_file, a->chat, a->n_gen.front(), a->reps, a->fusers,
                          a->kv_cache_dtype},
                         a->speculative);
