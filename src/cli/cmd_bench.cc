@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/bench_report.h"
+#include "cli/bench_speculative.h"
 #include "cli/commands.h"
 #include "cli/model_args.h"
 #include "kernels/cpu/isa.h"
@@ -47,6 +48,9 @@ struct BenchArgs {
   FuserArgs fusers;
   int tensor_parallel_size = 1;  // under mpirun -np N: rank 0 benches, the others follow its steps
   std::string kv_cache_dtype = "f32";  // --kv-cache-dtype: K and V alike (llama-bench's -ctk and -ctv)
+  SpeculativeArgs speculative;  // with --speculative-method: plain vs speculative decoding of --prompt-file
+  std::string prompt_file;
+  bool chat = false;
 };
 
 /// Bytes of the last-level cache (sysfs, the highest cache index of cpu0), 0 when unknown.
@@ -299,8 +303,19 @@ void add_bench_command(CLI::App& app) {
                   "split the model over N ranks of an MPI job (mpirun -np N fuselm bench ...); the other ranks run "
                   "OMP_NUM_THREADS threads; docs/tensor-parallel.md")
       ->check(CLI::Range(1, 4096));
+  add_speculative_options(*cmd, a->speculative);
+  cmd->add_option("--prompt-file", a->prompt_file, "with --speculative-method: the prompt text whose decoding is timed");
+  cmd->add_flag("--chat", a->chat, "with --speculative-method: render --prompt-file with the chat template as one user message");
   cmd->callback([a] {
     check_args(*a);
+    if (a->speculative.enabled()) {
+      if (a->prompt_file.empty()) throw std::runtime_error("--speculative-method: give the prompt to decode with --prompt-file");
+      if (a->output != "md") throw std::runtime_error("--speculative-method: the comparison prints a markdown table only (-o md)");
+      bench_speculative({a->model_dir, a->dtypes, a->threads, a->prompt_file, a->chat, a->n_gen.front(), a->reps, a->fusers,
+                         a->kv_cache_dtype},
+                        a->speculative);
+      return;
+    }
     BenchPrinter out(parse_bench_format(a->output), stdout);
     std::vector<BenchRow> rows;
     // The header comes after the first load: under TP only rank 0 returns from it (the others

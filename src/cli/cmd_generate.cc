@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/model_args.h"
+#include "cli/speculative_args.h"
 #include "cli/verify_stamp.h"
 #include "engine/generator.h"
 #include "engine/stop_matcher.h"
@@ -39,6 +40,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   std::string prompt_file;
   std::string kv_cache_dtype = "f32";
+  SpeculativeArgs speculative;
 };
 
 /// --chat: the model's chat template applied to the prompt as one user message with
@@ -131,6 +133,8 @@ void print_json(const GenerateArgs& a, const LoadedModel& loaded, const engine::
   }
   j["prefill_seconds"] = res.prefill_seconds;
   j["decode_seconds"] = res.decode_seconds;
+  if (a.speculative.enabled())
+    j["speculative"] = {{"drafts", res.spec_drafts}, {"draft_tokens", res.spec_draft_tokens}, {"accepted_tokens", res.spec_accepted_tokens}};
   j["pool_allocations_after_first_decode"] = res.pool_allocations_after_first_decode;
   std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -140,8 +144,10 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   const std::string text = prompt_ids ? std::string() : a.chat ? chat_prompt(a) : a.prompt;
   auto loaded = load_model(a.model);
   hint_verify_once(loaded.dir, a.model.model_dir);
-  const engine::GenerateRequest req = make_request(a, loaded, text, prompt_ids);
+  engine::GenerateRequest req = make_request(a, loaded, text, prompt_ids);
   check_kv_fits(a, req.prompt_ids.size(), loaded.model->max_context());  // before any output
+  const Speculation spec = setup_speculation(a.speculative, *loaded.model, a.model);
+  req.speculative = spec.options;
 
   const bool text_out = loaded.tokenizer && !a.json;  // the engine's streamed text is the output
   const bool ids_out = !loaded.tokenizer && !a.json;  // no tokenizer: the generated ids are the output
@@ -174,6 +180,12 @@ void run(const GenerateArgs& a, const std::optional<std::vector<int64_t>>& promp
   std::fprintf(stderr, "fuselm: prompt %zu tokens, prefill %.3f s (%.1f tok/s); generated %zu tokens, decode %.1f tok/s (%s)\n",
                req.prompt_ids.size(), res.prefill_seconds, req.prompt_ids.size() / std::max(res.prefill_seconds, 1e-9), n,
                tps, engine::openai_name(res.finish_reason));
+  if (res.spec_drafts > 0)
+    std::fprintf(stderr, "fuselm: speculative %s: %lld drafted, %lld accepted (acceptance %.3f), mean accepted length %.2f tokens per verification\n",
+                 describe(a.speculative).c_str(), static_cast<long long>(res.spec_draft_tokens),
+                 static_cast<long long>(res.spec_accepted_tokens),
+                 static_cast<double>(res.spec_accepted_tokens) / static_cast<double>(res.spec_draft_tokens),
+                 static_cast<double>(res.spec_accepted_tokens + res.spec_drafts) / static_cast<double>(res.spec_drafts));
 }
 
 }  // namespace
@@ -203,7 +215,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache storage: f32, bf16 or q8_0 (as fuselm serve)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
+  add_speculative_options(*cmd, a->speculative);
   cmd->callback([a, p, ids, pf] {
+    if (a->speculative.enabled() && !a->logits_out.empty())
+      throw std::runtime_error("--logits-out writes one row per decode step; it does not combine with --speculative-method");
     a->model.kv_dtype = kv::parse_kv_dtype(a->kv_cache_dtype);
     if (pf->count() > 0) a->prompt = read_prompt_file(a->prompt_file);
     if (p->count() == 0 && ids->count() == 0 && pf->count() == 0)

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/model_args.h"
+#include "cli/speculative_args.h"
 #include "cli/verify_stamp.h"
 #include "cli/serve_limits.h"
 #include "server/http_server.h"
@@ -24,6 +25,7 @@ namespace {
 struct ServeArgs {
   ModelArgs model;
   EngineArgs engine;
+  SpeculativeArgs speculative;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -76,7 +78,10 @@ void run(ServeArgs& a) {
   auto loaded = load_model(a.model);
   hint_verify_once(loaded.dir, a.model.model_dir);
   engine::ModelBackend backend(*loaded.model);
-  engine::Engine eng(backend, loaded.tokenizer ? &loaded.tokenizer->tokenizer() : nullptr, a.engine.options());
+  const Speculation spec = setup_speculation(a.speculative, *loaded.model, a.model);  // its draft model lives as long
+  engine::EngineOptions options = a.engine.options();
+  options.speculative = spec.options;
+  engine::Engine eng(backend, loaded.tokenizer ? &loaded.tokenizer->tokenizer() : nullptr, options);
   server::ServerConfig cfg;
   cfg.host = a.host;
   cfg.port = a.port;
@@ -103,6 +108,9 @@ void run(ServeArgs& a) {
                cfg.render_chat ? "yes" : "none, chat completions answer 400");
   std::fprintf(stderr, "fuselm: embeddings: %s pooling (%s), normalised\n", engine::pooling_name(cfg.embedding.pooling),
                cfg.embedding.source.c_str());
+  if (a.speculative.enabled())
+    std::fprintf(stderr, "fuselm: speculative decoding: %s, off while more than %d sequences run\n", describe(a.speculative).c_str(),
+                 a.speculative.disable_by_batch_size);
   if (!loaded.model->selects_rows())
     std::fprintf(stderr, "fuselm: note: every token of a batch goes through the LM head (%s)\n",
                  loaded.model->select_rows_note().c_str());
@@ -119,6 +127,7 @@ void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API (continuous batching)");
   add_model_options(*cmd, a->model);
   add_engine_options(*cmd, a->engine);
+  add_speculative_options(*cmd, a->speculative);
   cmd->add_option("--host", a->host, "address to bind")->capture_default_str();
   cmd->add_option("--port", a->port, "port to bind")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", a->api_key, "require 'Authorization: Bearer KEY' on /v1/*");

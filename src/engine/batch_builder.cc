@@ -11,8 +11,10 @@ void BatchBuilder::build(std::span<const ScheduledSeq> batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const Sequence& s = *batch[i].seq;
     const int64_t n = batch[i].tokens;
-    slices_.push_back({static_cast<int64_t>(ids_.size()), n, s.computed + n, s.kv->slots()});
     const bool last = s.computed + n == static_cast<int64_t>(s.tokens.size());
+    // Speculative drafts (engine/speculative.h) follow the last token in the same slice.
+    const int64_t d = last ? static_cast<int64_t>(s.spec.draft.size()) : 0;
+    slices_.push_back({static_cast<int64_t>(ids_.size()), n + d, s.computed + n + d, s.kv->slots()});
     const bool prompt_rows = s.reads_prompt_rows();
     for (int64_t p = s.computed; p < s.computed + n; ++p) {
       ids_.push_back(s.tokens[p]);
@@ -27,6 +29,12 @@ void BatchBuilder::build(std::span<const ScheduledSeq> batch) {
     if (last) {
       logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
       uses_.push_back({i, s.computed + n - 1, true});
+    }
+    for (int64_t j = 0; j < d; ++j) {  // each draft's row scores the token after it
+      ids_.push_back(s.spec.draft[static_cast<size_t>(j)]);
+      positions_.push_back(s.computed + n + j);
+      logit_rows_.push_back(static_cast<int64_t>(ids_.size()) - 1);
+      uses_.push_back({i, s.computed + n + j, true});
     }
   }
   for (size_t i = 0; i < batch.size(); ++i) slices_[i].state_slot = batch[i].seq->state_slot();  // -1: stateless

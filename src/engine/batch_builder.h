@@ -4,7 +4,8 @@
 // slots and state slot), and the rows whose logits are read: the last row of each sequence that has read all
 // its tokens after this step (sampled), and every prompt row of a sequence that reads them
 // (prompt logprobs, pooled embeddings: Sequence::reads_prompt_rows). Only they go through the LM
-// head.
+// head. A sequence with speculative drafts (Sequence::spec) has them appended to its slice, each
+// with its row (the sampled rows then run from its last token through its last draft).
 #include <cstdint>
 #include <span>
 #include <vector>

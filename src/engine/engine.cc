@@ -27,6 +27,7 @@ Engine::Engine(Backend& backend, const tokenizer::Tokenizer* tokenizer, EngineOp
       output_(tokenizer, backend.eos_token_ids(), backend.max_context()) {
   if (opt_.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
   if (opt_.max_num_batched_tokens < 1) throw std::invalid_argument("max_num_batched_tokens must be >= 1");
+  if (opt_.speculative.enabled()) spec_ = std::make_unique<Speculator>(opt_.speculative, backend_.vocab_size());
   metrics_.block_size = backend_.kv_cache().block_size();
   update_pool_metrics();
 }
@@ -217,6 +218,10 @@ void Engine::run_batch(const std::vector<ScheduledSeq>& batch) {
       if (uses[r].sample) finish_embedding(s);
     } else if (!uses[r].sample) {
       on_prompt_row(s, uses[r].position, row_of(*logits, r));
+    } else if (!s.spec.draft.empty()) {
+      const size_t drafts = s.spec.draft.size();
+      on_draft_rows(s, *logits, r);
+      r += drafts;
     } else {
       on_row(s, row_of(*logits, r));
     }
@@ -235,8 +240,21 @@ void Engine::finish_embedding(Sequence& s) {
   finish(s, FinishReason::stop);
 }
 
-void Engine::on_row(Sequence& s, std::span<const float> row) {
-  TokenStep t = output_.on_row(s, row);
+void Engine::on_draft_rows(Sequence& s, const runtime::Tensor& logits, size_t first) {
+  const SpecCounts c = spec_->verify(s, output_, [&](size_t j) { return row_of(logits, first + j); }, [&](TokenStep t) {
+    emit(s, std::move(t));
+    return s.done;
+  });
+  if (opt_.prefix_caching && !s.done) s.kv->publish_full_blocks(s.tokens, s.computed);
+  std::lock_guard lock(mu_);
+  metrics_.spec_drafts += c.drafts;
+  metrics_.spec_draft_tokens += c.draft_tokens;
+  metrics_.spec_accepted_tokens += c.accepted_tokens;
+}
+
+void Engine::on_row(Sequence& s, std::span<const float> row) { emit(s, output_.on_row(s, row)); }
+
+void Engine::emit(Sequence& s, TokenStep t) {
   if (s.req.prompt_logprobs && !s.prompt_lps_sent) {  // with the first token
     s.prompt_lps_sent = true;
     t.event.prompt_logprobs = std::move(s.prompt_lps);
@@ -259,6 +277,8 @@ bool Engine::step() {
   ScheduleCounts counts;
   const auto batch = scheduler_.schedule(counts);
   count(counts);
+  if (spec_ && !batch.empty())
+    spec_->propose(batch, opt_.max_num_batched_tokens, scheduler_.running(), backend_.max_context());
   if (!batch.empty()) run_batch(batch);
   scheduler_.remove_finished();
   std::lock_guard lock(mu_);

@@ -21,6 +21,7 @@
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fuselm::engine {
@@ -30,6 +31,8 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 512;   // tokens in one forward at most
   int64_t max_waiting = 4096;             // queued requests at most; beyond, submit throws QueueFull
   bool prefix_caching = true;
+  /// Speculative decoding (speculative.h); off by default.
+  SpeculativeOptions speculative;
 };
 
 /// A request the engine refuses; `status` is the HTTP status it maps to (400 bad request, 503
@@ -42,7 +45,8 @@ struct RequestError : std::runtime_error {
 class Engine {
  public:
   /// `tokenizer` (may be null: then stop strings are refused and events carry no text) and
-  /// `backend` must outlive the engine.
+  /// `backend` must outlive the engine. Throws std::invalid_argument for options out of bounds
+  /// (speculative ones included: Speculator).
   Engine(Backend& backend, const tokenizer::Tokenizer* tokenizer, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
@@ -86,6 +90,10 @@ class Engine {
   void reap_cancelled();
   void run_batch(const std::vector<ScheduledSeq>& batch);
   void on_row(Sequence& s, std::span<const float> row);
+  /// Sends one sampled token's event and counts it; finishes `s` when the step says so.
+  void emit(Sequence& s, TokenStep t);
+  /// Verifies `s`'s speculative drafts against logits rows first .. first + drafts.
+  void on_draft_rows(Sequence& s, const runtime::Tensor& logits, size_t first);
   void on_prompt_row(Sequence& s, int64_t position, std::span<const float> row);
   void finish_embedding(Sequence& s);
   void finish(Sequence& s, FinishReason reason, const std::string& error = {});
@@ -99,6 +107,7 @@ class Engine {
   Scheduler scheduler_;
   BatchBuilder batch_;
   OutputProcessor output_;
+  std::unique_ptr<Speculator> spec_;  // with EngineOptions::speculative
 
   mutable std::mutex mu_;  // guards incoming_, stopping_, metrics_
   std::condition_variable cv_;

@@ -43,7 +43,9 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   Request r = engine_request(model, req);
   ObservedBackend backend(model, on_logits);
   // One sequence, its prompt in one forward, nothing to share a prefix with.
-  const EngineOptions options{1, std::max<int64_t>(static_cast<int64_t>(r.prompt_ids.size()), 1), 1, false};
+  // (With speculation the budget also holds the last token and its drafts.)
+  EngineOptions options{1, std::max<int64_t>(static_cast<int64_t>(r.prompt_ids.size()), 1 + req.speculative.num_tokens), 1, false};
+  options.speculative = req.speculative;
   Engine eng(backend, req.tokenizer, options);
   auto stream = eng.submit(std::move(r));
   GenerateResult res;
@@ -75,6 +77,10 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   res.prefill_seconds = backend.first_forward_seconds();
   res.decode_seconds = std::chrono::duration<double>(end - backend.first_forward_end()).count();
   res.pool_allocations_after_first_decode = backend.allocations_after_first_decode();
+  const EngineMetrics m = eng.metrics();
+  res.spec_drafts = m.spec_drafts;
+  res.spec_draft_tokens = m.spec_draft_tokens;
+  res.spec_accepted_tokens = m.spec_accepted_tokens;
   return res;
 }
 

@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "engine/request.h"
 #include "engine/sampling_params.h"
+#include "engine/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fuselm::engine {
@@ -23,6 +24,8 @@ struct GenerateRequest {
   /// For the events' text and stop strings; may be null (then events carry no text). Must
   /// outlive the call.
   const tokenizer::Tokenizer* tokenizer = nullptr;
+  /// Speculative decoding (engine/speculative.h); off by default.
+  SpeculativeOptions speculative;
 };
 
 struct GenerateResult {
@@ -31,6 +34,7 @@ struct GenerateResult {
   FinishReason finish_reason = FinishReason::length;  // stop (EOS or a stop string) | length
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t pool_allocations_after_first_decode = -1;  // pool allocations made after decode step 1
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // EngineMetrics' counts
 };
 
 /// Runs one request. on_event (optional) sees each of the engine's events as it arrives (the

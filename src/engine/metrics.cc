@@ -75,6 +75,16 @@ std::string to_prometheus(const EngineMetrics& m, const std::string& model_name)
   gauge(out, "num_preemptions_total", "Sequences preempted (blocks freed, recomputed later).", "counter", l, m.preemptions);
   gauge(out, "request_success_total", "Requests finished (stop or length).", "counter", l, m.requests_finished);
   gauge(out, "request_aborted_total", "Requests aborted (cancel, disconnect, shutdown, error).", "counter", l, m.requests_aborted);
+  gauge(out, "spec_decode_num_drafts_total", "Speculative verifications that had drafted tokens.", "counter", l, m.spec_drafts);
+  gauge(out, "spec_decode_num_draft_tokens_total", "Speculative tokens drafted.", "counter", l, m.spec_draft_tokens);
+  gauge(out, "spec_decode_num_accepted_tokens_total", "Speculative drafted tokens the target accepted.", "counter", l,
+        m.spec_accepted_tokens);
+  gauge(out, "spec_decode_acceptance_rate", "Accepted / drafted speculative tokens (0 before any draft).", "gauge", l,
+        m.spec_draft_tokens > 0 ? static_cast<double>(m.spec_accepted_tokens) / static_cast<double>(m.spec_draft_tokens) : 0.0);
+  gauge(out, "spec_decode_mean_accepted_length",
+        "Tokens one speculative verification emits on average: accepted drafts plus the target's own (0 before any draft).",
+        "gauge", l,
+        m.spec_drafts > 0 ? static_cast<double>(m.spec_accepted_tokens + m.spec_drafts) / static_cast<double>(m.spec_drafts) : 0.0);
   histogram(out, "time_to_first_token_seconds", "Time to first token.", l, m.ttft);
   histogram(out, "time_per_output_token_seconds", "Time per output token after the first.", l, m.tpot);
   histogram(out, "e2e_request_latency_seconds", "End-to-end request latency.", l, m.e2e);

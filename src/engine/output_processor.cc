@@ -33,7 +33,15 @@ TokenStep OutputProcessor::on_row(Sequence& s, std::span<const float> row) const
       return out;
     }
   }
-  Sampled t = s.sampler.sample(row, s.req.logprobs, s.matcher ? std::span<const int32_t>(s.grammar_mask) : std::span<const int32_t>());
+  return append(s, s.sampler.sample(row, s.req.logprobs, s.matcher ? std::span<const int32_t>(s.grammar_mask) : std::span<const int32_t>()));
+}
+
+TokenStep OutputProcessor::on_token(Sequence& s, std::span<const float> row, int64_t token) const {
+  return append(s, s.sampler.take(row, token, s.req.logprobs));
+}
+
+TokenStep OutputProcessor::append(Sequence& s, Sampled t) const {
+  TokenStep out;
   s.tokens.push_back(t.token);
   // The mask allowed the token, so the matcher takes it; it ends when it takes a stop id.
   bool grammar_done = false;

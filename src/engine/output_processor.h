@@ -37,12 +37,16 @@ class OutputProcessor {
   /// constrained sequence samples only the tokens its grammar allows (when it allows none: stop if
   /// the output is complete, else error).
   TokenStep on_row(Sequence& s, std::span<const float> row) const;
+  /// As on_row, with `token` taken as the sample instead of drawn (Sampler::take): speculative
+  /// decoding's accepted draft or resample (engine/speculative.h). Not for constrained sequences.
+  TokenStep on_token(Sequence& s, std::span<const float> row, int64_t token) const;
   /// The text still held back when `s` ends normally (the detokeniser's tail, then whatever the
   /// stop strings held that did not match).
   static std::string flush(Sequence& s);
 
  private:
   static std::optional<std::string> fill_grammar_mask(Sequence& s, size_t width);
+  TokenStep append(Sequence& s, Sampled t) const;
 
   const tokenizer::Tokenizer* tok_;
   std::vector<int64_t> eos_;

@@ -94,37 +94,32 @@ std::span<const float> Sampler::apply_mask(std::span<const float> logits, std::s
   return work_;
 }
 
-Sampled Sampler::sample(std::span<const float> raw, bool logprobs, std::span<const int32_t> allowed) {
-  const int64_t n = static_cast<int64_t>(raw.size());
-  // logprobs are of the model's own distribution; sampling sees the penalized logits.
-  double log_z = 0;
-  if (logprobs) {
-    double raw_max = -std::numeric_limits<double>::infinity();
-    for (int64_t i = 0; i < n; ++i) raw_max = std::max<double>(raw_max, raw[i]);
-    double raw_z = 0;
-    for (int64_t i = 0; i < n; ++i) raw_z += std::exp(static_cast<double>(raw[i]) - raw_max);
-    log_z = std::log(raw_z) + raw_max;
-  }
+double Sampler::log_normalizer(std::span<const float> raw) {
+  double raw_max = -std::numeric_limits<double>::infinity();
+  for (float v : raw) raw_max = std::max<double>(raw_max, v);
+  double raw_z = 0;
+  for (float v : raw) raw_z += std::exp(static_cast<double>(v) - raw_max);
+  return std::log(raw_z) + raw_max;
+}
+
+Sampled Sampler::commit(std::span<const float> raw, double log_z, int64_t t, bool logprobs) {
+  Sampled s{t, logprobs ? static_cast<float>(raw[t] - log_z) : 0.f, {}};
+  if (logprobs) fill_top(raw, log_z, s);
+  ++output_counts_[t];
+  ++sampled_;
+  return s;
+}
+
+std::span<const float> Sampler::processed(std::span<const float> raw, std::span<const int32_t> allowed) {
   std::span<const float> logits = penalized() ? apply_penalties(raw) : raw;
   if (biased()) logits = apply_bias(logits);
   if (!allowed.empty()) logits = apply_mask(logits, allowed);
-  float max = -std::numeric_limits<float>::infinity();
-  int64_t argmax = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (logits[i] > max) {
-      max = logits[i];
-      argmax = i;
-    }
-  auto finish = [&](int64_t t) {
-    Sampled s{t, logprobs ? static_cast<float>(raw[t] - log_z) : 0.f, {}};
-    if (logprobs) fill_top(raw, log_z, s);
-    ++output_counts_[t];
-    ++sampled_;
-    return s;
-  };
-  if (p_.temperature == 0.f || p_.top_k == 1) return finish(argmax);
-  if (p_.top_k <= 0 && p_.top_p >= 1.f && p_.min_p <= 0.f) return finish(draw_untruncated(logits, max));
+  return logits;
+}
 
+int64_t Sampler::truncate(std::span<const float> logits, float max, double& sum) {
+  // order_[0, keep) the kept ids, best first; probs_[0, keep) their weights exp((l - max) / T).
+  const int64_t n = static_cast<int64_t>(logits.size());
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
   int64_t keep = p_.top_k > 0 ? std::min<int64_t>(p_.top_k, n) : n;
@@ -135,7 +130,7 @@ Sampled Sampler::sample(std::span<const float> raw, bool logprobs, std::span<con
     std::sort(order_.begin(), order_.end(), by_logit);
   }
   probs_.resize(keep);
-  double sum = 0;
+  sum = 0;
   for (int64_t i = 0; i < keep; ++i) sum += (probs_[i] = static_cast<float>(std::exp((logits[order_[i]] - max) / p_.temperature)));
   // Nucleus: the smallest prefix whose mass reaches top_p.
   if (p_.top_p < 1.f) {
@@ -160,13 +155,62 @@ Sampled Sampler::sample(std::span<const float> raw, bool logprobs, std::span<con
     sum = 0;
     for (int64_t i = 0; i < keep; ++i) sum += probs_[i];
   }
+  return keep;
+}
+
+namespace {
+
+int64_t argmax_of(std::span<const float> logits, float& max) {
+  max = -std::numeric_limits<float>::infinity();
+  int64_t argmax = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] > max) {
+      max = logits[i];
+      argmax = static_cast<int64_t>(i);
+    }
+  return argmax;
+}
+
+}  // namespace
+
+bool Sampler::greedy() const { return p_.temperature == 0.f || p_.top_k == 1; }
+
+Sampled Sampler::sample(std::span<const float> raw, bool logprobs, std::span<const int32_t> allowed) {
+  // logprobs are of the model's own distribution; sampling sees the penalized logits.
+  const double log_z = logprobs ? log_normalizer(raw) : 0.0;
+  const std::span<const float> logits = processed(raw, allowed);
+  float max = 0;
+  const int64_t argmax = argmax_of(logits, max);
+  if (greedy()) return commit(raw, log_z, argmax, logprobs);
+  if (p_.top_k <= 0 && p_.top_p >= 1.f && p_.min_p <= 0.f) return commit(raw, log_z, draw_untruncated(logits, max), logprobs);
+  double sum = 0;
+  const int64_t keep = truncate(logits, max, sum);
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_), acc = 0;
   for (int64_t i = 0; i < keep; ++i) {
     acc += probs_[i];
-    if (r < acc) return finish(order_[i]);
+    if (r < acc) return commit(raw, log_z, order_[i], logprobs);
   }
-  return finish(order_[keep - 1]);
+  return commit(raw, log_z, order_[keep - 1], logprobs);
+}
+
+void Sampler::distribution(std::span<const float> raw, std::vector<float>& out) {
+  const std::span<const float> logits = processed(raw, {});
+  const int64_t n = static_cast<int64_t>(logits.size());
+  out.assign(static_cast<size_t>(n), 0.f);
+  float max = 0;
+  const int64_t argmax = argmax_of(logits, max);
+  if (greedy()) {
+    out[argmax] = 1.f;
+    return;
+  }
+  double sum = 0;
+  const int64_t keep = truncate(logits, max, sum);
+  for (int64_t i = 0; i < keep; ++i) out[order_[i]] = static_cast<float>(probs_[i] / sum);
+}
+
+Sampled Sampler::take(std::span<const float> raw, int64_t token, bool logprobs) {
+  return commit(raw, logprobs ? log_normalizer(raw) : 0.0, token, logprobs);
 }
 
 }  // namespace fuselm::engine

@@ -37,6 +37,16 @@ class Sampler {
   /// bitmask (bit id%32 of word id/32, grammar::bitmask_words words): only the tokens it allows
   /// are sampled, while logprob and top stay those of the model's raw distribution.
   Sampled sample(std::span<const float> logits, bool logprobs = true, std::span<const int32_t> allowed = {});
+  /// The distribution sample() draws from for this row ([vocab] into `out`, summing to 1): the
+  /// penalties, logit_bias, min_tokens, temperature, top-k, top-p and min-p applied (no grammar
+  /// mask); one-hot at the argmax when greedy(). Draws nothing and counts nothing (speculative
+  /// verification, engine/speculative_sampling.h).
+  void distribution(std::span<const float> logits, std::vector<float>& out);
+  /// Takes `token` as this step's output without drawing (a speculative draft the target
+  /// accepted, or its resample): counts it as sample() does and gives its logprob and alternatives.
+  Sampled take(std::span<const float> logits, int64_t token, bool logprobs = true);
+  /// Whether sampling is the argmax (temperature 0 or top_k 1).
+  bool greedy() const;
   const SamplingParams& params() const { return p_; }
 
  private:
@@ -49,6 +59,12 @@ class Sampler {
   std::span<const float> apply_bias(std::span<const float> logits);
   std::span<const float> apply_mask(std::span<const float> logits, std::span<const int32_t> allowed);
   void fill_top(std::span<const float> raw, double log_z, Sampled& out);
+  static double log_normalizer(std::span<const float> raw);
+  Sampled commit(std::span<const float> raw, double log_z, int64_t t, bool logprobs);
+  // The logits sampling sees (penalties, bias, mask applied), and the top-k/top-p/min-p cut of
+  // them: order_/probs_[0, keep) with their sum.
+  std::span<const float> processed(std::span<const float> raw, std::span<const int32_t> allowed);
+  int64_t truncate(std::span<const float> logits, float max, double& sum);
 
   SamplingParams p_;
   std::mt19937_64 rng_;

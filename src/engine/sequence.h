@@ -11,6 +11,7 @@
 
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/speculative_state.h"
 #include "engine/stop_matcher.h"
 #include "grammar/grammar.h"
 #include "kv/sequence_handle.h"
@@ -49,6 +50,7 @@ struct Sequence {
   std::optional<grammar::Matcher> matcher;  // constrained requests only (req.grammar)
   std::vector<int32_t> grammar_mask;        // the matcher's bitmask, reused step to step
   clock_type::time_point arrival, first_token, last_token;
+  SpecState spec;  // speculative decoding (engine/speculative.h): this step's drafts, the draft model's KV
 
   /// Throws std::invalid_argument for sampling parameters out of their bounds (Sampler).
   explicit Sequence(Request r) : req(std::move(r)), sampler(req.sampling), stop(req.stop) {

@@ -68,6 +68,16 @@ bool SequenceHandle::reserve(int64_t length) {
   return true;
 }
 
+void SequenceHandle::truncate(int64_t length) {
+  const int64_t bs = cache_->block_size();
+  const size_t keep = std::max(static_cast<size_t>((std::max<int64_t>(length, 0) + bs - 1) / bs), hashes_.size());
+  while (blocks_.size() > keep) {
+    cache_->pool().release(blocks_.back());
+    blocks_.pop_back();
+  }
+  slots_.resize(blocks_.size() * static_cast<size_t>(bs));
+}
+
 void SequenceHandle::publish_full_blocks(std::span<const int64_t> tokens, int64_t computed) {
   const int64_t bs = cache_->block_size();
   computed = std::min<int64_t>(computed, static_cast<int64_t>(tokens.size()));

@@ -26,6 +26,9 @@ class SequenceHandle {
   int64_t match_prefix(std::span<const int64_t> tokens, int64_t max_tokens);
   /// Makes room for `length` positions; false (nothing changed) when the pool runs out.
   bool reserve(int64_t length);
+  /// Gives back the blocks wholly past the first `length` positions (rows written for tokens that
+  /// were then dropped: rejected speculative drafts). Published blocks are kept.
+  void truncate(int64_t length);
   /// Publishes to the prefix cache every full block of tokens[0, computed) not yet published;
   /// `tokens` are the sequence's tokens from position 0 and their KV must be written.
   void publish_full_blocks(std::span<const int64_t> tokens, int64_t computed);
