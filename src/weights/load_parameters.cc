@@ -237,33 +237,22 @@ WeightView load_stacked(const std::string& target, const ParamEntry& e, const Ch
   size_t out_es = 0;
   for (size_t j = 0; j < e.keys.size(); ++j) {
     const std::string& key = e.keys[j];
-    const std::optional<TensorView> t = checkpoint.find(key);
-    if (!t)
-      throw WeightsError(fmt::format("{}: parameter '{}' needs checkpoint key '{}', which the checkpoint does not have {}",
-                                     checkpoint.path().string(), target, key, kRecapture));
-    const std::string file = t->file->path().string();
-    if (file_dtype && *file_dtype != t->dtype)
-      throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}, other experts of parameter '{}' have {}", key, file,
-                                     file_dtype_name(t->dtype), target, file_dtype_name(*file_dtype)));
-    const std::optional<kernels::DType> from = kernels::storage_dtype(t->dtype);
-    if (!from)
-      throw WeightsError(fmt::format("tensor '{}' in {} has dtype {}; parameter '{}' needs F32, BF16 or F16", key, file,
-                                     file_dtype_name(t->dtype), target));
-    if (!std::equal(part_shape.begin(), part_shape.end(), t->shape.begin(), t->shape.end()))
+    const auto [t, from] = part_tensor(target, key, checkpoint, file_dtype);
+    if (!std::equal(part_shape.begin(), part_shape.end(), t.shape.begin(), t.shape.end()))
       throw WeightsError(fmt::format("tensor '{}' in {} has shape {} but parameter '{}' stacks parts of shape {} {}", key,
-                                     file, format_shape(t->shape), target, format_shape(part_shape), kRecapture));
+                                     t.file->path().string(), format_shape(t.shape), target, format_shape(part_shape),
+                                     kRecapture));
     if (!buf) {
-      file_dtype = t->dtype;
-      v.dtype = target_dtype(*from, options);
+      v.dtype = target_dtype(from, options);
       out_es = static_cast<size_t>(kernels::dtype_size(v.dtype));
       buf = &buffers.emplace_back(static_cast<size_t>(v.numel()) * out_es);
       v.data = buf->data();
     }
     const int64_t ex = static_cast<int64_t>(j) / e.parts, part = static_cast<int64_t>(j) % e.parts;
-    const size_t in_es = static_cast<size_t>(kernels::dtype_size(*from));
+    const size_t in_es = static_cast<size_t>(kernels::dtype_size(from));
     for (int64_t o = 0; o < outer; ++o) {
       const int64_t dst = ex * part_n * e.parts + o * inner * e.parts + part * inner;
-      convert_elements(static_cast<const char*>(t->data) + static_cast<size_t>(o * inner) * in_es, *from,
+      convert_elements(static_cast<const char*>(t.data) + static_cast<size_t>(o * inner) * in_es, from,
                        static_cast<char*>(buf->data()) + static_cast<size_t>(dst) * out_es, v.dtype, inner);
     }
   }
