@@ -20,3 +20,15 @@ if [ -n "${SPEC_GGUF:-}" ]; then
   "$fuselm" bench --speculative-method draft --speculative-model "$SPEC_GGUF" --num-speculative-tokens 4 \
     --dtype bf16 --chat --prompt-file "$here/free_text.txt" -n 256 -r 5 -t "$t" 2>/dev/null | tail -1
 fi
+# 5. a real 0.5 B checkpoint (Qwen2.5-Coder-0.5B-Instruct, its Q4_K_M GGUF from scripts/fetch_real_checkpoints.sh)
+#    as a BF16 target drafted by its own weights as Q4_0, K=4 and K=8, on a free-text answer long
+#    enough to fill -n 256 (the 135 M rows above are bound by each forward's fixed cost, this one by bytes)
+real=${SPEC_REAL:-$HOME/.cache/fuselm/real/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}
+if [ -f "$real" ]; then
+  for k in 4 8; do
+    "$fuselm" bench "$real" --speculative-method draft --speculative-model "$real" --speculative-dtype q4_0 --num-speculative-tokens "$k" \
+      --dtype bf16 --chat --prompt-file "$here/free_text_long.txt" -n 256 -r 5 -t "$t" 2>/dev/null | tail -1
+  done
+else
+  echo "(no $real: run scripts/fetch_real_checkpoints.sh for the 0.5 B self-draft rows)"
+fi
