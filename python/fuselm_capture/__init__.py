@@ -7,7 +7,24 @@ The IR is the contract with the C++ engine; docs/ir.md describes it. Entry point
 
 IR_FORMAT = "fuselm-ir"
 IR_VERSION = 1
-CAPTURE_VERSION = "0.5.0"  # 0.5.0: multimodal wrappers (text config; the table lists read parameters only; unread_modules, eos/bos ids); 0.4.0: fuselm.attention alibi_slopes; 0.3.0: fuselm.attention chunk_size and mask (masks read per layer)
-# 0.2.0: fuselm.experts alpha/limit, per-expert checkpoint stacks
+# The release names what an IR can hold (0.6.0: capture versions carry a source digest; 0.5.0:
+# multimodal wrappers; 0.4.0: alibi_slopes; 0.3.0: attention chunk_size and mask; 0.2.0: experts
+# alpha/limit). The digest makes any change to this package's sources a new capture version, so a
+# cached IR written by other capture code is recaptured, never reused. CMakeLists.txt computes the
+# same string for the engine (ir::kCaptureVersion).
+CAPTURE_RELEASE = "0.6.0"
+
+
+def _source_digest() -> str:
+    import hashlib
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    files = sorted(p for p in here.iterdir() if p.suffix in (".py", ".txt") and p.is_file())
+    text = "".join(f"{p.name}\n{hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in files)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+CAPTURE_VERSION = f"{CAPTURE_RELEASE}+{_source_digest()}"
 
 from .capture import capture_model_dir, capture_module, CaptureError  # noqa: E402,F401

@@ -109,7 +109,7 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
     """Parameter target -> its checkpoint entry, for every parameter the file holds. Each entry
     carries what transformers' tensor processor does to the tensor (gguf_transforms.py), as data
     the C++ loader applies: "rows" (a row order), "transpose", "offset" (added to every element),
-    "file_shape" (when the processor reshapes or transposes); "processor" names it for messages."""
+    "map" (an elementwise function of gguf_transforms.ELEMENTWISE), "file_shape" (when the processor reshapes or transposes); "processor" names it for messages."""
     from gguf import GGUFReader
 
     from .gguf_source import gguf_tensor_plan
@@ -129,6 +129,8 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
             entry["transpose"] = True
         if tr.offset:
             entry["offset"] = tr.offset
+        if tr.map:
+            entry["map"] = tr.map
         if list(tr.file_shape) != shapes[target]:
             entry["file_shape"] = list(tr.file_shape)
         if tr.changes_values:

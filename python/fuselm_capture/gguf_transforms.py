@@ -9,8 +9,11 @@ very processor on probe arrays of each tensor's shape and reads the transform of
 - else out = gather(in) + c, found exactly in float64: all-zeros give c, distinct index codes give
   the gather, a random probe checks both together. The gather must be one the C++ loader applies
   (docs/gguf.md): the identity up to a reshape, a permutation of whole dim-0 rows, a 2-D transpose;
-- anything else (a function that is not a gather plus a constant, a tensor merged with others into
-  one parameter, or split into several) raises GgufTransformError naming the tensor and processor.
+- else out = f(in) elementwise for one f of ELEMENTWISE (llama.cpp's converters store some
+  tensors through a function, e.g. Mamba's A as -exp(A_log), which transformers' processor
+  inverts with log(-a)): each candidate is checked on a random probe of its domain;
+- anything else (a function that is neither, a tensor merged with others into one parameter, or
+  split into several) raises GgufTransformError naming the tensor and processor.
 """
 from __future__ import annotations
 
@@ -33,10 +36,11 @@ class Transform:
     transpose: bool = False
     offset: float = 0.0
     processor: str = ""
+    map: str | None = None  # a key of ELEMENTWISE applied to every element (no gather, no offset then)
 
     @property
     def changes_values(self) -> bool:
-        return self.row_order is not None or self.transpose or self.offset != 0.0
+        return self.row_order is not None or self.transpose or self.offset != 0.0 or self.map is not None
 
     def describe(self) -> str:
         parts = []
@@ -46,9 +50,43 @@ class Transform:
             parts.append("transposes it")
         if self.offset:
             parts.append(f"adds {self.offset:g}")
+        if self.map:
+            parts.append(f"maps every element through {self.map}")
         if self.shape != self.file_shape and not self.transpose:
             parts.append(f"reshapes {list(self.file_shape)} to {list(self.shape)}")
         return ", ".join(parts) or "nothing"
+
+
+# Elementwise functions a processor may apply, by the name the IR records (the C++ loader applies
+# the same, src/weights/gguf_transform.cc), each with a probe of its domain: (function, low, high).
+ELEMENTWISE = {
+    "log": (np.log, 0.05, 4.0),
+    "log_neg": (lambda x: np.log(-x), -4.0, -0.05),
+    "exp": (np.exp, -4.0, 4.0),
+    "neg_exp": (lambda x: -np.exp(x), -4.0, 4.0),
+}
+
+
+def apply_map(name: str, x: np.ndarray) -> np.ndarray:
+    """ELEMENTWISE[name] applied to x, as the loader applies it."""
+    return ELEMENTWISE[name][0](x)
+
+
+def _elementwise(processor, name: str, file_shape: tuple[int, ...], key_map: dict, what: str):
+    """(hf name, map name) when the processor's output is f(input) for one f of ELEMENTWISE on
+    random probes of its domain (shape kept), else None."""
+    rng = np.random.default_rng(int(np.prod(file_shape, dtype=np.int64)) + 7)
+    for key, (f, lo, hi) in ELEMENTWISE.items():
+        probe = rng.uniform(lo, hi, file_shape)
+        try:
+            hf, out = _output(processor, probe, name, key_map, what)
+        except GgufTransformError:  # a merge or split: not an elementwise function either
+            raise
+        except Exception:  # noqa: BLE001 - a probe outside what the processor accepts: not this map
+            continue
+        if out is not None and out.shape == probe.shape and np.allclose(out, f(probe), rtol=1e-12, atol=0):
+            return hf, key
+    return None
 
 
 def _run(processor, probe, name: str, key_map: dict):
@@ -114,6 +152,18 @@ def tensor_transform(processor, name: str, file_shape: tuple[int, ...], key_map:
     if weights is cheap and out_name == name and not aside:
         return Transform(key_map.get(name), file_shape, file_shape, processor=what)
 
+    try:
+        return _gather_plus_constant(processor, name, file_shape, key_map, what)
+    except GgufTransformError as not_gather:
+        found = _elementwise(processor, name, file_shape, key_map, what)
+        if found is None:
+            raise not_gather from None
+        return Transform(found[0], file_shape, file_shape, processor=what, map=found[1])
+
+
+def _gather_plus_constant(processor, name: str, file_shape: tuple[int, ...], key_map: dict, what: str) -> Transform:
+    """The transform when the processor's output is gather(input) + c (see the module doc), else
+    GgufTransformError."""
     n = int(np.prod(file_shape, dtype=np.int64))
     hf, zeros = _output(processor, np.zeros(file_shape), name, key_map, what)
     if hf is None and zeros is None:
@@ -130,12 +180,12 @@ def tensor_transform(processor, name: str, file_shape: tuple[int, ...], key_map:
         g = index - offset
     if not (np.all(zeros == offset) and np.isfinite(offset) and np.all(g == np.round(g))
             and np.all((g >= 0) & (g < n))):
-        raise GgufTransformError(fail + "changes its values by something other than a gather plus a constant; "
-                                        "fuselm cannot apply it")
+        raise GgufTransformError(fail + "changes its values by something other than a gather plus a constant "
+                                        "or one elementwise function fuselm knows; fuselm cannot apply it")
     g = g.astype(np.int64)
     if not np.array_equal(checked, rand.reshape(-1)[g] + offset):
-        raise GgufTransformError(fail + "changes its values by something other than a gather plus a constant; "
-                                        "fuselm cannot apply it")
+        raise GgufTransformError(fail + "changes its values by something other than a gather plus a constant "
+                                        "or one elementwise function fuselm knows; fuselm cannot apply it")
     try:
         order, transpose = _gather(g, file_shape)
     except ValueError as e:

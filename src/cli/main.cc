@@ -6,10 +6,13 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "ir/load.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"fuselm: run Hugging Face causal LMs from their own captured graph on a C++ CPU engine"};
-  app.set_version_flag("--version", std::string("fuselm ") + FUSELM_VERSION);
+  // The capture version too: an IR captured by other capture code is stale (docs/ir.md).
+  app.set_version_flag("--version", std::string("fuselm ") + FUSELM_VERSION + " (capture " +
+                                        fuselm::ir::kCaptureVersion + ")");
   app.require_subcommand(1);
   fuselm::cli::add_commands(app);
   // CLI11 would answer a misspelt subcommand with "a subcommand is required": name it instead.

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -53,11 +54,33 @@ void parse_rows(const nlohmann::json& r, GgufTransform& tr, const std::function<
   if (!ok) bad(fmt::format("has a checkpoint row order that is not a permutation of the file's {} rows", rows));
 }
 
+ElementMap parse_map(const nlohmann::json& m, const std::function<void(const std::string&)>& bad) {
+  static const std::pair<const char*, ElementMap> kMaps[] = {
+      {"log", ElementMap::log}, {"log_neg", ElementMap::log_neg}, {"exp", ElementMap::exp}, {"neg_exp", ElementMap::neg_exp}};
+  if (m.is_null()) return ElementMap::none;
+  if (m.is_string())
+    for (const auto& [name, map] : kMaps)
+      if (m.get<std::string>() == name) return map;
+  bad(fmt::format("has checkpoint map {}, not one of \"log\", \"log_neg\", \"exp\", \"neg_exp\"", m.dump().substr(0, 40)));
+  return ElementMap::none;
+}
+
+float apply_map(ElementMap map, float x) {
+  switch (map) {
+    case ElementMap::log: return std::log(x);
+    case ElementMap::log_neg: return std::log(-x);
+    case ElementMap::exp: return std::exp(x);
+    case ElementMap::neg_exp: return -std::exp(x);
+    case ElementMap::none: break;
+  }
+  return x;
+}
+
 }  // namespace
 
 std::string GgufTransform::signature() const {
-  return fmt::format("{}|{}|{}|{}|{}", fmt::join(file_shape, ","), fmt::join(row_order, ","), unpermute_heads,
-                     transpose, offset);
+  return fmt::format("{}|{}|{}|{}|{}|{}", fmt::join(file_shape, ","), fmt::join(row_order, ","), unpermute_heads,
+                     transpose, offset, static_cast<int>(map));
 }
 
 GgufTransform parse_gguf_transform(const std::string& target, const nlohmann::json& ck,
@@ -76,6 +99,7 @@ GgufTransform parse_gguf_transform(const std::string& target, const nlohmann::js
     if (!o->is_number()) bad(fmt::format("has checkpoint offset {}, not a number", o->dump()));
     tr.offset = o->get<float>();
   }
+  if (auto m = ck.find("map"); m != ck.end()) tr.map = parse_map(*m, bad);
   if (auto r = ck.find("rows"); r != ck.end()) parse_rows(*r, tr, bad);
   if (tr.transpose) {
     const bool fits = tr.file_shape.size() == 2 && shape.size() == 2 && tr.file_shape[0] == shape[1] &&
@@ -117,6 +141,8 @@ WeightView gguf_transformed_f32(const void* src, const GgufTensor& t, const Gguf
   }
   if (tr.offset != 0.0f)
     for (int64_t i = 0, n = numel(v.shape); i < n; ++i) values[i] += tr.offset;
+  if (tr.map != ElementMap::none)
+    for (int64_t i = 0, n = numel(v.shape); i < n; ++i) values[i] = apply_map(tr.map, values[i]);
   return v;
 }
 

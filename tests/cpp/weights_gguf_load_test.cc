@@ -154,6 +154,34 @@ TEST(GgufLoad, ProcessorTransformsApplied) {
   EXPECT_NE(message(with(entry("plain.f32", {3, 5}, "F32"), {{"transpose", true}})).find("which is not its transpose"),
             std::string::npos);
   EXPECT_NE(message(with(entry("plain.f32", {3, 5}, "F32"), {{"offset", "one"}})).find("not a number"), std::string::npos);
+  EXPECT_NE(message(with(entry("plain.f32", {3, 5}, "F32"), {{"map", "sqrt"}})).find("not one of \"log\""),
+            std::string::npos);
+}
+
+// An elementwise map (Mamba's A, stored as -exp(A_log) and read back through log(-a)) is applied
+// in f32 after the offset; each map against its <cmath> definition.
+TEST(GgufLoad, ElementMapApplied) {
+  const GgufFile f = GgufFile::open(kFile);
+  const auto* x = reinterpret_cast<const float*>(f.at("plain.f32").bytes.data());
+  const std::pair<const char*, float (*)(float)> maps[] = {
+      {"log", [](float v) { return std::log(v); }},
+      {"log_neg", [](float v) { return std::log(-v); }},
+      {"exp", [](float v) { return std::exp(v); }},
+      {"neg_exp", [](float v) { return -std::exp(v); }}};
+  for (const auto& [name, fn] : maps) {
+    nlohmann::json e = entry("plain.f32", {3, 5}, "F32");
+    e["checkpoint"]["map"] = name;
+    LoadedParameters p = load_gguf_parameters(nlohmann::json{{"a", e}}, kFile);
+    const auto* got = static_cast<const float*>(p.at("a").data);
+    ASSERT_EQ(p.at("a").dtype, kernels::DType::f32);
+    for (int i = 0; i < 15; ++i) {
+      const float want = fn(x[i]);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got[i])) << name << " " << i;
+      else
+        EXPECT_EQ(got[i], want) << name << " " << i;
+    }
+  }
 }
 
 TEST(GgufLoad, QuantizedStackIsByteConcatenation) {

