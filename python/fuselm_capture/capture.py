@@ -87,12 +87,13 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
         not_experts = getattr(inner, "_fuselm_not_experts", None)
         hint = (f" (not captured as an experts op: {type(inner).__name__} is not routed through ExpertsInterface "
                 f"and {not_experts})") if not_experts else ""
-        if "Constraints violated" in str(e) and length.describe():
-            # torch names no module for a specialised token count (it checks the guards after
-            # tracing); the watch saw which module's forward added the guard.
-            where = length.describe()
-            hint = (": a recurrence written inline, or another length-specialised forward, with no kernel dispatch "
-                    "point that fuselm replaces")
+        if "Constraints violated" in str(e):
+            if length.describe():
+                # torch names no module for a specialised token count (it checks the guards after
+                # tracing); the watch saw which module's forward added the guard.
+                where = length.describe()
+                hint = (": a recurrence written inline, or another length-specialised forward, with no kernel "
+                        "dispatch point that fuselm replaces")
             ep = _linear_attention(module, kwargs, dynamic_shapes, values, e,
                                    f"torch.export failed for {type(module).__name__} in module {where}: "
                                    f"{type(e).__name__}: {reason}{hint}")

@@ -67,7 +67,7 @@ def token_symbol(ep):
         node = next(n for n in ep.graph.nodes if n.name == spec.arg.name)
         val = node.meta.get("val")
         for d in getattr(val, "shape", ()):
-            if isinstance(d, torch.SymInt):
+            if isinstance(d, torch.SymInt) and d.node.expr in ep.range_constraints:
                 sym = d.node.expr
                 rng = ep.range_constraints[sym]
                 return sym, int(rng.lower), int(rng.upper)
@@ -311,9 +311,13 @@ def resized(kwargs: dict, dynamic_shapes: dict, n: int) -> dict:
     return out
 
 
-def _full_max(dynamic_shapes) -> int:
+def _full_range(dynamic_shapes) -> tuple[int, int]:
+    """(min, max) of the token count over the Dims of dynamic_shapes."""
     dims = [d for v in (dynamic_shapes or {}).values() for d in v.values()]
-    return min(int(getattr(d, "max", None) or 1 << 20) for d in dims) if dims else 0
+    if not dims:
+        return 0, 0
+    return (max(int(getattr(d, "min", None) or 0) for d in dims),
+            min(int(getattr(d, "max", None) or 1 << 20) for d in dims))
 
 
 def _probe_counts(lo: int, hi: int) -> list[int]:
@@ -349,22 +353,32 @@ def _rewrite(gm, sites: dict[str, Site], fits: dict) -> None:
     gm.recompile()
 
 
+def _bounded_sites(ep) -> tuple:
+    """(ep, token symbol, lo, hi, sites) of a bounded export; NotLinearAttention when its token count
+    is fixed or it holds no Q·Kᵀ product over the tokens."""
+    tok = token_symbol(ep)
+    if tok is None:
+        raise NotLinearAttention("the token count is fixed even in a bounded export (a loop over every token)")
+    sites = find_sites(ep, tok[0])
+    if not sites:
+        raise NotLinearAttention("no Q·Kᵀ product over the tokens written inline")
+    return (ep, *tok, sites)
+
+
 def capture(module, kwargs: dict, dynamic_shapes: dict, values: dict, export) -> tuple:
     """(ExportedProgram over the full token range, report lines) for a module whose export
     specialised the token count, with its linear attention sites rewritten into fuselm::ssd_scan.
     export(module, kwargs, dynamic_shapes) exports in capture's configuration. NotLinearAttention
     (naming the site) when the forward is not provably that."""
     from . import recurrent_ops  # noqa: F401 - registers torch.ops.fuselm.ssd_scan
-    ep1 = export(module, kwargs, bounded(dynamic_shapes))
-    tok = token_symbol(ep1)
-    full = _full_max(dynamic_shapes)
-    if tok is None or tok[2] >= full or tok[2] < 2:
-        raise NotLinearAttention("the token count is fixed, not bounded" if tok is None or tok[2] < 2 else
-                                 "the bounded export found no bound")
-    sym1, lo1, hi1 = tok
-    sites1 = find_sites(ep1, sym1)
-    if not sites1:
-        raise NotLinearAttention("no Q·Kᵀ product over the tokens written inline")
+    least, full = _full_range(dynamic_shapes)
+    ep1, sym1, lo1, hi1, sites1 = _bounded_sites(export(module, kwargs, bounded(dynamic_shapes)))
+    if hi1 >= full:
+        # torch keeps no bound from an example of several blocks (see ep2): start from the fewest tokens
+        ep1, sym1, lo1, hi1, sites1 = _bounded_sites(
+            export(module, resized(kwargs, dynamic_shapes, max(least, 2)), bounded(dynamic_shapes)))
+    if hi1 >= full or hi1 < 2:
+        raise NotLinearAttention(f"the bounded export found no bound below {full} tokens")
     n2 = 2 * hi1 + 3
     if n2 > full:
         raise NotLinearAttention(f"several blocks of {hi1} tokens do not fit the context of {full}")
