@@ -126,7 +126,7 @@ def _descendants(roots, path: str) -> set:
     seen, stack = set(roots), list(roots)
     while stack:
         for u in _users(stack.pop()):
-            if u not in seen and _path(u).startswith(path):
+            if u not in seen and (_path(u) + ".").startswith(path + "."):
                 seen.add(u)
                 stack.append(u)
     return seen
