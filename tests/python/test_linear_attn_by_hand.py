@@ -14,6 +14,7 @@ weights) against transformers at a 7-token prompt; its long cases are in test_hy
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -161,3 +162,21 @@ def test_minimax_prompt_parity(fuselm_bin, model_cache, tmp_path):
     prompt = [int(x) for x in torch.randint(0, model.config.vocab_size, (7,), generator=torch.Generator().manual_seed(7))]
     worst = check_parity("hybrid_minimax/7", fuselm_bin, d, prompt, tmp_path, max_tokens=8, model=model)
     print(f"\nminimax: max relative logit difference {worst:.2e}")
+
+
+@pytest.mark.skipif(os.environ.get("FUSELM_LONG") != "1", reason="long mode: scripts/test.sh --long (FUSELM_LONG=1)")
+def test_long_minimax_checkpoint_with_other_decays_is_refused(tmp_path):
+    """The checkpoint holds the decay buffers the model loads: one that differs from the values
+    the proof used (recomputed from the config) is refused, naming the tensor."""
+    from safetensors.torch import load_file, save_file
+
+    from fuselm_capture.capture import CaptureError, capture_model_dir
+    d = hybrid_models.build("minimax", tmp_path / "m")
+    tensors = load_file(str(d / "model.safetensors"))
+    key = next(k for k in tensors if k.endswith("slope_rate"))
+    tensors[key] = tensors[key] * 1.5
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CaptureError) as err:
+        capture_model_dir(d, tmp_path / "ir")
+    msg = str(err.value)
+    assert f"checkpoint tensor {key} differs from the {key} the linear attention was proved with" in msg, msg
