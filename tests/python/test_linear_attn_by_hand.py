@@ -7,8 +7,9 @@ a decay inside a block, a carried Kᵀ·V state between blocks, its decay slopes
 of a capture is the toy's own eager forward: the captured graph, run with the reference SSD scan
 (hybrid_reference.py, a token loop from the op's docstring), must give its outputs at token counts
 inside and beyond the bounded export's range. Refused: a softmax in the block, a decay that also
-reaches later keys (not causal), a decay inside each block only (no carried state), and a
-checkpoint whose copy of a proved buffer differs. And minimax (transformers 5.18, tiny random
+reaches later keys (not causal), a decay inside each block only (no carried state), a graph
+that still depends on the bound outside the attention, and a checkpoint whose copy of a proved
+buffer differs. And minimax (transformers 5.18, tiny random
 weights) against transformers at a 7-token prompt; its long cases are in test_hybrid_parity.py.
 """
 from __future__ import annotations
@@ -31,7 +32,9 @@ SCALE = 0.5
 class BlockLinearAttention(nn.Module):
     """out[t] = SCALE · Σ_{s<=t} exp(-slope_h·(t-s)) (q_t·k_s) v_s, computed in blocks of BLOCK
     tokens as lightning attention does. how: "decay" (that), "softmax" (a softmax in the block),
-    "acausal" (exp(-slope·|t-s|) inside a block), "per_block" (no state carried between blocks)."""
+    "acausal" (exp(-slope·|t-s|) inside a block), "per_block" (no state carried between blocks),
+    "table" (the decay, plus a per-position table up to BLOCK tokens: a branch on the length outside
+    the attention)."""
 
     def __init__(self, how: str):
         super().__init__()
@@ -44,6 +47,7 @@ class BlockLinearAttention(nn.Module):
         dist = (i[:, None] - i[None, :]).float()
         decay = torch.exp(-slopes * dist.abs()) if how == "acausal" else torch.exp(-slopes * dist) * (dist >= 0)
         self.register_buffer("decay", decay)
+        self.register_buffer("table", torch.randn(BLOCK, WIDTH))  # "table": a per-position table of one block
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -62,7 +66,8 @@ class BlockLinearAttention(nn.Module):
             inter = ((qb * torch.exp(-self.slopes * pos)) @ state) * SCALE
             outs.append(a @ vb + (0 if self.how == "per_block" else inter))
             state = state * torch.exp(-self.slopes * n) + (kb * torch.exp(-self.slopes * (n - pos))).transpose(-1, -2) @ vb
-        return self.out(torch.cat(outs, dim=-2).transpose(1, 2).reshape(b, t, H * D))
+        out = self.out(torch.cat(outs, dim=-2).transpose(1, 2).reshape(b, t, H * D))
+        return out + self.table[:t] if self.how == "table" and t <= BLOCK else out
 
 
 class ToyLM(nn.Module):
@@ -121,6 +126,19 @@ def test_other_blockwise_forms_are_refused_naming_the_module(how, why):
     assert "\n" not in msg, msg
     assert "(not linear attention: mixer (BlockLinearAttention): " in msg, msg
     assert why in msg, msg
+
+
+def test_a_bound_left_outside_the_attention_is_refused():
+    """The attention is proved and rewritten, but the bounded graph took a branch on the length
+    outside it (a table of one block added up to BLOCK tokens): the export over the full range
+    fails, and capture says so."""
+    from fuselm_capture.capture import CaptureError
+    with pytest.raises(CaptureError) as err:
+        export_toy("table")
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    assert "(not linear attention: after rewriting mixer (BlockLinearAttention) the graph still depends on the " \
+           f"bound of {BLOCK} tokens: " in msg, msg
 
 
 def test_a_checkpoint_copy_of_a_proved_buffer_must_agree(tmp_path):
