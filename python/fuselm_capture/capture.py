@@ -57,11 +57,19 @@ def _innermost_module(exc: BaseException, names: dict[int, str]) -> torch.nn.Mod
     return found
 
 
+def _export(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
+    """torch.export.export, non-strict, with the recurrent dispatch points substituted."""
+    from .dispatch import recurrent_dispatch
+    with torch.no_grad(), recurrent_dispatch(module):
+        return torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
 def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
-                  decompose: bool = True) -> torch.export.ExportedProgram:
+                  decompose: bool = True, values: dict | None = None) -> torch.export.ExportedProgram:
     """torch.export in fuselm's configuration; failures become CaptureError naming the module.
     decompose=False leaves ops the engine lacks in place (the caller rewrites them first, then
-    calls decompose_for_engine)."""
+    calls decompose_for_engine). values: buffer name -> value for the probes of linear attention
+    written inline (linear_attn_by_hand.py); by default the module's buffers that are not on meta."""
     from .dispatch import DispatchRefused, number_states, recurrent_dispatch
     from .length_watch import watch_length
     names = {id(m): n for n, m in module.named_modules()}
@@ -79,17 +87,40 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
         not_experts = getattr(inner, "_fuselm_not_experts", None)
         hint = (f" (not captured as an experts op: {type(inner).__name__} is not routed through ExpertsInterface "
                 f"and {not_experts})") if not_experts else ""
-        if "Constraints violated" in str(e) and length.describe():
-            # torch names no module for a specialised token count (it checks the guards after
-            # tracing); the watch saw which module's forward added the guard.
-            where = length.describe()
-            hint = (": a recurrence written inline, or another length-specialised forward, with no kernel dispatch "
-                    "point that fuselm replaces")
-        raise CaptureError(
-            f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
-        ) from e
+        if "Constraints violated" in str(e):
+            if length.describe():
+                # torch names no module for a specialised token count (it checks the guards after
+                # tracing); the watch saw which module's forward added the guard.
+                where = length.describe()
+                hint = (": a recurrence written inline, or another length-specialised forward, with no kernel "
+                        "dispatch point that fuselm replaces")
+            ep = _linear_attention(module, kwargs, dynamic_shapes, values, e,
+                                   f"torch.export failed for {type(module).__name__} in module {where}: "
+                                   f"{type(e).__name__}: {reason}{hint}")
+        else:
+            raise CaptureError(
+                f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
+            ) from e
     number_states(ep)
     return decompose_for_engine(ep, module) if decompose else ep
+
+
+def _linear_attention(module, kwargs, dynamic_shapes, values, first: Exception, refusal: str):
+    """The export of a length-specialised module whose specialising forwards are linear attention
+    written inline, rewritten (linear_attn_by_hand.py); CaptureError (refusal, and why it is not
+    that) otherwise."""
+    from . import linear_attn_by_hand
+    if values is None:
+        values = {n: b for n, b in module.named_buffers() if b.device.type != "meta"}
+    try:
+        ep, report = linear_attn_by_hand.capture(module, kwargs, dynamic_shapes, values, _export)
+    except linear_attn_by_hand.NotLinearAttention as e:
+        raise CaptureError(f"{refusal} (not linear attention: {messages.reason(str(e))})") from first
+    except Exception as e:  # noqa: BLE001 - the bounded exports failed: the first failure stands
+        raise CaptureError(f"{refusal} (not linear attention: {_first_line(e)})") from first
+    for line in report:
+        _progress(f"linear attention written by hand: {line}")
+    return ep
 
 
 def decompose_for_engine(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> torch.export.ExportedProgram:
@@ -376,6 +407,7 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
     except ops.ExpertsCaptureError as e:
         raise CaptureError(f"{type(model).__name__}: {e}") from e
     constants = _non_persistent_buffers(model)
+    values = dict(model.named_buffers())  # every buffer's recomputed value (the probes of linear attention)
     model.to("meta")
     # No default context length: the engine refuses a record without one (it sizes the KV cache).
     tokens = torch.export.Dim("num_tokens", min=2, max=max(max_pos or 1 << 20, 16) - token_max_cut)
@@ -387,7 +419,7 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
     with _one_sequence(), _prepared_masks_pass_through():
         # Attention by hand is rewritten before ops the engine lacks are decomposed: its masking
         # ops go away with it, and decomposing them first would hide the pattern.
-        ep = export_module(model, example, dynamic, decompose=not token_max_cut)
+        ep = export_module(model, example, dynamic, decompose=not token_max_cut, values=values)
     return model, constants, ep
 
 
@@ -431,6 +463,16 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
     if notice:
         _progress(notice)
     return model, constants, decompose_for_engine(attn_by_hand.bridge_decompositions(ep), model), context
+
+
+def _check_proved_buffers(model, found: dict, ckpt: dict, model_dir: Path) -> None:
+    """The checkpoint's copies of the buffers a linear attention was proved with must agree with
+    them (linear_attn_by_hand.check_checkpoint_buffers): the model would load those copies."""
+    from .linear_attn_by_hand import check_checkpoint_buffers
+    try:
+        check_checkpoint_buffers(getattr(model, "_fuselm_proved_buffers", {}), found, ckpt, model_dir)
+    except ValueError as e:
+        raise CaptureError(f"{type(model).__name__}: {e}") from e
 
 
 def _model_record(model, config_path: Path, text_config, max_pos, unread: list[dict]) -> dict:
@@ -506,6 +548,7 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
             raise CaptureError(f"{gguf}: {_first_line(e)}") from e
     else:
         found = checkpoint_keys.resolve(model, model_keys, ckpt)
+        _check_proved_buffers(model, found, ckpt, model_dir)
 
     # Tied weights (lm_head = embed_tokens) are one tensor under two names; export lifts both, the
     # checkpoint holds one, and the engine loads each checkpoint key once.

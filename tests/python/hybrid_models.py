@@ -67,17 +67,23 @@ HYBRID_FAMILIES: dict[str, tuple[str, dict]] = {
     "lfm2": ("Lfm2Config", dict(layer_types=["conv", "full_attention", "conv"], block_auto_adjust_ff_dim=False)),
     "lfm2_moe": ("Lfm2MoeConfig", dict(MOE, num_hidden_layers=4, num_dense_layers=1,
                                        layer_types=["conv", "full_attention", "conv", "full_attention"])),
-    # Recurrences written inline (no dispatch point): capture refuses them, naming the module.
+    # Decay-masked linear attention written inline in blocks of 16 (capture proves it and rewrites
+    # it into the SSD scan: linear_attn_by_hand.py), between attention and experts layers.
     "minimax": ("MiniMaxConfig", dict(layer_types=["full_attention", "linear_attention", "full_attention"],
                                       head_dim=16, num_local_experts=4, block_size=16)),
+    # Recurrences written inline token by token (no dispatch point): capture refuses them, naming the module.
     "rwkv": ("RwkvConfig", dict(attention_hidden_size=64, context_length=1024)),
     "recurrent_gemma": ("RecurrentGemmaConfig", dict(lru_width=64, head_dim=16, num_key_value_heads=4,
                                                      block_types=["recurrent", "attention", "recurrent"],
                                                      attention_window_size=16)),
 }
 
-# Families whose recurrence has no dispatch point: capture refuses them (test_hybrid_capture.py).
-INLINE_RECURRENCE = {"minimax", "rwkv", "recurrent_gemma"}
+# Families whose recurrence has no dispatch point and is no linear attention: capture refuses them
+# (test_hybrid_capture.py).
+INLINE_RECURRENCE = {"rwkv", "recurrent_gemma"}
+# Families whose linear attention is written inline (no dispatch point): module class -> each is
+# captured as one fuselm.ssd_scan (the oracle: the family's source).
+INLINE_LINEAR_ATTENTION = {"minimax": "MiniMaxLightningAttention"}
 
 
 def make_config(family: str):

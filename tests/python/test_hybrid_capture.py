@@ -6,8 +6,9 @@ point: the graph capture makes (capture._build_and_export, the production path) 
 recurrent op per call of a dispatch point in transformers' own eager forward (counted there), with
 state indices 0, 1, ... in graph order and a dynamic token count; run with plain PyTorch loops for
 the fuselm ops (hybrid_reference.py, from their schemas) and the checkpoint's weights, it gives
-transformers' logits. The families whose recurrence is written inline are refused, naming the
-module whose forward holds it. A dispatch-point call the op cannot express (an initial state, a
+transformers' logits (a linear attention written inline counts one ssd_scan per module:
+linear_attn_by_hand.py). The families whose recurrence is written inline token by token are
+refused, naming the module whose forward holds it. A dispatch-point call the op cannot express (an initial state, a
 final state requested, an activation the op lacks) is refused naming the point and the module.
 Also: relu2 experts (Nemotron-H's) run in the engine as torch computes them.
 """
@@ -26,8 +27,7 @@ import hybrid_reference
 LONG = os.environ.get("FUSELM_LONG") == "1"
 DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models.INLINE_RECURRENCE]
 # The module whose forward holds each inline recurrence (the oracle: the family's source).
-INLINE_MODULE = {"rwkv": "RwkvSelfAttention", "minimax": "MiniMaxLightningAttention",
-                 "recurrent_gemma": "RecurrentGemmaRglru"}
+INLINE_MODULE = {"rwkv": "RwkvSelfAttention", "recurrent_gemma": "RecurrentGemmaRglru"}
 RECURRENT = ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule")
 
 
@@ -89,7 +89,9 @@ def check_family(family, model_cache):
 
     hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
     ids = torch.tensor([np.random.default_rng(1).integers(0, 512, size=70).tolist()])
-    assert len(recurrent) == dispatch_calls(hf, ids[:, :7]) == dispatch_calls(hf, ids) > 0
+    # A linear attention written inline (no dispatch point) is one ssd_scan per module of its class.
+    linear = sum(type(m).__name__ == hybrid_models.INLINE_LINEAR_ATTENTION.get(family) for m in hf.modules())
+    assert len(recurrent) == dispatch_calls(hf, ids[:, :7]) + linear == dispatch_calls(hf, ids) + linear > 0
 
     gm = ep.module()
     # The checkpoint's weights, and the buffers transformers computes at init (rope tables), which
@@ -140,6 +142,7 @@ def test_inline_recurrence_is_refused_naming_its_module(family, model_cache):
     msg = str(err.value)
     assert "\n" not in msg, msg
     assert f"({INLINE_MODULE[family]})" in msg and "specialise" in msg and "dispatch point" in msg, msg
+    assert "(not linear attention: " in msg, msg
 
 
 # ---- refusals, on a toy module calling transformers' own dispatch decorator ----------------------

@@ -11,9 +11,10 @@ tokens again equal transformers', and the logprob of every prompt token (echo) a
 token is transformers' log-softmax within the same tolerance.
 
 The default run takes one family per kind of mixer; scripts/test.sh --long (FUSELM_LONG=1) runs
-every family whose recurrence goes through a kernel dispatch point. (The families written inline,
-rwkv, minimax's lightning attention, recurrent_gemma, are refused at capture:
-test_hybrid_capture.py.)
+every family whose recurrence goes through a kernel dispatch point, and minimax, whose lightning
+attention is written inline and captured as the SSD scan (linear_attn_by_hand.py; its short
+default-mode case is in test_linear_attn_by_hand.py). (The families written inline token by token,
+rwkv and recurrent_gemma, are refused at capture: test_hybrid_capture.py.)
 """
 from __future__ import annotations
 
