@@ -12,7 +12,8 @@
 #                                   the default run (tests/python/test_verify.py with FUSELM_LONG=1:
 #                                   Gemma 3 270M as its GGUF and as an fp32 dir, Qwen2.5-Coder 0.5B;
 #                                   12 min on the shared 2-core machine), every family of the
-#                                   wrapper and hybrid parity lists, then the soak test
+#                                   wrapper and hybrid parity lists, the sweep's parity cases
+#                                   (tests/python/test_sweep_parity.py), then the soak test
 #                                   (tests/soak/soak.py, default 120 s of concurrent clients against
 #                                   `fuselm serve` on build/fuselm)
 set -euo pipefail
