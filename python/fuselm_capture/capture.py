@@ -382,6 +382,7 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
         except TypeError:
             model = auto.from_config(config, **kwargs)
     model.eval()
+    ops.note_call_layer_indices(model)
     try:
         ops.identify_experts(model)
     except ops.ExpertsCaptureError as e:

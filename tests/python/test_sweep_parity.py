@@ -24,6 +24,11 @@ CASES = {
     # Attention temperature tuning scales queries by positions computed from arange(T) (refused
     # below); without it Llama 4's text model (chunked attention, NoPE layers, MoE) runs.
     "llama4_text_no_temperature_tuning": ("llama4_text", {"attn_temperature_tuning": False}, [7, 40]),
+    # One attention module shared by three hybrid layers (1, 3, 4), each call naming its cache layer
+    # by a layer_idx argument (the module's own layer_idx is -1), between Mamba-2 layers.
+    "zamba2_shared_attention": ("zamba2", {"num_hidden_layers": 6, "hybrid_layer_ids": [1, 3, 4],
+                                           "layers_block_type": ["linear_attention", "hybrid", "linear_attention",
+                                                                 "hybrid", "hybrid", "linear_attention"]}, [7, 40]),
 }
 
 
