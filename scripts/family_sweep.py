@@ -138,12 +138,14 @@ def shrink(default: dict) -> dict:
     return out
 
 
-def make_config(model_type: str):
+def make_config(model_type: str, overrides: dict | None = None):
+    """The tiny config of model_type; overrides: more config fields (a parity test's variant)."""
     from transformers import CONFIG_MAPPING
     cls = CONFIG_MAPPING[model_type]
     kw = dict(COMMON)
     kw.update(shrink(cls().to_dict()))
     kw.update(OVERRIDES.get(model_type, {}))
+    kw.update(overrides or {})
     cfg = cls(**kw)
     vocab = cfg.vocab_size
     for i, field in enumerate(("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")):
@@ -155,13 +157,13 @@ def make_config(model_type: str):
     return cfg
 
 
-def build(model_type: str, out_dir: Path, std: float = 0.15, seed: int = 0) -> None:
+def build(model_type: str, out_dir: Path, std: float = 0.15, seed: int = 0, overrides: dict | None = None) -> None:
     """The parity tests' build (tests/python/moe_models.build): wide random matrices, small biases,
     norm weights and other vectors around their neutral value, correction biases nonzero."""
     import torch
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
-    cfg = make_config(model_type)
+    cfg = make_config(model_type, overrides)
     with torch.device("meta"):  # a config the shrink missed would take the machine's memory
         n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
     if n > MAX_PARAMS:

@@ -12,7 +12,8 @@
 #                                   the default run (tests/python/test_verify.py with FUSELM_LONG=1:
 #                                   Gemma 3 270M as its GGUF and as an fp32 dir, Qwen2.5-Coder 0.5B;
 #                                   12 min on the shared 2-core machine), every family of the
-#                                   wrapper and hybrid parity lists, then the soak test
+#                                   wrapper and hybrid parity lists, the sweep's parity cases
+#                                   (tests/python/test_sweep_parity.py), then the soak test
 #                                   (tests/soak/soak.py, default 120 s of concurrent clients against
 #                                   `fuselm serve` on build/fuselm)
 set -euo pipefail
@@ -44,7 +45,8 @@ if [ "${1:-}" = "--long" ]; then
   echo "test: fuselm verify on the long real checkpoints (tests/python/test_verify.py, FUSELM_LONG=1)"
   scripts/fetch_real_checkpoints.sh >/dev/null
   FUSELM_LONG=1 .venv/bin/python -m pytest -q tests/python/test_verify.py tests/python/test_gguf_processors.py \
-    tests/python/test_multimodal_wrappers.py tests/python/test_hybrid_capture.py tests/python/test_hybrid_parity.py -k long_
+    tests/python/test_multimodal_wrappers.py tests/python/test_hybrid_capture.py tests/python/test_hybrid_parity.py \
+    tests/python/test_sweep_parity.py -k long_
   echo "test: soak test (tests/soak/soak.py)"
   exec .venv/bin/python tests/soak/soak.py --seconds "${2:-120}"
 fi

@@ -72,9 +72,10 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     written inline (linear_attn_by_hand.py); by default the module's buffers that are not on meta."""
     from .dispatch import DispatchRefused, number_states, recurrent_dispatch
     from .length_watch import watch_length
+    from .range_guards import drop_proved_guards
     names = {id(m): n for n, m in module.named_modules()}
     try:
-        with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length:
+        with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length, drop_proved_guards():
             ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except DispatchRefused as e:
         raise RecurrenceRefused(f"{type(module).__name__}: {e}") from e
@@ -130,6 +131,15 @@ def decompose_for_engine(ep: torch.export.ExportedProgram, module: torch.nn.Modu
     try:
         return decompose_missing(ep, set(DROPPED_OPS))
     except UnsupportedOpError as e:
+        raise CaptureError(f"{type(module).__name__}: {e}") from e
+
+
+def check_step_positions(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> None:
+    """CaptureError when the graph computes float data from arange(T) (step_positions.py)."""
+    from .step_positions import StepPositionsRefused, check_step_positions as check
+    try:
+        check(ep.graph)
+    except StepPositionsRefused as e:
         raise CaptureError(f"{type(module).__name__}: {e}") from e
 
 
@@ -219,6 +229,7 @@ def capture_module(module: torch.nn.Module, example_kwargs: dict, dynamic_shapes
     ops.identify_experts(module)
     constants = _non_persistent_buffers(module)
     ep = export_module(module.eval(), example_kwargs, dynamic_shapes)
+    check_step_positions(ep, module)
     params = _parameter_table(ep, lambda key: {"keys": [key], "converter": None})
     names = {spec.arg.name: spec.arg.name for spec in ep.graph_signature.input_specs}
     names.update(input_names or {})
@@ -402,6 +413,7 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
         except TypeError:
             model = auto.from_config(config, **kwargs)
     model.eval()
+    ops.note_call_layer_indices(model)
     try:
         ops.identify_experts(model)
     except ops.ExpertsCaptureError as e:
@@ -538,6 +550,7 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
         # The model may compute attention by hand: capture it through its eager implementation
         # (every transformers model accepts it) and find its attention by dataflow (attn_by_hand.py).
         model, constants, ep, max_pos = _capture_by_hand(config, kwargs, max_pos, config_path, e)
+    check_step_positions(ep, model)
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]
     if gguf.exists():

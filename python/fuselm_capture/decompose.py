@@ -27,7 +27,8 @@ def engine_ops() -> frozenset[str]:
     return frozenset(line.strip() for line in ENGINE_OPS_FILE.read_text().splitlines() if line.strip())
 
 
-def _where(node: torch.fx.Node) -> str:
+def module_of(node: torch.fx.Node) -> str:
+    """'path (Class)' of the innermost module a graph node was traced in; '<root>' outside any."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return "<root>"
@@ -104,12 +105,49 @@ def _concatenate(tensors, dim=0):
     return torch.cat(tensors, dim)
 
 
-# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor and the
-# whole-tensor max/min have no entry; aten.rms_norm's and aten.concatenate's own definitions do not
+def _log1p(x):
+    """aten.log1p by Kahan's rule: with u = 1 + x (rounded), log(u) * x / (u - 1), or x itself where
+    u == 1. The rounding error of 1 + x cancels in the quotient, so small x keep their relative
+    accuracy (a plain log(1 + x) loses it; PyTorch's tables only reach prims.log1p). x = +inf is
+    its own result (the quotient would be inf / inf)."""
+    u = x + 1.0
+    d = u - 1.0
+    own = torch.bitwise_or(d == 0, d == float("inf"))  # `|` traces to aten.__or__, which recurses
+    return torch.where(own, x, torch.log(u) * (x / torch.where(own, torch.ones_like(d), d)))
+
+
+def _scatter_src(x, dim, index, src):
+    """aten.scatter.src (out = x; out[.., index[i], ..] = src[i] along dim) without a scatter of
+    tensors: each output position along dim takes the last index entry that names it (CPU torch's
+    serial order, so repeated indices agree too), found as an amax over a one-hot of the index,
+    then gathered from src; positions no entry names keep x. Only for an index as wide as x on
+    every other axis (a router's top-k): otherwise the op is left for capture to name."""
+    dim = dim % x.dim()
+    k, n = index.shape[dim], x.shape[dim]
+    if any(index.shape[a] != x.shape[a] for a in range(x.dim()) if a != dim):
+        return NotImplemented
+    src = src.narrow(dim, 0, k) if src.shape[dim] != k else src
+    if any(src.shape[a] != x.shape[a] for a in range(x.dim()) if a != dim):
+        return NotImplemented
+
+    def along(t, axis, size):  # a 1-D tensor placed on axis of a (x.dim() + 1)-D shape
+        shape = [1] * (x.dim() + 1)
+        shape[axis] = size
+        return t.reshape(shape)
+    hits = index.unsqueeze(dim + 1) == along(torch.arange(n, device=x.device), dim + 1, n)  # [.., k, n, ..]
+    order = along(torch.arange(k, device=x.device), dim, k)
+    last = torch.amax(torch.where(hits, order, torch.full_like(order, -1)), dim=dim)  # [.., n, ..]
+    picked = torch.gather(src, dim, torch.clamp(last, min=0))
+    return torch.where(last >= 0, picked.to(x.dtype), x)
+
+
+# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor, the
+# whole-tensor max/min and scatter.src have no entry, log1p's reaches prims.log1p; aten.rms_norm's and aten.concatenate's own definitions do not
 # terminate under run_decompositions).
 _OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm,
         torch.ops.aten.max.default: _max_all, torch.ops.aten.min.default: _min_all,
-        torch.ops.aten.concatenate.default: _concatenate}
+        torch.ops.aten.concatenate.default: _concatenate, torch.ops.aten.log1p.default: _log1p,
+        torch.ops.aten.scatter.src: _scatter_src}
 
 
 def _table(ops) -> dict:
@@ -145,6 +183,6 @@ def decompose_missing(ep: torch.export.ExportedProgram, ignored: set[str]) -> to
         name, node = next(iter(missing.items()))
         rest = sorted(set(missing) - {name})
         others = f" (nor {', '.join(rest[:5])})" if rest else ""
-        raise UnsupportedOpError(f"op {name} in module {_where(node)} is not in the engine's op set and no "
+        raise UnsupportedOpError(f"op {name} in module {module_of(node)} is not in the engine's op set and no "
                                  f"PyTorch decomposition table covers it{others}")
     return ep

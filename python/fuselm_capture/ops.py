@@ -10,6 +10,7 @@ Neither op is ever executed in Python; capture only needs their fake (shape) fun
 from __future__ import annotations
 
 import inspect
+import math
 import types
 
 import torch
@@ -68,7 +69,8 @@ def experts(
 ) -> torch.Tensor:
     """hidden [T,H], top_k_index/weights [T,k], gate_up [E,2I,H] (or transposed) -> [T,H].
 
-    activation: silu | gelu | gelu_tanh | relu | relu2 (act(gate) * up, or act(up) without a gate), or
+    activation: silu | gelu | gelu_tanh | relu | relu2 (act(gate) * up, or act(up) without a gate; with
+    limit > 0, act(clamp(gate, max=limit)) * clamp(up, -limit, limit)), or
     clamped_swiglu: (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = clamp(gate, max=limit).
     """
     raise RuntimeError("fuselm::experts runs only in the fuselm engine")
@@ -133,8 +135,42 @@ def _identify_gate(module) -> tuple[str, bool, float, float]:
             if torch.allclose(module._apply_gate(probe), _clamped_swiglu(probe, alpha, limit, concatenated),
                               rtol=1e-6, atol=1e-6):
                 return "clamped_swiglu", concatenated, alpha, limit
+    found = _clamped_act_mul(module._apply_gate)
+    if found is not None:
+        return found
     raise ExpertsCaptureError(f"the gating function of experts module {type(module).__name__} is neither "
-                              "act(gate) * up nor the clamped SwiGLU form")
+                              "act(gate) * up, act(clamp(gate, max=L)) * clamp(up, -L, L) nor the clamped SwiGLU form")
+
+
+def _clamped_act_mul(apply_gate) -> tuple[str, bool, float, float] | None:
+    """(act, is_concatenated, 0.0, L) when apply_gate computes act(clamp(gate, max=L)) * clamp(up, -L, L)
+    (DeepSeek-V4's and Hunyuan-V4's experts) over concatenated or interleaved halves, else None.
+    L is read back from two probes (an up value far past the clamp over one inside it, at a gate of
+    1), act is the ACTIVATIONS entry that reproduces the function, and the whole form is then
+    checked on random rows that cross both clamps."""
+    f64 = torch.float64
+    with torch.no_grad():
+        for concatenated in (True, False):
+            def gate_of(g, u):  # rows holding gate values g and up values u in this layout
+                row = torch.cat([g, u], -1) if concatenated else torch.stack([g, u], dim=-1).flatten(-2)
+                return apply_gate(row)
+
+            one, tiny, huge = (torch.full((1, 4), v, dtype=f64) for v in (1.0, 1e-6, 1e12))
+            inside = float(gate_of(one, tiny)[0, 0])
+            if inside == 0.0:
+                continue
+            limit = float(gate_of(one, huge)[0, 0]) / inside * 1e-6
+            if not (math.isfinite(limit) and 1e-5 < limit < 1e11):
+                continue
+            probe = torch.randn(3, 64, dtype=f64, generator=torch.Generator().manual_seed(1)) * (2 * limit + 4)
+            for act, fn in ACTIVATIONS.items():
+                def form(gu, fn=fn):
+                    n = gu.shape[-1] // 2
+                    g, u = (gu[..., :n], gu[..., n:]) if concatenated else (gu[..., ::2], gu[..., 1::2])
+                    return fn(g.clamp(max=limit)) * u.clamp(-limit, limit)
+                if torch.allclose(apply_gate(probe), form(probe), rtol=1e-6, atol=1e-9):
+                    return act, concatenated, 0.0, limit
+    return None
 
 
 def _takes_routing(module) -> bool:
@@ -308,13 +344,43 @@ def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
     return -1, -1, m.describe()
 
 
+def note_call_layer_indices(model: torch.nn.Module) -> None:
+    """A module whose forward takes a layer_idx argument (one attention module shared by several
+    layers, each call naming its cache layer) records each call's value as _fuselm_call_layer_idx
+    (None when it is not an int), for attention_forward when the module's own layer_idx is unset."""
+    for module in model.modules():
+        try:
+            names = list(inspect.signature(module.forward).parameters)
+        except (TypeError, ValueError):
+            continue
+        if "layer_idx" not in names:
+            continue
+        at = names.index("layer_idx")
+
+        def hook(mod, args, kwargs, at=at):
+            value = kwargs.get("layer_idx", args[at] if at < len(args) else None)
+            mod._fuselm_call_layer_idx = value if isinstance(value, int) and not isinstance(value, bool) else None
+        module.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _layer_index(module) -> int:
+    """The cache layer of an attention call: the module's layer_idx, else the index its forward was
+    called with (note_call_layer_indices), else -1 (the engine's attention fuser reports that)."""
+    own = getattr(module, "layer_idx", None)
+    if isinstance(own, int) and own >= 0:
+        return own
+    called = getattr(module, "_fuselm_call_layer_idx", None)
+    return called if called is not None else (own if isinstance(own, int) else -1)
+
+
 def _one_call_per_trace(module, query) -> None:
-    """Refuses a module that calls attention twice in one trace (two value sets over one K, as a
-    differential attention does): the engine's KV cache holds one K/V per layer index, so the
-    second call would append to the first's rows and attend to both, silently wrong."""
+    """Refuses a module that calls attention twice for one layer index in one trace (two value
+    sets over one K, as a differential attention does): the engine's KV cache holds one K/V per
+    layer index, so the second call would append to the first's rows and attend to both, silently
+    wrong. A module shared by layers calls it once per layer index."""
     from torch._guards import detect_fake_mode
     mode = detect_fake_mode(query)
-    key = id(mode) if mode is not None else None
+    key = (id(mode), _layer_index(module)) if mode is not None else None
     seen = module.__dict__.setdefault("_fuselm_attention_traces", set())
     if key is not None and key in seen:
         raise MaskCaptureError(f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)}) "
@@ -334,9 +400,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     _one_call_per_trace(module, query)
-    layer_idx = getattr(module, "layer_idx", None)
-    if layer_idx is None:
-        layer_idx = -1  # the engine's attention fuser reports modules without an index
+    layer_idx = _layer_index(module)
     window, chunk, mask = _layer_mask(module, attention_mask, sliding_window)
     out = torch.ops.fuselm.attention(
         query, key, value, s_aux, float(scaling), window,

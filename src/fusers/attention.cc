@@ -63,7 +63,9 @@ class AttentionFuser final : public Fuser {
     const auto& la = n.args[def.arg(def.layer)];
     const int64_t arg_layer = la.kind == ir::Arg::Kind::integer ? la.i : -1;
     const auto& attrs = sg.mod().attributes;
-    const bool has_attr = attrs.is_object() && attrs.contains("layer_idx") && attrs["layer_idx"].is_number_integer();
+    // A negative attribute (a module shared by layers, each call naming its layer) is no index.
+    const bool has_attr = attrs.is_object() && attrs.contains("layer_idx") && attrs["layer_idx"].is_number_integer() &&
+                          attrs["layer_idx"].get<int64_t>() >= 0;
     const int64_t attr_layer = has_attr ? attrs["layer_idx"].get<int64_t>() : -1;
     if (has_attr && arg_layer >= 0 && attr_layer != arg_layer)
       throw FusionError(fmt::format("attention in module {}: the module's layer_idx is {} but its op was called with {}",

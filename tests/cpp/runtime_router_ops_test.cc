@@ -221,6 +221,8 @@ void check_experts(const ExpertsCase& c, const std::string& what) {
         if (c.act == "clamped_swiglu") {
           const double gc = std::min(g, c.limit), uc = std::clamp(u, -c.limit, c.limit);
           a[j] = (uc + 1) * gc / (1 + std::exp(-c.alpha * gc));
+        } else if (c.limit > 0) {  // act(clamp(gate, max=limit)) * clamp(up, -limit, limit)
+          a[j] = act_ref(c.act, std::min(g, c.limit)) * std::clamp(u, -c.limit, c.limit);
         } else {
           a[j] = c.has_gate ? act_ref(c.act, g) * u : act_ref(c.act, u);
         }
@@ -313,6 +315,13 @@ void experts_case() {
   gpt.alpha = 1.702;
   gpt.limit = 0.4;  // small enough that the probes' values reach the clamps
   check_experts(gpt, "clamped SwiGLU, interleaved, transposed, biases");
+  ExpertsCase clamped;
+  clamped.limit = 0.3;  // small enough that the probes' values reach both clamps
+  clamped.concatenated = false;
+  check_experts(clamped, "silu(clamp(gate, max=L)) * clamp(up, -L, L), interleaved (DeepSeek-V4)");
+  clamped.act = "gelu";
+  clamped.concatenated = true;
+  check_experts(clamped, "gelu(clamp(gate, max=L)) * clamp(up, -L, L), concatenated");
   ExpertsCase bf;
   bf.wd = DType::bf16;
   bf.act = "gelu_tanh";

@@ -204,3 +204,59 @@ def test_a_forward_that_branches_on_the_token_count_is_refused_with_its_guard(tm
     msg = str(err.value)
     assert "Constraints violated (num_tokens)" in msg and "satisfy the generated guard" in msg, msg
     assert "!= 3" in msg and "cannot serve every length" in msg, msg
+
+
+class RouterScatter(nn.Module):
+    """aten.scatter.src as a top-k router writes it (a -inf table filled at the chosen experts)
+    and aten.log1p over tiny, moderate and large values (a plain log(1 + x) loses the tiny ones)."""
+
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(6, 8)
+
+    def forward(self, x):
+        logits = self.router(x)  # [1, S, 8]
+        top, idx = torch.topk(logits, 2, dim=-1)
+        scores = torch.full_like(logits, float("-inf")).scatter(-1, idx, top)
+        small = torch.log1p(logits.abs() * 1e-7) * 1e7
+        return torch.softmax(scores, -1) + torch.log1p(logits.abs() * 4) + small
+
+
+def test_scatter_src_and_log1p_run_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    from fuselm_capture.decompose import engine_ops
+    torch.manual_seed(0)
+    model = Wrap(RouterScatter()).eval()
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    case = tmp_path / "cases" / "scatter"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
+    assert {"aten.scatter.src", "aten.log1p.default"}.isdisjoint(held) and held <= engine_ops(), \
+        sorted(held - engine_ops())
+    x = torch.randn(1, 11, 6)
+    inputs = {"x": x}
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] == "parameter":
+            n["kind"] = "input"
+            inputs[n["target"]] = model.state_dict()[n["target"]]
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+
+
+def test_scatter_src_decomposition_keeps_the_last_repeated_index():
+    """CPU torch writes repeated indices in order (the last wins); the decomposition agrees."""
+    from fuselm_capture.decompose import _scatter_src
+    x = torch.randn(5, 4)
+    idx = torch.tensor([[0, 0, 3], [1, 2, 1], [3, 3, 3], [2, 0, 1], [0, 1, 2]])
+    src = torch.randn(5, 3)
+    assert torch.equal(_scatter_src(x, 1, idx, src), x.scatter(1, idx, src))
+    assert torch.equal(_scatter_src(x.t(), 0, idx.t(), src.t()), x.t().scatter(0, idx.t(), src.t()))

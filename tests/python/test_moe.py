@@ -106,7 +106,22 @@ def test_unknown_gating_function_is_a_capture_error():
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
     m = GptOssExperts(transformers.GptOssConfig(hidden_size=8, intermediate_size=4, num_local_experts=2))
     m._apply_gate = lambda gu: torch.tanh(gu[..., ::2]) * gu[..., 1::2]
-    with pytest.raises(ops.ExpertsCaptureError, match="neither act\\(gate\\) \\* up nor the clamped SwiGLU"):
+    with pytest.raises(ops.ExpertsCaptureError, match="neither act\\(gate\\) \\* up, act\\(clamp.* nor the clamped SwiGLU"):
+        ops._identify_gate(m)
+
+
+def test_clamped_act_mul_gate_is_read_back():
+    """act(clamp(gate, max=L)) * clamp(up, -L, L) (DeepSeek-V4's experts): the activation, layout and L
+    are read back from the module's own gate; the same gate with up unclamped is refused."""
+    from fuselm_capture import ops
+    import transformers
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    m = GptOssExperts(transformers.GptOssConfig(hidden_size=8, intermediate_size=4, num_local_experts=2))
+    m._apply_gate = lambda gu: torch.nn.functional.gelu(gu[..., ::2].clamp(max=3.5)) * gu[..., 1::2].clamp(-3.5, 3.5)
+    act, concatenated, alpha, limit = ops._identify_gate(m)
+    assert (act, concatenated, alpha) == ("gelu", False, 0.0) and limit == pytest.approx(3.5, rel=1e-9)
+    m._apply_gate = lambda gu: torch.nn.functional.silu(gu.chunk(2, -1)[0].clamp(max=3.5)) * gu.chunk(2, -1)[1]
+    with pytest.raises(ops.ExpertsCaptureError):
         ops._identify_gate(m)
 
 

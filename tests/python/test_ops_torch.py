@@ -475,27 +475,37 @@ ELSEWHERE = {
 }
 
 
-def _experts_ref(hidden, ids, w, gate_up, down):
-    out = torch.zeros_like(hidden)
-    i = down.shape[-1]
-    for t in range(hidden.shape[0]):
-        for j in range(ids.shape[1]):
-            e = int(ids[t, j])
-            y = gate_up[e] @ hidden[t]
-            out[t] += w[t, j] * (down[e] @ (torch.nn.functional.silu(y[:i]) * y[i:]))
-    return out
+def _experts_ref(act, limit, concatenated):
+    """Top-k experts in torch: act(gate) * up, or act(clamp(gate, max=L)) * clamp(up, -L, L) with L > 0."""
+    def ref(hidden, ids, w, gate_up, down):
+        out = torch.zeros_like(hidden)
+        i = down.shape[-1]
+        for t in range(hidden.shape[0]):
+            for j in range(ids.shape[1]):
+                e = int(ids[t, j])
+                y = gate_up[e] @ hidden[t]
+                g, u = (y[:i], y[i:]) if concatenated else (y[::2], y[1::2])
+                if limit > 0:
+                    g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+                out[t] += w[t, j] * (down[e] @ (act(g) * u))
+        return out
+    return ref
 
 
-def _experts_case():
+def _experts_cases():
     from fuselm_capture import ops  # noqa: F401  (registers torch.ops.fuselm.*)
     e, h, i, t, k = 5, 6, 4, 7, 2
-
-    def f(x, ids, w, gu, dn):
-        return torch.ops.fuselm.experts(x, ids, w, gu, dn, None, None, "silu", True, False, True, 0.0, 0.0)
-    g = torch.Generator().manual_seed(5)
-    ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)])
-    return Case(f, [r(t, h), ids, torch.rand(t, k, generator=g), r(e, 2 * i, h), r(e, h, i)], "silu top-2 of 5",
-                rtol=1e-4, atol=1e-5), _experts_ref
+    out = []
+    for name, act, limit, concatenated in (("silu", torch.nn.functional.silu, 0.0, True),
+                                           ("gelu", torch.nn.functional.gelu, 0.25, False)):
+        def f(x, ids, w, gu, dn, name=name, limit=limit, concatenated=concatenated):
+            return torch.ops.fuselm.experts(x, ids, w, gu, dn, None, None, name, concatenated, False, True, 0.0, limit)
+        g = torch.Generator().manual_seed(5)
+        ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)])
+        what = f"{name} top-2 of 5" + (f", gate and up clamped at {limit}, interleaved" if limit else "")
+        out.append((Case(f, [r(t, h), ids, torch.rand(t, k, generator=g), r(e, 2 * i, h), r(e, h, i)], what,
+                         rtol=1e-4, atol=1e-5), _experts_ref(act, limit, concatenated)))
+    return out
 
 
 class OneOp(nn.Module):
@@ -529,8 +539,7 @@ def results(tmp_path_factory) -> dict[str, list[tuple[Case, object, str]]]:
     from fuselm_capture.capture import capture_module
     root = tmp_path_factory.mktemp("op_cases")
     cases = {op: [(c, None) for c in cs] for op, cs in CASES.items()}
-    case, ref = _experts_case()
-    cases["fuselm.experts.default"] = [(case, ref)]
+    cases["fuselm.experts.default"] = _experts_cases()
     layout = {}
     for op, cs in cases.items():
         for k, (c, _) in enumerate(cs):

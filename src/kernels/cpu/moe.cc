@@ -45,6 +45,9 @@ void apply_gate(const ExpertsArgs& a, const float* g, float* out, int64_t rows) 
       switch (a.gate) {
         case ExpertsGate::act_only: o[j] = act_of(a.act, uv); break;
         case ExpertsGate::act_mul: o[j] = act_of(a.act, gv) * uv; break;
+        case ExpertsGate::clamped_act_mul:
+          o[j] = act_of(a.act, std::min(gv, a.limit)) * std::clamp(uv, -a.limit, a.limit);
+          break;
         case ExpertsGate::clamped_swiglu: {
           const float gc = std::min(gv, a.limit);
           const float uc = std::clamp(uv, -a.limit, a.limit);

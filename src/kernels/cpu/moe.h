@@ -16,6 +16,8 @@
 // MLP_e(v) = down_e · gate(gate_up_e · v + b) + b_down, where gate() is
 //   act(g) · u                     (has_gate, halves concatenated [g | u] or interleaved g0 u0 g1 u1 …)
 //   act(u)                         (no gate)
+//   act(min(g, limit)) · clamp(u, -limit, limit)
+//                                  (Gate::clamped_act_mul, DeepSeek-V4's and Hunyuan-V4's experts)
 //   (clamp(u, -limit, limit) + 1) · g' · sigmoid(alpha · g'),  g' = clamp(g, max = limit)
 //                                  (Gate::clamped_swiglu, gpt-oss)
 //
@@ -33,7 +35,7 @@ namespace fuselm::kernels {
 
 // relu2: relu(x)² (ReLU squared, Primer; transformers' "relu2").
 enum class ExpertsAct : unsigned char { silu, gelu, gelu_tanh, relu, relu2 };
-enum class ExpertsGate : unsigned char { act_mul, act_only, clamped_swiglu };
+enum class ExpertsGate : unsigned char { act_mul, act_only, clamped_act_mul, clamped_swiglu };
 
 struct ExpertsArgs {
   const float* x = nullptr;

@@ -3,7 +3,8 @@
 //                  gate_up_bias?, down_bias?, activation, is_concatenated, is_transposed, has_gate,
 //                  alpha, limit) -> [T,H]
 //   gate_up [E, n_up, H] and down [E, H, I], or [E, H, n_up] and [E, I, H] when is_transposed;
-//   n_up = 2·I with a gate. activation: silu | gelu | gelu_tanh | relu | relu2 (relu(x)²) | clamped_swiglu.
+//   n_up = 2·I with a gate. activation: silu | gelu | gelu_tanh | relu | relu2 (relu(x)²) | clamped_swiglu;
+//   a named activation with limit > 0 is act(clamp(gate, max=limit)) · clamp(up, -limit, limit).
 // fuselm.experts_shared(the same 13 arguments, shared_gate [Is, H]?, shared_up [Is, H],
 //                       shared_down [H, Is], shared_scale [1, H]?, shared_activation) -> [T, H]:
 //   the same plus the block's shared expert on every token, scaled by sigmoid(x · shared_scale)
@@ -31,7 +32,8 @@ kernels::DType weight_kind(OpCall& c, const Tensor& w, const Tensor& other) {
   return weight_storage(c, w, "expert weight");
 }
 
-/// The routed experts' activation and gating (k.act, k.gate) from the op's string arguments.
+/// The routed experts' activation and gating (k.act, k.gate) from the op's string arguments; a
+/// named activation with k.limit > 0 is act(clamp(gate, max=limit)) · clamp(up, -limit, limit).
 void read_activation(OpCall& c, kernels::ExpertsArgs& k, bool has_gate) {
   const Value& act = c.arg("activation");
   if (act.kind != Value::Kind::string || !act.s) c.fail("activation is not a string");
@@ -39,8 +41,10 @@ void read_activation(OpCall& c, kernels::ExpertsArgs& k, bool has_gate) {
   if (a == "clamped_swiglu") k.gate = kernels::ExpertsGate::clamped_swiglu;
   else if (a == "silu" || a == "gelu" || a == "gelu_tanh" || a == "relu" || a == "relu2") k.act = act_named(c, a);
   else c.fail("activation '" + a + "' is none of silu, gelu, gelu_tanh, relu, relu2, clamped_swiglu");
+  if (!(k.limit >= 0.0f)) c.fail("limit " + std::to_string(k.limit) + " is negative or NaN");
+  if (k.gate == kernels::ExpertsGate::act_mul && k.limit > 0.0f) k.gate = kernels::ExpertsGate::clamped_act_mul;
   if (!has_gate) {
-    if (k.gate == kernels::ExpertsGate::clamped_swiglu) c.fail("clamped_swiglu needs a gate");
+    if (k.gate != kernels::ExpertsGate::act_mul) c.fail(a + " with limit " + std::to_string(k.limit) + " needs a gate");
     k.gate = kernels::ExpertsGate::act_only;
   }
 }
@@ -125,10 +129,10 @@ void experts(OpCall& c) {
   const bool concatenated = c.boolean("is_concatenated"), transposed = c.boolean("is_transposed"),
              has_gate = c.boolean("has_gate");
   kernels::ExpertsArgs k;
-  read_activation(c, k, has_gate);
-  k.interleaved = !concatenated;
   k.alpha = static_cast<float>(c.real("alpha"));
   k.limit = static_cast<float>(c.real("limit"));
+  read_activation(c, k, has_gate);
+  k.interleaved = !concatenated;
   const int64_t n_up = read_weights(c, k, transposed, has_gate);
 
   const Tensor& x = c.tensor("hidden");
