@@ -1724,10 +1724,10 @@ void add_mutation_cases(Cases& m) {
 
 // fuselm.mla_attention against expanded attention: per head k_j = [W_k·c_j | k_rot_j],
 // v_j = W_v·c_j, then eager softmax attention; two sequences over two steps (prefill, then a
-// decode and a long prefill continuation) on a latent cache of R + Dr floats per slot. With a bf16
-// (q8_0) cache the latent and rope rows are drawn bf16-representable (as the values their q8_0
-// blocks hold, the latent and rope key quantized apart), so the stored rows are exact and the
-// result is the same.
+// decode and a long prefill continuation) on a latent cache of R + Dr values per slot. With a bf16
+// cache the latent and rope rows are drawn bf16-representable, with a q8_0 cache as the values
+// their q8_0 blocks hold (the latent and the rope key quantized apart, kernels_testing.h), so the
+// stored rows are exact and the result is the same.
 void check_mla(kv::KvDType cache_dtype) {
   SCOPED_TRACE(std::string("cache ") + kv::kv_dtype_name(cache_dtype));
   const int64_t H = 3, Dn = 4, Dr = 2, Dv = 5, Rk = 6;
