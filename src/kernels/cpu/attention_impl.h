@@ -1,7 +1,8 @@
 // Attention body over Vec<Isa> (internal; included like norm_impl.h: it brings simd_math.h).
 //
 // Per (token, KV group, key range): keys in chunks of 64. Per chunk: the logits of every q head of
-// the group from K blocks transposed in registers (dot products for heads wider than 256), then
+// the group from K blocks transposed in registers (for heads wider than 256, dot products, four
+// heads per K load), then
 // per head softcap, one online-softmax rescale, exponentials, and acc += p·V (the accumulator row
 // in registers over the chunk, in slabs of 4 vectors).
 //
