@@ -22,7 +22,7 @@ void add_engine_options(CLI::App& cmd, EngineArgs& a) {
   cmd.add_option("--kv-cache-memory", a.kv_cache_memory,
                  "KV pool size in bytes (suffixes K, M, G, KiB, MiB, GiB); default: max-num-seqs contexts, at most a fifth of free memory and 4 GiB (at least one context when it fits)");
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype,
-                 "KV cache storage: auto (f32 for an fp32 model, bf16 for bf16, f16 or quantized weights), f32, bf16 (half the memory per token), or q8_0 (34 bytes per 32 values; not for latent attention)")
+                 "KV cache storage: auto (f32 for an fp32 model, bf16 for bf16, f16 or quantized weights), f32, bf16 (half the memory per token), or q8_0 (34 bytes per 32 values; latent rows pad the latent and rope key each to 32-blocks)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16", "q8_0"}));
   cmd.add_flag("--no-prefix-caching", a.no_prefix_caching, "do not reuse the KV of repeated prompt prefixes");

@@ -64,7 +64,7 @@ dist::Communicator& tp_comm(const ModelOptions& options) {
 
 std::vector<kv::LayerShape> to_layer_shapes(const std::vector<fusers::KvLayer>& layers) {
   std::vector<kv::LayerShape> out;
-  for (const auto& l : layers) out.push_back(kv::LayerShape{l.k_width, l.v_width, l.k_head, l.v_head});
+  for (const auto& l : layers) out.push_back(kv::LayerShape{l.k_width, l.v_width, l.k_head, l.v_head, l.latent});
   return out;
 }
 

@@ -24,7 +24,7 @@ KvLayer rows_of(const ir::Graph& g, const ir::Node& n, const ir::OpDef& def, std
     const auto& rot = operand("k_rot");
     if (lat.empty() || rot.empty() || lat.back().symbolic() || rot.back().symbolic())
       errors.push_back(fmt::format("latent attention in module {}: latent/rope widths are not static", l.module));
-    else l.k_width = lat.back().value + rot.back().value;
+    else l.k_width = lat.back().value + rot.back().value, l.k_head = lat.back().value;
     l.latent = true;
     return l;
   }

@@ -40,7 +40,9 @@ struct Report {
 /// k_width/v_width are floats per token; latent layers have one row [latent | rope], v_width 0.
 struct KvLayer {
   int64_t k_width = 0, v_width = 0;
-  int64_t k_head = 0, v_head = 0;  // head sizes within the rows (0 for a latent row)
+  // Head sizes within the rows; for a latent row k_head is the latent's width (the rest of the
+  // row is the rope key), and v_head 0.
+  int64_t k_head = 0, v_head = 0;
   bool latent = false;
   std::string module;  // the module whose op writes the layer
 };

@@ -1,6 +1,7 @@
 #include "kv/paged_kv_cache.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace fuselm::kv {
 
@@ -24,24 +25,38 @@ int64_t kv_row_bytes(int64_t width, int64_t head, KvDType dtype) {
   if (dtype == KvDType::f32) return width * 4;
   if (dtype == KvDType::bf16) return width * 2;
   if (head <= 0 || width % head != 0)
-    throw std::invalid_argument("--kv-cache-dtype q8_0: latent attention (MLA) rows cannot be stored as q8_0 yet; "
-                                "use --kv-cache-dtype bf16 or f32");
+    throw std::invalid_argument("--kv-cache-dtype q8_0: a KV row of " + std::to_string(width) +
+                                " values has no head size dividing it (" + std::to_string(head) +
+                                "); use --kv-cache-dtype bf16 or f32");
   return width / head * kv_q8_blocks(head) * kKvQ8BlockBytes;
+}
+
+int64_t kv_latent_row_bytes(int64_t width, int64_t latent, KvDType dtype) {
+  if (latent <= 0 || latent > width)
+    throw std::invalid_argument("latent KV row of " + std::to_string(width) + " values with a latent part of " +
+                                std::to_string(latent));
+  if (dtype != KvDType::q8_0) return kv_row_bytes(width, width, dtype);
+  return (kv_q8_blocks(latent) + kv_q8_blocks(width - latent)) * kKvQ8BlockBytes;
+}
+
+int64_t kv_layer_row_bytes(const LayerShape& l, bool v, KvDType dtype) {
+  if (l.latent) return v ? 0 : kv_latent_row_bytes(l.k_width, l.k_head, dtype);
+  return v ? kv_row_bytes(l.v_width, l.v_head, dtype) : kv_row_bytes(l.k_width, l.k_head, dtype);
 }
 
 int64_t kv_bytes_per_token(const std::vector<LayerShape>& layers, KvDType dtype) {
   int64_t b = 0;
-  for (const auto& l : layers) b += kv_row_bytes(l.k_width, l.k_head, dtype) + kv_row_bytes(l.v_width, l.v_head, dtype);
+  for (const auto& l : layers) b += kv_layer_row_bytes(l, false, dtype) + kv_layer_row_bytes(l, true, dtype);
   return b;
 }
 
 PagedKvCache::PagedKvCache(std::vector<LayerShape> layers, int32_t num_blocks, int32_t block_size, KvDType dtype)
     : layers_(std::move(layers)), pool_(num_blocks, block_size), dtype_(dtype) {
   const int64_t slots = int64_t{num_blocks} * block_size;
-  auto words = [&](int64_t width, int64_t head) { return (slots * kv_row_bytes(width, head, dtype) + 3) / 4; };
+  auto words = [&](const LayerShape& l, bool v) { return (slots * kv_layer_row_bytes(l, v, dtype) + 3) / 4; };
   for (const auto& l : layers_) {
-    k_.emplace_back(l.k_width ? new uint32_t[words(l.k_width, l.k_head)] : nullptr);
-    v_.emplace_back(l.v_width ? new uint32_t[words(l.v_width, l.v_head)] : nullptr);
+    k_.emplace_back(l.k_width ? new uint32_t[words(l, false)] : nullptr);
+    v_.emplace_back(l.v_width ? new uint32_t[words(l, true)] : nullptr);
   }
 }
 

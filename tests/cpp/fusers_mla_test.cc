@@ -54,6 +54,8 @@ void expect_latent_plan(const Plan& plan, bool q_lora) {
   ASSERT_EQ(layers.size(), 1u);
   EXPECT_EQ(layers[0].k_width, kR + kDr);
   EXPECT_EQ(layers[0].v_width, 0);
+  EXPECT_TRUE(layers[0].latent);
+  EXPECT_EQ(layers[0].k_head, kR);  // the latent part: q8_0 pads it and the rope key apart
 }
 
 // The stacked weight: [q_down; kv_down] along dim 0, sources identified by their shapes (the

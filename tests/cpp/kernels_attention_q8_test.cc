@@ -1,5 +1,5 @@
 // attention over a q8_0 KV cache (--kv-cache-dtype q8_0) on every ISA path: the rows the kernel
-// writes are, byte for byte, this file's transcription of ggml's quantize_row_q8_0_ref (each head
+// writes are, byte for byte, kernels_testing.h's transcription of ggml's quantize_row_q8_0_ref (each head
 // padded with zeros to whole 32-blocks), and the output equals a double-precision softmax attention
 // over the values those blocks hold (fp16 scale × int8), for head sizes 64, 80 (not a whole number
 // of blocks) and 128, wide heads (> 256), context lengths that fill no 64-key chunk, decode with key
@@ -19,37 +19,11 @@
 namespace fuselm::kernels {
 namespace {
 
+using testing::dequantize_q8_0;
+using testing::kQ8BlockBytes;
+using testing::q8_0_blocks;
+using testing::quantize_q8_0_padded;
 using testing::random_floats;
-
-constexpr int64_t kBlock = 32, kBlockBytes = 34;
-int64_t blocks(int64_t head) { return (head + kBlock - 1) / kBlock; }
-
-// ggml's quantize_row_q8_0_ref for one head of n values (zero-padded to whole blocks) into dst.
-void quantize_head(const float* x, int64_t n, uint8_t* dst) {
-  for (int64_t b = 0; b < blocks(n); ++b) {
-    float v[kBlock] = {};
-    for (int64_t e = 0; e < kBlock && b * kBlock + e < n; ++e) v[e] = x[b * kBlock + e];
-    float amax = 0.f;
-    for (float f : v) amax = std::max(amax, std::fabs(f));
-    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-    uint8_t* blk = dst + b * kBlockBytes;
-    const uint16_t h = f32_to_f16(d);
-    std::memcpy(blk, &h, 2);
-    for (int e = 0; e < kBlock; ++e) blk[2 + e] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(v[e] * id)));
-  }
-}
-
-// The n values one head's blocks hold.
-std::vector<double> dequantize_head(const uint8_t* src, int64_t n) {
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t e = 0; e < n; ++e) {
-    const uint8_t* blk = src + e / kBlock * kBlockBytes;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    out[e] = static_cast<double>(f16_to_f32(h)) * static_cast<int8_t>(blk[2 + e % kBlock]);
-  }
-  return out;
-}
 
 struct Q8Case {
   int64_t hq, hkv, dqk, dv, ctx, t;
@@ -69,7 +43,7 @@ struct Q8Sequence {
 
   Q8Sequence(const Q8Case& cs, uint32_t seed) : c(cs) {
     num_slots = c.ctx + 9;
-    k_row = c.hkv * blocks(c.dqk) * kBlockBytes, v_row = c.hkv * blocks(c.dv) * kBlockBytes;
+    k_row = c.hkv * q8_0_blocks(c.dqk) * kQ8BlockBytes, v_row = c.hkv * q8_0_blocks(c.dv) * kQ8BlockBytes;
     std::vector<int32_t> perm(static_cast<size_t>(num_slots));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
@@ -85,8 +59,10 @@ struct Q8Sequence {
   // Context position j quantized as the kernel must write it, into caches k/v.
   void write_expected(int64_t j, uint8_t* k, uint8_t* v) const {
     for (int64_t h = 0; h < c.hkv; ++h) {
-      quantize_head(&k_all[(j * c.hkv + h) * c.dqk], c.dqk, k + slots[j] * k_row + h * blocks(c.dqk) * kBlockBytes);
-      quantize_head(&v_all[(j * c.hkv + h) * c.dv], c.dv, v + slots[j] * v_row + h * blocks(c.dv) * kBlockBytes);
+      quantize_q8_0_padded(&k_all[(j * c.hkv + h) * c.dqk], c.dqk,
+                           k + slots[j] * k_row + h * q8_0_blocks(c.dqk) * kQ8BlockBytes);
+      quantize_q8_0_padded(&v_all[(j * c.hkv + h) * c.dv], c.dv,
+                           v + slots[j] * v_row + h * q8_0_blocks(c.dv) * kQ8BlockBytes);
     }
   }
 
@@ -114,7 +90,7 @@ struct Q8Sequence {
         std::vector<double> s(static_cast<size_t>(pos + 1));
         double mx = -std::numeric_limits<double>::infinity(), sum = 0;
         for (int64_t j = 0; j <= pos; ++j) {
-          const auto kj = dequantize_head(k.data() + slots[j] * k_row + g * blocks(c.dqk) * kBlockBytes, c.dqk);
+          const auto kj = dequantize_q8_0(k.data() + slots[j] * k_row + g * q8_0_blocks(c.dqk) * kQ8BlockBytes, c.dqk);
           double dot = 0;
           for (int64_t d = 0; d < c.dqk; ++d) dot += static_cast<double>(q[(i * c.hq + h) * c.dqk + d]) * kj[d];
           s[j] = dot * static_cast<float>(scale);
@@ -123,7 +99,7 @@ struct Q8Sequence {
         for (double& x : s) sum += (x = std::exp(x - mx));
         double* o = &out[(i * c.hq + h) * c.dv];
         for (int64_t j = 0; j <= pos; ++j) {
-          const auto vj = dequantize_head(v.data() + slots[j] * v_row + g * blocks(c.dv) * kBlockBytes, c.dv);
+          const auto vj = dequantize_q8_0(v.data() + slots[j] * v_row + g * q8_0_blocks(c.dv) * kQ8BlockBytes, c.dv);
           for (int64_t d = 0; d < c.dv; ++d) o[d] += s[j] / sum * vj[d];
         }
       }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -64,6 +66,38 @@ inline Weights random_weights(size_t n, DType d, uint32_t seed, float scale = 1.
     }
   }
   return w;
+}
+
+/// ggml's block_q8_0: 32 values, fp16 scale d then 32 int8 q, x = d·q (34 bytes).
+inline constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 34;
+inline int64_t q8_0_blocks(int64_t n) { return (n + kQ8Block - 1) / kQ8Block; }
+
+/// ggml's quantize_row_q8_0_ref, transcribed, for n values (zero-padded to whole blocks) into dst
+/// (q8_0_blocks(n) blocks): the oracle of the q8_0 KV caches.
+inline void quantize_q8_0_padded(const float* x, int64_t n, uint8_t* dst) {
+  for (int64_t b = 0; b < q8_0_blocks(n); ++b) {
+    float v[kQ8Block] = {};
+    for (int64_t e = 0; e < kQ8Block && b * kQ8Block + e < n; ++e) v[e] = x[b * kQ8Block + e];
+    float amax = 0.f;
+    for (float f : v) amax = std::max(amax, std::fabs(f));
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    uint8_t* blk = dst + b * kQ8BlockBytes;
+    const uint16_t h = f32_to_f16(d);
+    std::memcpy(blk, &h, 2);
+    for (int e = 0; e < kQ8Block; ++e) blk[2 + e] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(v[e] * id)));
+  }
+}
+
+/// The first n values that q8_0 blocks at src hold (fp16 scale × int8), in double.
+inline std::vector<double> dequantize_q8_0(const uint8_t* src, int64_t n) {
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    const uint8_t* blk = src + e / kQ8Block * kQ8BlockBytes;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    out[e] = static_cast<double>(f16_to_f32(h)) * static_cast<int8_t>(blk[2 + e % kQ8Block]);
+  }
+  return out;
 }
 
 /// Sets omp_set_num_threads while alive.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "kernels_testing.h"
 #include "kv/paged_kv_cache.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/executor.h"
@@ -1723,9 +1724,10 @@ void add_mutation_cases(Cases& m) {
 
 // fuselm.mla_attention against expanded attention: per head k_j = [W_k·c_j | k_rot_j],
 // v_j = W_v·c_j, then eager softmax attention; two sequences over two steps (prefill, then a
-// decode and a long prefill continuation) on a latent cache of R + Dr floats per slot. With a bf16
-// cache the latent and rope rows are drawn bf16-representable, so the stored rows are exact and
-// the result is the same.
+// decode and a long prefill continuation) on a latent cache of R + Dr values per slot. With a bf16
+// cache the latent and rope rows are drawn bf16-representable, with a q8_0 cache as the values
+// their q8_0 blocks hold (the latent and the rope key quantized apart, kernels_testing.h), so the
+// stored rows are exact and the result is the same.
 void check_mla(kv::KvDType cache_dtype) {
   SCOPED_TRACE(std::string("cache ") + kv::kv_dtype_name(cache_dtype));
   const int64_t H = 3, Dn = 4, Dr = 2, Dv = 5, Rk = 6;
@@ -1739,6 +1741,15 @@ void check_mla(kv::KvDType cache_dtype) {
     if (cache_dtype == kv::KvDType::bf16)
       for (Host* h : {&lats.back(), &rots.back()})
         for (double& x : h->v) x = as_dtype(DType::bf16, x);
+    if (cache_dtype == kv::KvDType::q8_0)
+      for (auto [h, n] : {std::pair{&lats.back(), Rk}, std::pair{&rots.back(), Dr}})
+        for (int64_t i = 0; i < lens[s]; ++i) {  // per token row: the values its blocks hold
+          std::vector<float> row(h->v.begin() + i * n, h->v.begin() + (i + 1) * n);
+          std::vector<uint8_t> blocks(static_cast<size_t>(kernels::testing::q8_0_blocks(n) * 34));
+          kernels::testing::quantize_q8_0_padded(row.data(), n, blocks.data());
+          const auto held = kernels::testing::dequantize_q8_0(blocks.data(), n);
+          std::copy(held.begin(), held.end(), h->v.begin() + i * n);
+        }
   }
   Host w = rand_host(DType::f32, {H * (Dn + Dv), Rk}, 731, -0.7, 0.7);
   auto wrow = [&](int64_t row, int64_t r) { return w.v[row * Rk + r]; };
@@ -1767,8 +1778,9 @@ void check_mla(kv::KvDType cache_dtype) {
   // Step 2's 19-token chunk takes the expanded form (t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R), the others
   // the absorbed one.
   std::vector<std::vector<Chunk>> steps = {{{0, 0, 5}, {1, 0, 2}}, {{1, 2, 1}, {0, 5, 19}}};
-  kv::PagedKvCache cache({kv::LayerShape{Rk + Dr, 0}}, 16, 2, cache_dtype);
+  kv::PagedKvCache cache({kv::LayerShape{Rk + Dr, 0, Rk, 0, true}}, 16, 2, cache_dtype);
   if (cache_dtype == kv::KvDType::bf16) std::fill_n(cache.k_bf16(0), 32 * (Rk + Dr), uint16_t{0x7fc0});  // bf16 NaN
+  else if (cache_dtype == kv::KvDType::q8_0) std::memset(cache.k_q8_0(0), 0xff, 32 * 2 * 34);  // fp16 NaN scales
   else std::fill_n(cache.k(0), 32 * (Rk + Dr), NAN);  // never-written slots must not be read
   std::vector<kv::SequenceKv> seq_kv(2);
   std::vector<int64_t> ctx(2, 0);
@@ -1821,6 +1833,7 @@ void add_mla_cases(Cases& m) {
   m["fuselm.mla_attention.default"] = [] {
     check_mla(kv::KvDType::f32);
     check_mla(kv::KvDType::bf16);
+    check_mla(kv::KvDType::q8_0);
   };
 }
 

@@ -1,7 +1,8 @@
 // Attention body over Vec<Isa> (internal; included like norm_impl.h: it brings simd_math.h).
 //
 // Per (token, KV group, key range): keys in chunks of 64. Per chunk: the logits of every q head of
-// the group from K blocks transposed in registers (dot products for heads wider than 256), then
+// the group from K blocks transposed in registers (for heads wider than 256, dot products, four
+// heads per K load), then
 // per head softcap, one online-softmax rescale, exponentials, and acc += p·V (the accumulator row
 // in registers over the chunk, in slabs of 4 vectors).
 //
@@ -109,6 +110,35 @@ FUSELM_INLINE float dot1(const float* q, P k, int64_t d) {
   return V::hsum(a);
 }
 
+// s[r·stride] = q_r · k for four q rows and one key: each K vector is loaded (widened, scaled)
+// once for the four heads, which matters for bf16 and q8_0 rows of wide heads (MLA's latent).
+template <class V, class P>
+FUSELM_INLINE void dot_q4(const float* const* q, P k, int64_t d, float* s, int stride) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+  int64_t i = 0;
+  for (; i + W <= d; i += W) {
+    const R kv = ld<V>(k + i);
+    a0 = V::fma(V::load(q[0] + i), kv, a0);
+    a1 = V::fma(V::load(q[1] + i), kv, a1);
+    a2 = V::fma(V::load(q[2] + i), kv, a2);
+    a3 = V::fma(V::load(q[3] + i), kv, a3);
+  }
+  if (i < d) {
+    const int r = static_cast<int>(d - i);
+    const R kv = ldn<V>(k + i, r);
+    a0 = V::fma(V::loadn(q[0] + i, r), kv, a0);
+    a1 = V::fma(V::loadn(q[1] + i, r), kv, a1);
+    a2 = V::fma(V::loadn(q[2] + i, r), kv, a2);
+    a3 = V::fma(V::loadn(q[3] + i, r), kv, a3);
+  }
+  s[0] = V::hsum(a0);
+  s[stride] = V::hsum(a1);
+  s[2 * stride] = V::hsum(a2);
+  s[3 * stride] = V::hsum(a3);
+}
+
 // o[0, d) = o · alpha + sum_{c < n} p[c] · v_c[0, d). Slabs of 4 vectors of o stay in registers
 // over all n rows, with even and odd rows in separate accumulators (8 independent FMA chains).
 template <class V, class P>
@@ -199,9 +229,15 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
                                 const P* kr, int n, float* s) {
   constexpr int W = V::W;
   const int64_t dqk = a.dqk;
-  if (dqk > kMaxD) {  // very wide heads: plain dot products
-    for (int64_t r = 0; r < nh; ++r) {
-      const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
+  if (dqk > kMaxD) {  // very wide heads: plain dot products, four heads per K load
+    auto q_of = [&](int64_t r) { return a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride; };
+    int64_t r = 0;
+    for (; r + 4 <= nh; r += 4) {
+      const float* q4[4] = {q_of(r), q_of(r + 1), q_of(r + 2), q_of(r + 3)};
+      for (int c = 0; c < n; ++c) dot_q4<V>(q4, kr[c], dqk, s + r * CH + c, CH);
+    }
+    for (; r < nh; ++r) {
+      const float* q = q_of(r);
       int c = 0;
       for (; c + 4 <= n; c += 4) dot4<V>(q, kr[c], kr[c + 1], kr[c + 2], kr[c + 3], dqk, s + r * CH + c);
       for (; c < n; ++c) s[r * CH + c] = dot1<V>(q, kr[c], dqk);

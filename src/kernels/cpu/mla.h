@@ -3,24 +3,39 @@
 // (the fuselm.mla_attention op, src/runtime/ops/mla_op.cc; docs/mla.md has the algebra).
 //
 //   q       fp32, head h's token i at q + h·q_head_stride + i·(Dn+Dr)   [q_nope | q_rot]
-//   cache   fp32 rows [latent (R) | k_rot (Dr)], row s at cache + s·(R+Dr); slots[ctx] of the
-//           sequence, the new tokens' rows already written
+//   cache   rows [latent (R) | k_rot (Dr)] in cache_type, one per slot; slots[ctx] of the
+//           sequence, the new tokens' rows already written (mla_write_latent):
+//             f32, bf16  R + Dr values, row s at value s·(R+Dr)
+//             q8_0       mla_q8_row_blocks(R, Dr) of ggml's block_q8_0 (fp16 scale, 32 int8; 34
+//                        bytes): ceil(R/32) blocks of the latent, then ceil(Dr/32) of the rope
+//                        key, each part padded with zeros (512 + 64: 18 blocks, 612 bytes)
 //   w_up    [H·(Dn+Dv), R] in w_dtype: per head h rows [h·(Dn+Dv), +Dn) = W_k, the next Dv = W_v
 //   out     fp32 [t, H, Dv], token i head h at out + (i·H + h)·Dv
 //   scratch fp32, mla_scratch_floats(a) floats
 // Per sequence the cheaper exact form runs: absorbed (q' = [q_nope·W_k | q_rot] against the rows,
 // out = W_v · Σ p·row[:R]) or, for long prefill chunks, expanded (K/V of the context from the
-// rows by one GEMM per group of heads, then ordinary attention).
+// rows by one GEMM per group of heads, then ordinary attention). The absorbed form reads the rows
+// in place with the attention kernels of every ISA path (bf16 widened and q8_0 blocks scaled per
+// vector load; for q8_0, q' gets zeros where the latent's last block is padded, so the row reads
+// as one head of ceil(R/32)·32 + Dr values); the expanded form converts the context's rows into
+// the fp32 GEMM input that it gathers for every dtype.
 #include <cstdint>
 
 #include "kernels/cpu/dtype.h"
 
 namespace fuselm::kernels {
 
+/// How the latent cache stores its rows (the layout above).
+enum class MlaCacheType : uint8_t { f32, bf16, q8_0 };
+
+/// q8_0 blocks of one latent row: ceil(R/32) + ceil(Dr/32).
+int64_t mla_q8_row_blocks(int64_t R, int64_t Dr);
+
 struct MlaArgs {
   const float* q = nullptr;
   int64_t q_head_stride = 0;
-  const float* cache = nullptr;
+  const void* cache = nullptr;
+  MlaCacheType cache_type = MlaCacheType::f32;
   int64_t num_slots = 0;
   const int32_t* slots = nullptr;
   int64_t ctx = 0, t = 0;  // context length (new tokens included) and new tokens
@@ -39,11 +54,11 @@ int64_t mla_scratch_floats(const MlaArgs& a);
 void mla_attention(const MlaArgs& a);
 
 /// Writes the latent rows of t new tokens into their cache slots: row i = [lat + i·R (R floats) |
-/// rot + i·Dr (Dr floats)] goes to slot slots[i], into `cache` (fp32 rows of R+Dr) or, when it is
-/// null, rounded to nearest even into `cache_bf16`. Slots must be in range (the op checks them).
+/// rot + i·Dr (Dr floats)] goes to slot slots[i] of `cache`, a cache of `type` in the layout above:
+/// as is (f32), rounded to nearest even (bf16), or each part quantized per block as ggml's
+/// quantize_row_q8_0_ref, zero-padded to whole blocks (q8_0). Slots must be in range (the op
+/// checks them).
 void mla_write_latent(const float* lat, const float* rot, int64_t t, int64_t R, int64_t Dr, const int32_t* slots,
-                      float* cache, uint16_t* cache_bf16);
-/// Widens the bf16 cache rows of slots[0..n) (Dl values each) into dense fp32 rows out[j·Dl, +Dl).
-void mla_widen_rows(const uint16_t* cache_bf16, const int32_t* slots, int64_t n, int64_t Dl, float* out);
+                      void* cache, MlaCacheType type);
 
 }  // namespace fuselm::kernels

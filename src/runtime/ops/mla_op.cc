@@ -13,10 +13,9 @@
 //     per group of heads into scratch (never cached), then ordinary attention.
 // Absorbed costs t·ctx·H·(2R+Dr) + t·H·(Dn+Dv)·R, expanded ctx·H·(Dn+Dv)·R + t·ctx·H·(Dn+Dr+Dv);
 // the op expands when t·(2R+Dr-Dn-Dr-Dv) > (Dn+Dv)·R. Weights are read in their storage dtype.
-// The op checks shapes and slots; writing the rows (kernels::mla_write_latent), widening a bf16
-// cache (kernels::mla_widen_rows) and the arithmetic (kernels::mla_attention) are kernels/cpu/mla.h.
-#include <cstring>
-#include <vector>
+// The cache is f32, bf16 or q8_0 (--kv-cache-dtype; q8_0 pads the latent and the rope key each to
+// whole 32-blocks), read in place in its dtype. The op checks shapes and slots; writing the rows
+// (kernels::mla_write_latent) and the arithmetic (kernels::mla_attention) are kernels/cpu/mla.h.
 
 #include "kernels/cpu/dtype.h"
 
@@ -54,23 +53,25 @@ void mla_attention(OpCall& c) {
   if (!batch.kv) c.fail("no KV cache was given to the executor");
   if (layer < 0 || layer >= batch.kv->num_layers()) c.fail(fmt::format("layer index {} has no KV cache", layer));
   const auto& ls = batch.kv->layer_shape(static_cast<int>(layer));
-  if (ls.k_width != R + Dr || ls.v_width != 0)
-    c.fail(fmt::format("KV cache layer {} rows are {}+{} floats, not a latent row of {}", layer, ls.k_width,
-                       ls.v_width, R + Dr));
+  if (!ls.latent || ls.k_width != R + Dr || ls.k_head != R || ls.v_width != 0)
+    c.fail(fmt::format("KV cache layer {} rows are {}+{} values (latent part {}), not a latent row of {} + {}", layer,
+                       ls.k_width, ls.v_width, ls.latent ? ls.k_head : 0, R, Dr));
 
   Scratch sq(c.ctx), sl(c.ctx), sr(c.ctx);
   const Tensor qf = contiguous_as(q, DType::f32, sq);  // [H, T, Dn+Dr]
   const Tensor lf = contiguous_as(lat, DType::f32, sl);
   const Tensor rf = contiguous_as(rot, DType::f32, sr);
   const float* Q = qf.ptr<float>();
-  const int64_t Dl = R + Dr;
   const kernels::DType wd = weight_storage(c, w, "up-projection weight");
   if (!w.is_contiguous()) c.fail("up-projection weight " + w.describe() + " is not contiguous");
-  // A bf16 cache keeps rounded rows; each sequence's context is widened into an f32 copy that the
-  // kernel reads through dense slots (the latent rows are small: R + Dr floats per token).
-  const bool bf16 = batch.kv->dtype() == kv::KvDType::bf16;
-  float* cache = bf16 ? nullptr : batch.kv->k(static_cast<int>(layer));
-  uint16_t* cache16 = bf16 ? batch.kv->k_bf16(static_cast<int>(layer)) : nullptr;
+  const kv::KvDType kd = batch.kv->dtype();
+  const int li = static_cast<int>(layer);
+  const kernels::MlaCacheType ct = kd == kv::KvDType::q8_0   ? kernels::MlaCacheType::q8_0
+                                   : kd == kv::KvDType::bf16 ? kernels::MlaCacheType::bf16
+                                                             : kernels::MlaCacheType::f32;
+  void* cache = kd == kv::KvDType::q8_0   ? batch.kv->k_q8_0(li)
+                : kd == kv::KvDType::bf16 ? static_cast<void*>(batch.kv->k_bf16(li))
+                                          : static_cast<void*>(batch.kv->k(li));
   Tensor out = c.alloc(DType::f32, {1, T, H, Dv});
   float* O = out.ptr<float>();
 
@@ -84,7 +85,7 @@ void mla_attention(OpCall& c) {
       if (slots[i] < 0 || slots[i] >= batch.kv->num_slots())
         c.fail(fmt::format("slot {} is outside the KV cache", slots[i]));
     kernels::mla_write_latent(lf.ptr<float>() + s.first_token * R, rf.ptr<float>() + s.first_token * Dr, s.num_tokens,
-                              R, Dr, slots, cache, cache16);
+                              R, Dr, slots, cache, ct);
     covered += s.num_tokens;
   }
   if (covered != T) c.fail(fmt::format("batch covers {} of {} tokens", covered, T));
@@ -94,19 +95,9 @@ void mla_attention(OpCall& c) {
     m.q = Q + s.first_token * (Dn + Dr);
     m.q_head_stride = T * (Dn + Dr);
     m.cache = cache;
+    m.cache_type = ct;
     m.num_slots = batch.kv->num_slots();
     m.slots = s.slots;
-    Scratch sw(c.ctx);
-    thread_local std::vector<int32_t> dense;
-    if (bf16) {
-      const int64_t n = s.context_len * Dl;
-      float* rows = sw.alloc(DType::f32, std::span<const int64_t>(&n, 1)).ptr<float>();
-      kernels::mla_widen_rows(cache16, s.slots, s.context_len, Dl, rows);
-      while (static_cast<int64_t>(dense.size()) < s.context_len) dense.push_back(static_cast<int32_t>(dense.size()));
-      m.cache = rows;
-      m.num_slots = s.context_len;
-      m.slots = dense.data();
-    }
     m.ctx = s.context_len, m.t = s.num_tokens;
     m.w_up = w.data;
     m.w_dtype = wd;
