@@ -7,7 +7,7 @@ The IR is the contract with the C++ engine; docs/ir.md describes it. Entry point
 
 IR_FORMAT = "fuselm-ir"
 IR_VERSION = 1
-CAPTURE_VERSION = "0.5.0"  # 0.5.0: multimodal wrappers (text config; the table lists read parameters only; unread_modules, eos/bos ids); 0.4.0: fuselm.attention alibi_slopes; 0.3.0: fuselm.attention chunk_size and mask (masks read per layer)
+CAPTURE_VERSION = "0.6.0"  # 0.6.0: fuselm.attention layer_idx is the call's order in the graph (one KV layer per call); 0.5.0: multimodal wrappers (text config; the table lists read parameters only; unread_modules, eos/bos ids); 0.4.0: fuselm.attention alibi_slopes; 0.3.0: fuselm.attention chunk_size and mask (masks read per layer)
 # 0.2.0: fuselm.experts alpha/limit, per-expert checkpoint stacks
 
 from .capture import capture_model_dir, capture_module, CaptureError  # noqa: E402,F401

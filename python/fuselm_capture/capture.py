@@ -117,6 +117,7 @@ def _write(ep, module, out_dir: Path, params: dict, constants: dict[str, torch.T
     from safetensors.torch import save_file
 
     modules = dict(module.named_modules())
+    ops.number_attention_calls(ep)  # every path's graph (dispatched or by hand): KV layers in graph order
     ir = Writer(ep, modules).write(params, input_names)
     # Lifted constant tensors (torch.tensor(...) inside forward) travel with the buffers.
     # Non-persistent buffers are in ep.constants too, but as meta tensors: keep the CPU values.

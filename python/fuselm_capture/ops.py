@@ -308,19 +308,25 @@ def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
     return -1, -1, m.describe()
 
 
-def _one_call_per_trace(module, query) -> None:
-    """Refuses a module that calls attention twice in one trace (two value sets over one K, as a
-    differential attention does): the engine's KV cache holds one K/V per layer index, so the
-    second call would append to the first's rows and attend to both, silently wrong."""
-    from torch._guards import detect_fake_mode
-    mode = detect_fake_mode(query)
-    key = id(mode) if mode is not None else None
-    seen = module.__dict__.setdefault("_fuselm_attention_traces", set())
-    if key is not None and key in seen:
-        raise MaskCaptureError(f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)}) "
-                               "calls attention twice; the engine's KV cache holds one K/V per layer, so a second "
-                               "call of the same layer cannot run")
-    seen.add(key)
+def number_attention_calls(ep) -> int:
+    """Sets each fuselm.attention op's layer_idx to its order in the graph (0, 1, ...); returns how
+    many there are. Each call is its own KV layer: a module that calls attention twice (differential
+    attention: two value sets over one K) gets two, and one module shared by several layers (a
+    shared transformer block, a recurrent stack run in cycles) gets one per call, which is what
+    transformers' cache does too (the layer index is passed at the call there). The module's
+    layer_idx attribute is not the KV layer: a hybrid's attention at layers 1 and 3 holds KV
+    layers 0 and 1."""
+    target = torch.ops.fuselm.attention.default
+    at = [a.name for a in target._schema.arguments].index("layer_idx")
+    n = 0
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target is target:
+            if len(node.args) > at:
+                node.args = (*node.args[:at], n, *node.args[at + 1:])
+            else:
+                node.kwargs = {**node.kwargs, "layer_idx": n}
+            n += 1
+    return n
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,
@@ -333,14 +339,11 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     """
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    _one_call_per_trace(module, query)
-    layer_idx = getattr(module, "layer_idx", None)
-    if layer_idx is None:
-        layer_idx = -1  # the engine's attention fuser reports modules without an index
+    # The KV layer is the call's order in the graph, set after export (number_attention_calls).
     window, chunk, mask = _layer_mask(module, attention_mask, sliding_window)
     out = torch.ops.fuselm.attention(
         query, key, value, s_aux, float(scaling), window,
-        float(_none_or(softcap, 0.0)), int(layer_idx), chunk, mask)
+        float(_none_or(softcap, 0.0)), -1, chunk, mask)
     return out, None
 
 
