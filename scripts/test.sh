@@ -46,7 +46,7 @@ if [ "${1:-}" = "--long" ]; then
   scripts/fetch_real_checkpoints.sh >/dev/null
   FUSELM_LONG=1 .venv/bin/python -m pytest -q tests/python/test_verify.py tests/python/test_gguf_processors.py \
     tests/python/test_multimodal_wrappers.py tests/python/test_hybrid_capture.py tests/python/test_hybrid_parity.py \
-    tests/python/test_sweep_parity.py -k long_
+    tests/python/test_sweep_parity.py tests/python/test_tensor_parallel.py -k long_
   echo "test: soak test (tests/soak/soak.py)"
   exec .venv/bin/python tests/soak/soak.py --seconds "${2:-120}"
 fi

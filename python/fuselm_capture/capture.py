@@ -158,6 +158,7 @@ def _write(ep, module, out_dir: Path, params: dict, constants: dict[str, torch.T
     from safetensors.torch import save_file
 
     modules = dict(module.named_modules())
+    ops.number_attention_calls(ep)  # every path's graph (dispatched or by hand): KV layers in graph order
     ir = Writer(ep, modules).write(params, input_names)
     # Lifted constant tensors (torch.tensor(...) inside forward) travel with the buffers.
     # Non-persistent buffers are in ep.constants too, but as meta tensors: keep the CPU values.
@@ -413,7 +414,6 @@ def _build_and_export(config, kwargs: dict, max_pos, token_max_cut: int = 0):
         except TypeError:
             model = auto.from_config(config, **kwargs)
     model.eval()
-    ops.note_call_layer_indices(model)
     try:
         ops.identify_experts(model)
     except ops.ExpertsCaptureError as e:

@@ -344,49 +344,25 @@ def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
     return -1, -1, m.describe()
 
 
-def note_call_layer_indices(model: torch.nn.Module) -> None:
-    """A module whose forward takes a layer_idx argument (one attention module shared by several
-    layers, each call naming its cache layer) records each call's value as _fuselm_call_layer_idx
-    (None when it is not an int), for attention_forward when the module's own layer_idx is unset."""
-    for module in model.modules():
-        try:
-            names = list(inspect.signature(module.forward).parameters)
-        except (TypeError, ValueError):
-            continue
-        if "layer_idx" not in names:
-            continue
-        at = names.index("layer_idx")
-
-        def hook(mod, args, kwargs, at=at):
-            value = kwargs.get("layer_idx", args[at] if at < len(args) else None)
-            mod._fuselm_call_layer_idx = value if isinstance(value, int) and not isinstance(value, bool) else None
-        module.register_forward_pre_hook(hook, with_kwargs=True)
-
-
-def _layer_index(module) -> int:
-    """The cache layer of an attention call: the module's layer_idx, else the index its forward was
-    called with (note_call_layer_indices), else -1 (the engine's attention fuser reports that)."""
-    own = getattr(module, "layer_idx", None)
-    if isinstance(own, int) and own >= 0:
-        return own
-    called = getattr(module, "_fuselm_call_layer_idx", None)
-    return called if called is not None else (own if isinstance(own, int) else -1)
-
-
-def _one_call_per_trace(module, query) -> None:
-    """Refuses a module that calls attention twice for one layer index in one trace (two value
-    sets over one K, as a differential attention does): the engine's KV cache holds one K/V per
-    layer index, so the second call would append to the first's rows and attend to both, silently
-    wrong. A module shared by layers calls it once per layer index."""
-    from torch._guards import detect_fake_mode
-    mode = detect_fake_mode(query)
-    key = (id(mode), _layer_index(module)) if mode is not None else None
-    seen = module.__dict__.setdefault("_fuselm_attention_traces", set())
-    if key is not None and key in seen:
-        raise MaskCaptureError(f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)}) "
-                               "calls attention twice; the engine's KV cache holds one K/V per layer, so a second "
-                               "call of the same layer cannot run")
-    seen.add(key)
+def number_attention_calls(ep) -> int:
+    """Sets each fuselm.attention op's layer_idx to its order in the graph (0, 1, ...); returns how
+    many there are. Each call is its own KV layer: a module that calls attention twice (differential
+    attention: two value sets over one K) gets two, and one module shared by several layers (a
+    shared transformer block, a recurrent stack run in cycles) gets one per call, which is what
+    transformers' cache does too (the layer index is passed at the call there). The module's
+    layer_idx attribute is not the KV layer: a hybrid's attention at layers 1 and 3 holds KV
+    layers 0 and 1."""
+    target = torch.ops.fuselm.attention.default
+    at = [a.name for a in target._schema.arguments].index("layer_idx")
+    n = 0
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target is target:
+            if len(node.args) > at:
+                node.args = (*node.args[:at], n, *node.args[at + 1:])
+            else:
+                node.kwargs = {**node.kwargs, "layer_idx": n}
+            n += 1
+    return n
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,
@@ -399,12 +375,11 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     """
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    _one_call_per_trace(module, query)
-    layer_idx = _layer_index(module)
+    # The KV layer is the call's order in the graph, set after export (number_attention_calls).
     window, chunk, mask = _layer_mask(module, attention_mask, sliding_window)
     out = torch.ops.fuselm.attention(
         query, key, value, s_aux, float(scaling), window,
-        float(_none_or(softcap, 0.0)), int(layer_idx), chunk, mask)
+        float(_none_or(softcap, 0.0)), -1, chunk, mask)
     return out, None
 
 

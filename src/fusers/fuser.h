@@ -160,7 +160,7 @@ struct ArgUpdate {
   ir::Arg value;
 };
 
-/// An attention site (the additive attention fusion).
+/// An attention site (the additive attention fusion): one per fuselm.attention op, so one KV layer.
 struct AttentionSite {
   int64_t layer = -1;
   double scale = 0.0;
@@ -169,14 +169,14 @@ struct AttentionSite {
   std::string mask;  // the layer's mask kind read at capture: causal | sliding | chunked
   double softcap = 0.0;
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
-  std::string layer_source;  // "module attribute" | "op argument"
+  std::string layer_source;  // "call order" (capture numbered the op) | "module attribute"
 };
 
 struct Fusion {
   std::vector<NewNode> nodes;
   std::vector<std::pair<int, int>> replaces;  // (graph node, new_ref(k)) : consumers are redirected
   std::vector<WeightTransform> weights;
-  std::optional<AttentionSite> attention;
+  std::vector<AttentionSite> attention;  // one per attention op of the module, in graph order
   std::vector<ShardNote> shards;  // TP notes on parameters kept as they are
   std::vector<ArgUpdate> updates;  // arguments set on graph nodes the fusion keeps
   std::string detail;  // one line for inspect, e.g. "act=silu rows=2x1536 down=yes"

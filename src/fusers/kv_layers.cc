@@ -83,10 +83,10 @@ namespace driver {
 std::vector<AttentionSite> attention_sites(const std::vector<Accepted>& accepted) {
   std::vector<AttentionSite> sites;
   for (const auto& a : accepted) {
-    if (!a.fusion.attention) continue;
-    const auto& s = *a.fusion.attention;
-    if (sites.size() <= static_cast<size_t>(s.layer)) sites.resize(s.layer + 1);
-    if (sites[s.layer].layer < 0) sites[s.layer] = s;
+    for (const auto& s : a.fusion.attention) {
+      if (sites.size() <= static_cast<size_t>(s.layer)) sites.resize(s.layer + 1);
+      if (sites[s.layer].layer < 0) sites[s.layer] = s;
+    }
   }
   return sites;
 }

@@ -146,9 +146,11 @@ class MlaFuser final : public Fuser {
   bool validate(const Subgraph& sg, Fusion& f, Why& why) const override {
     const ir::Node& att = sg.node(f.replaces.back().first);
     const auto& la = att.args[ir::op_def(att.op).arg("layer_idx")];
+    // The op's own KV layer (capture numbers the calls in graph order); the module's layer_idx
+    // only for an op without one (an older or hand-written IR), as the attention fuser reads it.
     int64_t layer = la.kind == ir::Arg::Kind::integer ? la.i : -1;
     const auto& attrs = sg.mod().attributes;
-    if (attrs.is_object() && attrs.contains("layer_idx") && attrs["layer_idx"].is_number_integer())
+    if (layer < 0 && attrs.is_object() && attrs.contains("layer_idx") && attrs["layer_idx"].is_number_integer())
       layer = attrs["layer_idx"].get<int64_t>();
     if (layer < 0) return why.reject("no layer index");  // the attention fuser reports it as an error
     arg_of(f.nodes.back(), "layer_idx") = integer(layer);

@@ -389,7 +389,7 @@ TEST(PackedQkvFuser, PerHeadSplitIsNeitherPackedNorThree) {
   EXPECT_EQ(expect_entry(p, "block", "qkv", Status::rejected).detail,
             "one projection feeds several of q, k, v: a packed projection (packed_qkv), not three");
   EXPECT_EQ(expect_entry(p, "block", "attention", Status::fused).detail,
-            "layer=0 (module attribute) scale=0.353553 (op argument) heads=4/4x8 mask=causal");
+            "layer=0 (call order) scale=0.353553 (op argument) heads=4/4x8 mask=causal");
   EXPECT_TRUE(p.weights.empty());
   EXPECT_TRUE(p.shards.empty());
   EXPECT_EQ(p.graph.nodes.size(), g.nodes.size());
@@ -496,13 +496,13 @@ TEST(AttentionFuser, ScaleIsTheOpArgumentNotTheModuleAttribute) {
     const Plan p = apply(fixture(c.fixture));
     EXPECT_TRUE(p.report.errors.empty());
     EXPECT_EQ(expect_entry(p, "block", "attention", Status::fused).detail,
-              std::string("layer=0 (module attribute) scale=") + c.shown + " (op argument) heads=4/4x8 mask=causal");
+              std::string("layer=0 (call order) scale=") + c.shown + " (op argument) heads=4/4x8 mask=causal");
     ASSERT_EQ(p.attention.size(), 1u);
     const AttentionSite& s = p.attention[0];
     EXPECT_NEAR(s.scale, c.scale, 1e-6 * c.scale);
     EXPECT_GT(std::abs(s.scale - 1.0 / std::sqrt(8.0)), 1e-3);
     EXPECT_EQ(s.layer, 0);
-    EXPECT_EQ(s.layer_source, "module attribute");
+    EXPECT_EQ(s.layer_source, "call order");
     EXPECT_EQ(s.q_heads, kHeads);
     EXPECT_EQ(s.kv_heads, kHeads);
     EXPECT_EQ(s.head_dim, kHeadDim);
@@ -522,7 +522,7 @@ TEST(AttentionFuser, LongCatStyleIndicesComeFromTheModules) {
   for (int i = 0; i < 4; ++i) {
     const std::string m = "attns." + std::to_string(i);
     EXPECT_EQ(expect_entry(p, m, "attention", Status::fused).detail,
-              "layer=" + std::to_string(i) + " (module attribute) scale=0.353553 (op argument) heads=4/4x8 mask=causal");
+              "layer=" + std::to_string(i) + " (call order) scale=0.353553 (op argument) heads=4/4x8 mask=causal");
     EXPECT_EQ(p.attention[i].layer, i);
   }
 }

@@ -85,10 +85,23 @@ INLINE_RECURRENCE = {"rwkv", "recurrent_gemma"}
 # captured as one fuselm.ssd_scan (the oracle: the family's source).
 INLINE_LINEAR_ATTENTION = {"minimax": "MiniMaxLightningAttention"}
 
+# Attention-only families that call attention more than once per decoder layer: each call is its
+# own KV layer (capture numbers the calls in graph order). DiffLlama's differential attention calls
+# it twice per layer over one K; HRM-Text runs its two stacks in cycles (H_cycles x (L_cycles + 1)
+# calls of each attention module: 1 layer per stack here, 2 x 4 = 8 calls).
+ATTENTION_CALLS: dict[str, tuple[str, dict]] = {
+    "diffllama": ("DiffLlamaConfig", {}),
+    "hrm_text": ("HrmTextConfig", dict(num_hidden_layers=1, head_dim=16)),
+}
+# Saved under the model's own parameter names: save_pretrained packs HRM-Text's gate, q, k, v
+# projections into one gqkv_proj (a Chunk conversion that capture does not map onto the four
+# parameters yet), and transformers loads the model's own names as they are.
+MODEL_KEYS = {"hrm_text"}
+
 
 def make_config(family: str):
     import transformers
-    cls_name, overrides = HYBRID_FAMILIES[family]
+    cls_name, overrides = HYBRID_FAMILIES[family] if family in HYBRID_FAMILIES else ATTENTION_CALLS[family]
     kw = dict(COMMON)
     kw.update(overrides)
     cfg = getattr(transformers, cls_name)(**kw)
@@ -115,4 +128,8 @@ def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0, dtype=to
                 b.copy_(torch.randn_like(b) * 0.1)
     model = model.to(dtype)
     model.save_pretrained(out_dir)
+    if family in MODEL_KEYS:
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(Path(out_dir) / "model.safetensors"),
+                  metadata={"format": "pt"})
     return Path(out_dir)

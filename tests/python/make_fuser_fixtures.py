@@ -6,9 +6,10 @@ toy's own children): the RMSNorm variants and non-RMSNorms, the GLU variants and
 (v/k/q order with an extra projection, q/k norms per head and over the whole width, packed MQA,
 per-head split), rotary embeddings (rotate_half on the whole head and on a partial slice, the
 wrong half negated, GPT-J's interleaved pairs), tanh soft-capping (one and two sites, another
-factor, the tanh or the quotient read elsewhere), the attention scale cases and layer-index cases. The unresolvable scale is the
-one fixture edited after capture: torch.export specializes Python-float scales, so the scale
-argument a capture could not resolve is written as None, as test_fusers.py does.
+factor, the tanh or the quotient read elsewhere), the attention scale cases and layer-index cases. The fixtures edited after
+capture: the unresolvable scale: torch.export specializes Python-float scales, so the scale
+argument a capture could not resolve is written as None, as test_fusers.py does; and the index
+errors' fixtures carry their modules' layer_idx in the op (capture numbers the calls in graph order).
 Regenerate after an IR or capture change: python tests/python/make_fuser_fixtures.py
 """
 from __future__ import annotations
@@ -33,6 +34,14 @@ def null_scale(ir: dict) -> None:
     for n in ir["nodes"]:
         if n["op"] == "fuselm.attention.default":
             n["args"][4] = None
+
+
+def layers_from_modules(ir: dict) -> None:
+    """Each attention op's layer index set to its module's layer_idx attribute (capture numbers the
+    calls in graph order): the IRs of the index errors, two modules with one index or a gap."""
+    for n in ir["nodes"]:
+        if n["op"] == "fuselm.attention.default":
+            n["args"][7] = ir["modules"][n["module_stack"][-1]]["attributes"]["layer_idx"]
 
 
 # name -> (module factory, extra inputs, IR edit)
@@ -74,8 +83,8 @@ CASES = {
     "attn_scale_yarn": (lambda: t.Wrap(t.ScaledAttn("yarn")), (), None),
     "attn_scale_unresolvable": (lambda: t.AttnStack([0]), (), null_scale),
     "attn_longcat": (lambda: t.AttnStack([0, 1, 2, 3]), (), None),
-    "attn_duplicate": (lambda: t.AttnStack([0, 0]), (), None),
-    "attn_missing": (lambda: t.AttnStack([0, 2]), (), None),
+    "attn_duplicate": (lambda: t.AttnStack([0, 0]), (), layers_from_modules),
+    "attn_missing": (lambda: t.AttnStack([0, 2]), (), layers_from_modules),
 }
 
 

@@ -625,11 +625,11 @@ class AttnStack(nn.Module):
 
 
 def test_attention_layer_indices_longcat_style(fuselm_bin, tmp_path):
-    # Two layers with two attention modules each: indices 0..3 come from the modules themselves.
+    # Two layers with two attention modules each: indices 0..3 are the calls' order in the graph.
     r = inspect(fuselm_bin, capture_toy(AttnStack([0, 1, 2, 3]), tmp_path / "lc"))
     assert r["totals"]["attention"] == {"applied": 4, "candidates": 4}
     for i in range(4):
-        assert f"layer={i} (module attribute)" in entry(r, f"attns.{i}", "attention")["detail"]
+        assert f"layer={i} (call order)" in entry(r, f"attns.{i}", "attention")["detail"]
 
 
 def test_attention_scale_is_the_op_argument(fuselm_bin, tmp_path):
@@ -682,12 +682,28 @@ def test_attention_scale_cases(kind, fuselm_bin, tmp_path):
     assert entry(r, "block", "qkv")["status"] == "fused"
 
 
+def test_attention_layers_are_the_calls_order_not_the_module_attribute(fuselm_bin, tmp_path):
+    # Two modules that both say layer_idx 2: capture numbers the calls, so they hold KV layers 0, 1.
+    r = inspect(fuselm_bin, capture_toy(AttnStack([2, 2]), tmp_path / "same"))
+    assert r["totals"]["attention"] == {"applied": 2, "candidates": 2}
+    for i in range(2):
+        assert f"layer={i} (call order)" in entry(r, f"attns.{i}", "attention")["detail"]
+
+
 @pytest.mark.parametrize("indices,message", [
     ([0, 0], "layer index 0 is claimed by two attention modules: attns.0 and attns.1"),
     ([0, 2], "no attention module serves layer index 1"),
 ])
 def test_attention_index_errors(indices, message, fuselm_bin, tmp_path):
-    r = inspect(fuselm_bin, capture_toy(AttnStack(indices), tmp_path / "bad"), ok=False)
+    # An IR whose ops carry other indices than capture's numbering (written by hand or by another tool).
+    d = capture_toy(AttnStack(indices), tmp_path / "bad")
+    path = d / "fuselm-ir" / "ir.json"
+    ir = json.loads(path.read_text())
+    ops = [n for n in ir["nodes"] if n["op"] == "fuselm.attention.default"]
+    for n, i in zip(ops, indices):
+        n["args"][7] = i
+    path.write_text(json.dumps(ir))
+    r = inspect(fuselm_bin, d, ok=False)
     assert r["returncode"] != 0 and any(message in e for e in r["errors"]), r["errors"]
 
 

@@ -11,10 +11,12 @@ tokens again equal transformers', and the logprob of every prompt token (echo) a
 token is transformers' log-softmax within the same tolerance.
 
 The default run takes one family per kind of mixer; scripts/test.sh --long (FUSELM_LONG=1) runs
-every family whose recurrence goes through a kernel dispatch point, and minimax, whose lightning
+every family whose recurrence goes through a kernel dispatch point, minimax, whose lightning
 attention is written inline and captured as the SSD scan (linear_attn_by_hand.py; its short
-default-mode case is in test_linear_attn_by_hand.py). (The families written inline token by token,
-rwkv and recurrent_gemma, are refused at capture: test_hybrid_capture.py.)
+default-mode case is in test_linear_attn_by_hand.py), and the attention-only families that call
+attention more than once per layer (hybrid_models.ATTENTION_CALLS: each call its own KV layer, as are
+the calls of zamba's and zamba2's shared transformer block). (The families written inline token by
+token, rwkv and recurrent_gemma, are refused at capture: test_hybrid_capture.py.)
 """
 from __future__ import annotations
 
@@ -35,12 +37,7 @@ DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models
 # (Qwen3-Next), Kimi delta attention with MLA (Kimi Linear), short convolutions (LFM2).
 IN_CI = ["mamba", "bamba", "qwen3_next", "kimi_linear", "lfm2"]
 # Families that capture (test_hybrid_capture.py passes) but the engine does not run yet, with why.
-WAITING = {
-    f: "one attention module shared by several layers (a shared transformer block) has no layer index of its "
-       "own (layer_idx -1; transformers passes the KV cache layer at the call): the engine refuses an attention "
-       "op without one"
-    for f in ("zamba", "zamba2")
-}
+WAITING: dict[str, str] = {}
 
 
 def prompt_of(length: int, vocab: int, seed: int) -> list[int]:
@@ -120,7 +117,7 @@ def test_hybrid_chunked_prefill_parity(family, fuselm_bin, model_cache, tmp_path
 @pytest.mark.skipif(not LONG, reason="long mode: scripts/test.sh --long (FUSELM_LONG=1)")
 @pytest.mark.parametrize("family", [
     pytest.param(f, marks=pytest.mark.xfail(reason=WAITING[f], strict=False)) if f in WAITING else f
-    for f in DISPATCHED if f not in IN_CI])
+    for f in DISPATCHED + list(hybrid_models.ATTENTION_CALLS) if f not in IN_CI])
 def test_long_hybrid_parity(family, fuselm_bin, model_cache, tmp_path):
     check_prompts(family, fuselm_bin, model_cache, tmp_path)
     check_chunked(family, fuselm_bin, model_cache, tmp_path)

@@ -271,24 +271,3 @@ def test_a_mask_used_as_a_tensor_is_refused_by_name():
     with pytest.raises(MaskReadAsTensor, match="indexed"):
         m[:, 0]
     assert m.describe() == "sliding 16"
-
-
-def test_a_second_attention_call_of_one_layer_is_refused():
-    """A module calling attention twice in one trace (differential attention: two value sets over
-    one K) would share one KV-cache layer between the calls, so capture refuses it by name; a
-    new trace (another fake mode) of the same module is a first call again."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from fuselm_capture import ops
-
-    class Attn(torch.nn.Module):
-        layer_idx = 3
-
-    m = Attn()
-    with FakeTensorMode() as mode:
-        q = torch.empty(1, 4, 5, 8)
-    ops._one_call_per_trace(m, q)
-    with pytest.raises(ops.MaskCaptureError, match=r"Attn \(layer 3\) calls attention twice"):
-        ops._one_call_per_trace(m, q)
-    with FakeTensorMode():
-        ops._one_call_per_trace(m, torch.empty(1, 4, 5, 8))
-    del mode

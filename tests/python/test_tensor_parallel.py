@@ -18,6 +18,7 @@ import pytest
 import fuselm_runner
 from fuselm_server import Server
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
+import hybrid_models
 import mla_models
 import moe_models
 import parity
@@ -45,6 +46,8 @@ def build(family: str, cache: Path) -> Path:
         return tiny_models.build(family, out)
     if family in moe_models.MOE_FAMILIES:
         return moe_models.build(family, out)
+    if family in hybrid_models.ATTENTION_CALLS or family in hybrid_models.HYBRID_FAMILIES:
+        return hybrid_models.build(family, out)
     return mla_models.build(family, out)
 
 
@@ -82,6 +85,16 @@ def inspect_tp(fuselm_bin, model_dir: Path, n: int) -> subprocess.CompletedProce
 @pytest.mark.parametrize("family", ["llama", "gpt_bigcode_mqa", "qwen2", "qwen3", "phi3", "gemma2", "mixtral", "olmoe",
                                     "v3_style", "qwen2_moe", "deepseek_v3", "deepseek_v2"])
 def test_tp2_matches_tp1_and_transformers(family, fuselm_bin, model_cache, tmp_path):
+    check_family(family, 2, fuselm_bin, model_cache, tmp_path)
+
+
+@needs_mpirun
+@pytest.mark.skipif(os.environ.get("FUSELM_LONG") != "1", reason="long mode: scripts/test.sh --long (FUSELM_LONG=1)")
+@pytest.mark.parametrize("family", ["diffllama", "zamba2"])
+def test_long_tp2_attention_called_twice_per_layer(family, fuselm_bin, model_cache, tmp_path):
+    """Each attention call its own KV layer, sharded by heads on every rank: differential attention
+    (two calls per layer over one K) and zamba2's shared transformer block (one module, a KV layer
+    per call)."""
     check_family(family, 2, fuselm_bin, model_cache, tmp_path)
 
 

@@ -1,0 +1,44 @@
+"""A module that calls attention twice per layer holds two KV layers, and runs as transformers does.
+
+Capture numbers the fuselm.attention calls in graph order, each its own KV layer (one K/V set in
+the engine's cache), whatever module made the call (python/fuselm_capture/ops.py,
+number_attention_calls). DiffLlama's differential attention calls it twice per layer, over one K
+and two halves of V: a one-layer tiny DiffLlama gets two KV layers (`fuselm inspect --json`'s
+kv_cache), the attention fuser reports both sites in call order, and fuselm's greedy tokens and
+logits equal transformers' on prompts of 1 and 7 tokens (parity.check_parity). The other families
+that call attention more than once per layer (hrm_text, zamba, zamba2) run in long mode:
+test_hybrid_parity.py.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+
+import hybrid_models
+from parity import check_parity, hf_model
+
+
+def test_two_attention_calls_per_layer_get_two_kv_layers_and_match_transformers(fuselm_bin, model_cache, tmp_path):
+    family = "diffllama"
+    cls, overrides = hybrid_models.ATTENTION_CALLS[family]
+    hybrid_models.ATTENTION_CALLS["diffllama_1layer"] = (cls, dict(overrides, num_hidden_layers=1))
+    d = model_cache / "diffllama_1layer"
+    if not (d / "config.json").exists():
+        hybrid_models.build("diffllama_1layer", d)
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(d), "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    layers = report["kv_cache"]["layers"]
+    # 2 KV heads of 16 for K; V of the same width (each call reads two of the 2 x 2 halves' heads).
+    assert [(l["layer"], l["kind"], l["k_width"], l["v_width"]) for l in layers] == [(0, "kv", 32, 32), (1, "kv", 32, 32)]
+    site = next(e for e in report["modules"] if e["module"] == "model.layers.0.self_attn" and e["fuser"] == "attention")
+    assert site["status"] == "fused"
+    assert site["detail"].startswith("layer=0 (call order)") and "; layer=1 (call order)" in site["detail"], site
+
+    model = hf_model(d)
+    rng = np.random.default_rng(7)
+    for length in (1, 7):
+        prompt = [int(x) for x in rng.integers(0, model.config.vocab_size, size=length)]
+        check_parity(f"diffllama_1layer/{length}", fuselm_bin, d, prompt, tmp_path, model=model)
