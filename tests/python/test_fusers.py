@@ -287,6 +287,10 @@ class Rope(nn.Module):
         super().__init__()
         self.variant = variant
         self.q_proj, self.k_proj = nn.Linear(H, H, bias=False), nn.Linear(H, H, bias=False)
+        # Positions as a table sliced to the length, not arange(T): capture refuses float data
+        # computed from an arange of the token count (step_positions.py); these toys only show the
+        # fuser its pattern, the table's values do not matter.
+        self.register_buffer("positions", torch.arange(4096, dtype=torch.float32), persistent=False)
 
     def rotate(self, x, cos, sin):
         v = self.variant
@@ -306,7 +310,7 @@ class Rope(nn.Module):
         t = x.shape[1]
         rot = 4 if self.variant == "partial" else 8
         inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
-        f = torch.arange(t, dtype=torch.float32)[:, None] * inv[None]
+        f = self.positions[:t][:, None] * inv[None]
         emb = f.repeat_interleave(2, dim=-1) if self.variant == "interleaved" else torch.cat((f, f), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         q = self.q_proj(x).view(1, t, 4, 8).transpose(1, 2)
