@@ -249,10 +249,10 @@ def write_gguf(arch: str, path: Path, head: bool | None = None) -> tuple[dict, l
         if hf in tied:
             continue
         names = sorted(to_gguf.get(hf, []))
-        # llama.cpp's converter keeps the HF name's suffix (Mamba's A_log and D have none: blk.N.ssm_a);
-        # transformers' fallback maps of merged experts leave it off (and strip it again when reading).
-        suffix = next((s for s in (".weight", ".bias") if hf.endswith(s)), "")
-        names = [g if g.endswith((".weight", ".bias")) else g + suffix for g in names]
+        # llama.cpp names every tensor with its suffix but Mamba's A and D (gguf-py's SSM_A, SSM_D:
+        # blk.N.ssm_a, from HF's suffix-less A_log and D); transformers' fallback maps of merged
+        # experts leave the suffix off (and strip it again when reading).
+        names = [g if g.endswith((".weight", ".bias", ".ssm_a", ".ssm_d")) else g + ".weight" for g in names]
         if not names:
             unmapped.append(hf)
         elif len(names) == 1:
