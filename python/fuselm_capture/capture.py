@@ -116,11 +116,28 @@ def _linear_attention(module, kwargs, dynamic_shapes, values, first: Exception, 
     try:
         ep, report = linear_attn_by_hand.capture(module, kwargs, dynamic_shapes, values, _export)
     except linear_attn_by_hand.NotLinearAttention as e:
-        raise CaptureError(f"{refusal} (not linear attention: {messages.reason(str(e))})") from first
+        return _recurrence(module, kwargs, dynamic_shapes, first,
+                           f"{refusal} (not linear attention: {messages.reason(str(e))}")
     except Exception as e:  # noqa: BLE001 - the bounded exports failed: the first failure stands
-        raise CaptureError(f"{refusal} (not linear attention: {_first_line(e)})") from first
+        return _recurrence(module, kwargs, dynamic_shapes, first, f"{refusal} (not linear attention: {_first_line(e)}")
     for line in report:
         _progress(f"linear attention written by hand: {line}")
+    return ep
+
+
+def _recurrence(module, kwargs, dynamic_shapes, first: Exception, refusal: str):
+    """The export of a length-specialised module whose token loops are recurrences written inline
+    (recurrence_by_hand.py); CaptureError (refusal, which ends with why it is not that) otherwise.
+    refusal is left open for that reason."""
+    from . import recurrence_by_hand
+    try:
+        ep, report = recurrence_by_hand.capture(module, kwargs, dynamic_shapes, _export)
+    except recurrence_by_hand.NotRecurrence as e:
+        raise CaptureError(f"{refusal}; not a recurrence fuselm runs: {messages.reason(str(e))})") from first
+    except Exception as e:  # noqa: BLE001 - the fixed-length exports failed: the first failure stands
+        raise CaptureError(f"{refusal}; not a recurrence fuselm runs: {_first_line(e)})") from first
+    for line in report:
+        _progress(f"recurrence written by hand: {line}")
     return ep
 
 

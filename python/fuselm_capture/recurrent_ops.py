@@ -77,3 +77,20 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
 @gated_delta_rule.register_fake
 def _gated_delta_rule_fake(q, k, v, g, beta, use_qk_l2norm, state_idx):
     return v.new_empty(v.shape)
+
+
+@torch.library.custom_op("fuselm::decay_softmax_scan", mutates_args=())
+def decay_softmax_scan(k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
+                       state_idx: int) -> torch.Tensor:
+    """A per-channel softmax over the past with a linear decay in distance (the WKV recurrence).
+    k, v [1, T, C], w, u [C] -> [1, T, C]: for each channel c,
+    out[t] = sum_{s<=t} e^{l(t,s)}·v[s] / sum_{s<=t} e^{l(t,s)} with l(t,s) = k[s] + (t-1-s)·w[c]
+    for s < t and l(t,t) = k[t] + u[c] (w: log decay per token, u: the current token's bonus).
+    Found by probes where a recurrence is written inline (recurrence_by_hand.py). State: 3*C
+    (num, den and their running exponent, transformers' rwkv_linear_attention_cpu form)."""
+    raise RuntimeError("fuselm::decay_softmax_scan runs only in the fuselm engine")
+
+
+@decay_softmax_scan.register_fake
+def _decay_softmax_scan_fake(k, v, w, u, state_idx):
+    return torch.empty_like(k)

@@ -71,6 +71,11 @@ int64_t delta_rule_state(const Graph& g, const Node& n, std::string& error) {
   return product(static_dim(g, n, "v", 2, error), static_dim(g, n, "k", 3, error), static_dim(g, n, "v", 3, error));
 }
 
+// decay_softmax_scan: [3][C] (num, den, exponent) from w [C].
+int64_t softmax_scan_state(const Graph& g, const Node& n, std::string& error) {
+  return product(3, static_dim(g, n, "w", 0, error));
+}
+
 /// A stateful op of capture (recurrent_ops.py): replicated under tensor parallelism (the op stays
 /// whole on every rank), its state index in "state_idx".
 OpDef recurrent(std::string_view name, std::vector<std::string_view> args, StateSize size) {
@@ -142,6 +147,7 @@ std::span<const OpDef> op_defs() {
                 {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus", "state_idx"}, selective_state),
       recurrent("fuselm.gated_delta_rule.default", {"q", "k", "v", "g", "beta", "use_qk_l2norm", "state_idx"},
                 delta_rule_state),
+      recurrent("fuselm.decay_softmax_scan.default", {"k", "v", "w", "u", "state_idx"}, softmax_scan_state),
   };
   return kDefs;
 }

@@ -5,7 +5,9 @@
 // the selective scan against a double-precision recurrence.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/recurrent/recurrent.h"
@@ -187,6 +189,77 @@ TEST_P(KernelsRecurrent, SelectiveScanMatchesDoubleRecurrence) {
     }
     for (int64_t n = 0; n < N; ++n) ASSERT_NEAR(state[d * N + n], S[n], 1e-4 * (1 + std::fabs(S[n])));
   }
+}
+
+// ---- decayed softmax scan -------------------------------------------------------------------------
+
+/// out[t][c] by the definition (recurrent.h), in double: a softmax over the past of each channel,
+/// each term's exponent taken relative to the row's largest (no running state).
+std::vector<double> softmax_scan_reference(const std::vector<float>& k, const std::vector<float>& v,
+                                           const std::vector<float>& w, const std::vector<float>& u, int64_t T,
+                                           int64_t C) {
+  std::vector<double> out(T * C);
+  std::vector<double> l(T);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t t = 0; t < T; ++t) {
+      double top = -INFINITY;
+      for (int64_t s = 0; s <= t; ++s) {
+        l[s] = s < t ? double(k[s * C + c]) + double(t - 1 - s) * w[c] : double(k[t * C + c]) + u[c];
+        top = std::max(top, l[s]);
+      }
+      double num = 0, den = 0;
+      for (int64_t s = 0; s <= t; ++s) {
+        num += std::exp(l[s] - top) * v[s * C + c];
+        den += std::exp(l[s] - top);
+      }
+      out[t * C + c] = num / den;
+    }
+  return out;
+}
+
+// Channels not filling a block (70 of 64-channel blocks), lengths not filling a block of tokens,
+// keys large enough (|k| up to ~40) that exponents without the running maximum would overflow
+// f32, and the state carried across calls (the prompt split in two; the second call resumes).
+TEST(KernelsSoftmaxScan, MatchesDoubleDefinitionAcrossCalls) {
+  constexpr int64_t C = 70;
+  for (int64_t T : kLengths) {
+    auto k = random_floats(T * C, 31, 12.f);
+    const auto v = random_floats(T * C, 32);
+    auto w = random_floats(C, 33);
+    for (float& x : w) x = -std::exp(x);  // log decays, as exp of a learned value
+    const auto u = random_floats(C, 34);
+    const auto want = softmax_scan_reference(k, v, w, u, T, C);
+    for (int64_t split : {T, T / 2, int64_t{1}}) {
+      std::vector<float> out(T * C, NAN), state(3 * C, NAN);
+      SoftmaxScanArgs a;
+      a.k = k.data(), a.k_t = C, a.v = v.data(), a.v_t = C, a.w = w.data(), a.u = u.data();
+      a.out = out.data(), a.o_t = C, a.channels = C;
+      const RecurrentSeq first{0, split, state.data(), true}, rest{split, T - split, state.data(), false};
+      decay_softmax_scan(a, {&first, 1});
+      if (split < T) decay_softmax_scan(a, {&rest, 1});
+      double err = 0;
+      for (int64_t i = 0; i < T * C; ++i) err = std::max(err, std::fabs(out[i] - want[i]) / (1 + std::fabs(want[i])));
+      EXPECT_LT(err, 2e-5) << "T=" << T << " split=" << split;
+    }
+  }
+}
+
+// Two sequences in one call, each from its own state: the same as each alone.
+TEST(KernelsSoftmaxScan, SequencesInOneCallAreIndependent) {
+  constexpr int64_t C = 5, T = 9;
+  const auto k = random_floats(T * C, 41), v = random_floats(T * C, 42), u = random_floats(C, 44);
+  std::vector<float> w(C, -0.5f);
+  const auto want_a = softmax_scan_reference({k.begin(), k.begin() + 4 * C}, {v.begin(), v.begin() + 4 * C}, w, u, 4, C);
+  const auto want_b = softmax_scan_reference({k.begin() + 4 * C, k.end()}, {v.begin() + 4 * C, v.end()}, w, u, 5, C);
+  std::vector<float> out(T * C, NAN), sa(3 * C, NAN), sb(3 * C, NAN);
+  SoftmaxScanArgs a;
+  a.k = k.data(), a.k_t = C, a.v = v.data(), a.v_t = C, a.w = w.data(), a.u = u.data();
+  a.out = out.data(), a.o_t = C, a.channels = C;
+  const RecurrentSeq seqs[] = {{0, 4, sa.data(), true}, {4, 5, sb.data(), true}};
+  decay_softmax_scan(a, seqs);
+  for (int64_t i = 0; i < 4 * C; ++i) EXPECT_NEAR(out[i], want_a[i], 1e-5);
+  for (int64_t i = 0; i < 5 * C; ++i) EXPECT_NEAR(out[4 * C + i], want_b[i], 1e-5);
+  EXPECT_THROW(decay_softmax_scan(SoftmaxScanArgs{}, seqs), std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(, KernelsRecurrent, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);

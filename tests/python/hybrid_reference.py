@@ -1,5 +1,5 @@
 """Plain PyTorch definitions of the fuselm ops a captured hybrid graph holds (attention, experts and
-the four recurrent ops), written from their schemas' docstrings (python/fuselm_capture/ops.py,
+the recurrent ops), written from their schemas' docstrings (python/fuselm_capture/ops.py,
 recurrent_ops.py) as token-by-token loops from a zero state, and an fx interpreter that runs a
 captured graph with them. The graph run this way must compute what transformers computes: that
 checks what capture put in the graph (which op, which arguments) without the engine.
@@ -107,8 +107,23 @@ def experts(hidden, top_k_index, top_k_weights, gate_up, down, gate_up_bias, dow
     return out
 
 
+def decay_softmax_scan(k, v, w, u, state_idx):
+    """Each token's softmax over its past, from the docstring's l(t, s), in float64 (no running
+    maximum: the logits are shifted by their row's largest)."""
+    _, t, c = k.shape
+    kd, vd, wd, ud = (x.double() for x in (k[0], v[0], w, u))
+    out = torch.empty(1, t, c, dtype=torch.float64)
+    for i in range(t):
+        dist = (i - 1 - torch.arange(i + 1)).double()
+        logit = kd[: i + 1] + dist[:, None] * wd[None]
+        logit[i] = kd[i] + ud
+        out[0, i] = (torch.softmax(logit, 0) * vd[: i + 1]).sum(0)
+    return out.to(k.dtype)
+
+
 REFERENCE = {"causal_conv1d": causal_conv1d, "ssd_scan": ssd_scan, "selective_scan": selective_scan,
-             "gated_delta_rule": gated_delta_rule, "attention": attention, "experts": experts}
+             "gated_delta_rule": gated_delta_rule, "decay_softmax_scan": decay_softmax_scan, "attention": attention,
+             "experts": experts}
 
 
 class ReferenceInterpreter(torch.fx.Interpreter):

@@ -7,6 +7,7 @@
 //                         dt_softplus, state_idx) -> [1,Dm,T]
 //   fuselm.gated_delta_rule(q, k [1,T,Hk,Dk], v [1,T,Hv,Dv], g [1,T,Hv] | [1,T,Hv,Dk], beta [1,T,Hv],
 //                           use_qk_l2norm, state_idx) -> [1,T,Hv,Dv]
+//   fuselm.decay_softmax_scan(k, v [1,T,C], w [C], u [C], state_idx) -> [1,T,C]
 // Like fuselm.attention they know the sequences of the flattened batch: each sequence's tokens run
 // from the state in its slot of the StateCache (state `state_idx`; zeros when the sequence has no
 // earlier tokens) and the state after its last token is written back. The kernels and the state
@@ -272,6 +273,29 @@ void gated_delta_rule(OpCall& c) {
   finish(c, out);
 }
 
+// ---- fuselm.decay_softmax_scan -----------------------------------------------------------------
+
+void decay_softmax_scan(OpCall& c) {
+  const Tensor& k = c.tensor("k");
+  if (k.ndim != 3 || k.shape[0] != 1) c.fail("expected k [1, T, C], got " + k.describe());
+  const int64_t T = k.shape[1], C = k.shape[2];
+  expect_shape(c, c.tensor("v"), "v", {1, T, C});
+  Scratch sk(c.ctx), sv(c.ctx), sw(c.ctx), su(c.ctx);
+  const Tensor kf = f32_view(k, sk, true), vf = f32_view(c.tensor("v"), sv, true);
+  Tensor out = c.alloc(DType::f32, k.sizes());
+  const auto seqs = sequences(c, 3 * C, T);
+  kernels::SoftmaxScanArgs a;
+  a.k = kf.ptr<float>(), a.k_t = kf.strides[1];
+  a.v = vf.ptr<float>(), a.v_t = vf.strides[1];
+  a.w = vector_arg(c, "w", C, sw);
+  a.u = vector_arg(c, "u", C, su);
+  if (!a.w || !a.u) c.fail("w and u are required");
+  a.out = out.ptr<float>(), a.o_t = out.strides[1];
+  a.channels = C;
+  if (T > 0) kernels::decay_softmax_scan(a, seqs);
+  finish(c, out);
+}
+
 }  // namespace
 
 void register_recurrent_ops(OpRegistry& r) {
@@ -279,6 +303,7 @@ void register_recurrent_ops(OpRegistry& r) {
   r.add("fuselm.ssd_scan.default", ssd_scan);
   r.add("fuselm.selective_scan.default", selective_scan);
   r.add("fuselm.gated_delta_rule.default", gated_delta_rule);
+  r.add("fuselm.decay_softmax_scan.default", decay_softmax_scan);
 }
 
 }  // namespace fuselm::runtime::ops

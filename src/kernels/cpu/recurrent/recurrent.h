@@ -120,4 +120,28 @@ struct DeltaRuleArgs {
 void gated_delta_rule(const DeltaRuleArgs& a, std::span<const RecurrentSeq> seqs,
                       ScanForm form = ScanForm::automatic);
 
+/// Decayed softmax scan (a per-channel softmax over the past with a linear decay in distance; the
+/// WKV recurrence of receptance-weighted models). k, v [T, C] (token strides k_t, v_t, unit
+/// channel stride), w, u [C], out [T, C] (o_t). For each channel c:
+///   out[t] = sum_{s<=t} e^{l(t,s)} v[s] / sum_{s<=t} e^{l(t,s)},
+///   l(t,s) = k[s] + (t-1-s)·w[c] for s < t (w: the log decay per token), l(t,t) = k[t] + u[c].
+/// Computed with a running maximum (transformers' rwkv_linear_attention_cpu): the state [3][C] is
+/// num, den and their common exponent m (num = sum e^{l - m} v over the past, den likewise, both as
+/// the next token sees them before its own decay step); a fresh state is num = den = 0, m = -1e38.
+/// Throws std::invalid_argument for null pointers or channels < 1.
+struct SoftmaxScanArgs {
+  const float* k = nullptr;
+  int64_t k_t = 0;
+  const float* v = nullptr;
+  int64_t v_t = 0;
+  const float* w = nullptr;
+  const float* u = nullptr;
+  float* out = nullptr;
+  int64_t o_t = 0;
+  int64_t channels = 0;
+};
+/// The initial exponent of a fresh decayed-softmax state (the reference's -1e38).
+inline constexpr float kSoftmaxScanFreshMax = -1e38f;
+void decay_softmax_scan(const SoftmaxScanArgs& a, std::span<const RecurrentSeq> seqs);
+
 }  // namespace fuselm::kernels

@@ -1,0 +1,409 @@
+"""A per-channel recurrence written inline token by token, found by dataflow, proved on probes and
+rewritten into fuselm::decay_softmax_scan; token shifts (a zero pad of one end of the tokens, the
+other end cut) rewritten into fuselm::causal_conv1d.
+
+A loop over the tokens in Python has no kernel dispatch point: torch.export unrolls it and fixes
+the token count even in a bounded export. Capture then (docs/recurrent.md):
+
+1. Exports at two fixed lengths, T1 and T2. In each graph a site is a tensor Y [1, T, C] whose T
+   token rows are each written once (copy_ into select(Y, 1, t)). Its region is what the written
+   rows are computed from, up to the token-wide sources [1, T, C] the loop reads a row of per token
+   (select(X, 1, t)) and to the parameters and buffers it reads (its roots); a token-wide tensor
+   read whole is refused.
+2. Proof, on probes: the region is evaluated from probe values of its two sources (k, v, in one of
+   the two orders) and random values of its roots. k = 0 and v = the first token's indicator give
+   u = log((1 - y1) / y1) and w = log(y2 (1 + e^u) / (1 - y2)) per channel (y1, y2: the outputs at
+   tokens 1 and 2); w and u must each be the value of one node of C values in the region that does
+   not depend on the tokens (a decay computed from a parameter, a bonus parameter), and random k,
+   v and roots must then give
+       y[t] = sum_{s<=t} e^{l(t,s)} v[s] / sum_{s<=t} e^{l(t,s)},  l(t,s) = k[s] + (t-1-s)·w for
+       s < t, l(t,t) = k[t] + u
+   to fp32 rounding at both lengths (any other recurrence, a gate, a third tensor read fails).
+3. Rewrite and lift. Y becomes decay_softmax_scan(k, v, w, u) in the T1 graph; a token shift
+   pad(x [1, T, C], (.., a, -a)) with zeros becomes causal_conv1d over the tokens with the weight
+   e_0 of width a + 1 (x[t - a], zeros before the sequence: the conv's fresh state). The T2 graph,
+   rewritten the same way, must have the same ops and arguments (nothing else depends on the
+   length), and the T1 graph is exported once more over the full range (refused if anything left
+   still fixes the length).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+
+LENGTHS = (5, 11)   # the two fixed lengths (T1 <= 8, the capture example's length, and one above)
+OUT_TOL = 1e-4      # |y - expected| <= OUT_TOL * (1 + |expected|) (fp32 steps against float64)
+FIT_TOL = 1e-3      # |fitted - invariant| <= FIT_TOL * (1 + |invariant|) (logs of fp32 ratios)
+_SKIP = {aten._assert_tensor_metadata.default}
+
+
+class NotRecurrence(Exception):
+    """A length-specialised forward that is not provably a recurrence fuselm can run."""
+
+
+def _path(node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] if stack else ""
+
+
+def _where(node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "<root>"
+    path, cls = list(stack.values())[-1]
+    return f"{path} ({cls.__name__ if isinstance(cls, type) else str(cls).rsplit('.', 1)[-1]})"
+
+
+def _shape(node):
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
+
+
+def _token_row(node, T: int):
+    """(X, t) when node is select(X, 1, t) of X [1, T, C]; None otherwise."""
+    if node.op != "call_function" or node.target is not aten.select.int:
+        return None
+    x, dim, t = node.args[:3]
+    shape = _shape(x)
+    if shape is None or len(shape) != 3 or shape[:2] != (1, T) or dim not in (1, -2) or not isinstance(t, int):
+        return None
+    return x, t % T
+
+
+def _written_rows(graph, T: int) -> dict:
+    """Y -> [row value per token] for every Y [1, T, C] whose T rows are each written once (copy_
+    into select(Y, 1, t)); the copies are recorded as the rows' writers."""
+    rows: dict = {}
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target is aten.copy_.default:
+            hit = _token_row(n.args[0], T)
+            if hit is not None:
+                rows.setdefault(hit[0], {}).setdefault(hit[1], []).append(n)
+    return {y: by_t for y, by_t in rows.items() if sorted(by_t) == list(range(T))
+            and all(len(w) == 1 for w in by_t.values())}
+
+
+class Site:
+    """One recurrence written inline: Y [1, T, C], the copies writing its rows, its two sources
+    [1, T, C], the nodes the rows are computed by (region, in graph order), the roots it reads
+    otherwise (parameters, buffers: probed at random values) and its per-channel values (nodes of C
+    values not depending on the tokens: where a decay or a bonus is looked for)."""
+
+    def __init__(self, gm, y, writers: dict, T: int):
+        self.gm, self.y, self.T = gm, y, T
+        self.copies = [writers[t][0] for t in range(T)]
+        self.rows = [c.args[1] for c in self.copies]
+        self.where = _where(self.copies[0])
+        self.channels = C = _shape(y)[2]
+        region, sources, stack = set(), set(), list(self.rows)
+        while stack:  # the rows' ancestors, up to the sources and the roots
+            n = stack.pop()
+            if n in region or n in sources:
+                continue
+            hit = _token_row(n, T)
+            if hit is not None and hit[0] is not y:
+                sources.add(hit[0])
+            elif n.op in ("placeholder", "get_attr") or _is_tokens(n, T):
+                if n.op not in ("placeholder", "get_attr"):
+                    raise NotRecurrence(f"{self.where}: its steps read {n.name} {list(_shape(n))} whole, not a row "
+                                        "per token")
+            region.add(n)
+            stack.extend(a for a in n.all_input_nodes if a not in sources)
+        dep = set()
+        for n in y.graph.nodes:
+            if n in region and ((_token_row(n, T) or (None,))[0] in sources or any(a in dep for a in n.all_input_nodes)):
+                dep.add(n)
+        missing = [r for r in self.rows if r not in dep]
+        if missing:
+            raise NotRecurrence(f"{self.where}: row {missing[0].name} of {y.name} does not depend on the tokens")
+        self.sources = sorted(sources, key=lambda n: n.name)
+        if len(self.sources) != 2:
+            raise NotRecurrence(f"{self.where}: its steps read rows of {len(self.sources)} token-wide tensors, "
+                                "not two (a key and a value)")
+        for src in self.sources:
+            if _shape(src) != (1, T, C):
+                raise NotRecurrence(f"{self.where}: source {src.name} is {list(_shape(src))}, not [1, {T}, {C}]")
+        self.region = [n for n in y.graph.nodes if n in region]
+        self.roots = [n for n in self.region if n.op in ("placeholder", "get_attr")]
+        self.per_channel = [n for n in self.region if n not in dep and self._numel(n) == C]
+
+    def _numel(self, n) -> int:
+        shape = self.shape(n)
+        return math.prod(shape) if shape is not None and (not shape or shape[-1] == self.channels) else -1
+
+    def shape(self, n):
+        if n.op == "get_attr":
+            t = _attr(self.gm, n.target)
+            return tuple(t.shape) if isinstance(t, torch.Tensor) else None
+        return _shape(n)
+
+
+def _attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _is_tokens(n, T: int) -> bool:
+    shape = _shape(n)
+    return shape is not None and len(shape) >= 2 and shape[1] == T and shape[0] == 1 and len(shape) == 3
+
+
+def find_sites(gm, T: int) -> list[Site]:
+    return [Site(gm, y, w, T) for y, w in _written_rows(gm.graph, T).items()]
+
+
+# ---- the proof on probes -------------------------------------------------------------------------
+
+def evaluate(site: Site, sources: dict, seed: int) -> tuple:
+    """(Y [1, T, C], values of the site's nodes) from probe values (node -> tensor) of the sources
+    and random values (N(0, 1/4), seeded) of its roots."""
+    gen = torch.Generator().manual_seed(seed)
+    env = dict(sources)
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        return a
+    with torch.no_grad():
+        for n in site.region:
+            if n in env or n.target in _SKIP:
+                continue
+            if n in site.roots:
+                shape = site.shape(n)
+                if shape is None:
+                    raise NotRecurrence(f"{site.where}: its steps read {n.name}, which is not a tensor")
+                env[n] = torch.randn(shape, generator=gen) * 0.5
+                continue
+            env[n] = n.target(*arg(n.args), **{k: arg(v) for k, v in n.kwargs.items()})
+    return torch.stack([env[r].reshape(-1) for r in site.rows]).unsqueeze(0), env
+
+
+def expected(k, v, w, u) -> torch.Tensor:
+    """The decayed softmax scan by its definition, in float64 (k, v [1, T, C], w, u [C])."""
+    k, v, w, u = (x.double() for x in (k, v, w, u))
+    T = k.shape[1]
+    t = torch.arange(T)
+    dist = (t[:, None] - 1 - t[None, :]).double()                          # t - 1 - s
+    logit = k[0].T[:, None, :] + dist[None] * w[:, None, None]             # [C, t, s]
+    logit = torch.where((t[:, None] == t[None, :])[None], (k[0] + u).T[:, :, None].expand_as(logit), logit)
+    logit = logit.masked_fill((t[None, :] > t[:, None])[None], -math.inf)
+    return torch.einsum("cts,sc->tc", torch.softmax(logit, -1), v[0]).unsqueeze(0)
+
+
+def _randoms(shapes, seed: int, scale: float):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=gen) * scale for s in shapes]
+
+
+def _match(fit: torch.Tensor, site: Site, env: dict, what: str):
+    """The first per-channel value of the site equal to fit (to FIT_TOL)."""
+    for n in site.per_channel:
+        val = env.get(n)
+        if isinstance(val, torch.Tensor) and val.is_floating_point():
+            val = val.reshape(-1).double()
+            if bool(((fit - val).abs() <= FIT_TOL * (1 + val.abs())).all()):
+                return n
+    raise NotRecurrence(f"{site.where}: the {what} its steps apply is none of the per-channel values they read")
+
+
+def _fit(site: Site, kn, vn):
+    """(w node, u node) from k = 0, v = the first token's indicator; NotRecurrence if none fits."""
+    T, C = site.T, site.channels
+    v = torch.zeros(1, T, C)
+    v[:, 0] = 1
+    y, env = evaluate(site, {kn: torch.zeros(1, T, C), vn: v}, seed=1)
+    y1, y2 = y[0, 1].double(), y[0, 2].double()
+    if not bool(((y1 > 0) & (y1 < 1) & (y2 > 0) & (y2 < 1)).all()):
+        raise NotRecurrence(f"{site.where}: the first token's weight at tokens 1 and 2 is not a share of a softmax")
+    u = torch.log((1 - y1) / y1)
+    w = torch.log(y2 * (1 + u.exp()) / (1 - y2))
+    return _match(w, site, env, "log decay"), _match(u, site, env, "current token's bonus")
+
+
+def prove(site: Site) -> tuple:
+    """(k node, v node, w node, u node) of the site, verified on random probes."""
+    C, T = site.channels, site.T
+    failures = []
+    for kn, vn in (site.sources, site.sources[::-1]):
+        try:
+            wn, un = _fit(site, kn, vn)
+            for seed in (2, 3):
+                k, v = _randoms([(1, T, C), (1, T, C)], seed + 10, 2.0)
+                got, env = evaluate(site, {kn: k, vn: v}, seed)
+                want = expected(k, v, env[wn].reshape(-1), env[un].reshape(-1))
+                err = float(((got.double() - want).abs() / (1 + want.abs())).max())
+                if err > OUT_TOL:
+                    raise NotRecurrence(f"{site.where}: its output is not the decayed softmax scan of {kn.name} "
+                                        f"(keys) and {vn.name} (values): off by {err:.3g} at {T} tokens")
+            return kn, vn, wn, un
+        except NotRecurrence as e:
+            failures.append(str(e))
+    raise NotRecurrence(failures[0])
+
+
+# ---- rewrite ------------------------------------------------------------------------------------
+
+def _meta_from(node, like):
+    node.meta = {key: val for key, val in like.meta.items() if key in ("nn_module_stack", "stack_trace")}
+
+
+def _rewrite_site(gm, site: Site, roles: tuple) -> None:
+    from . import recurrent_ops  # noqa: F401 - registers torch.ops.fuselm.decay_softmax_scan
+    g = gm.graph
+    kn, vn, wn, un = roles
+    writes = set(site.copies) | {c.args[0] for c in site.copies}
+    last = site.copies[-1]
+    with g.inserting_after(last):
+        w = g.call_function(aten.reshape.default, (wn, [site.channels]))
+    with g.inserting_after(w):
+        u = g.call_function(aten.reshape.default, (un, [site.channels]))
+    with g.inserting_after(u):
+        out = g.call_function(torch.ops.fuselm.decay_softmax_scan.default, (kn, vn, w, u, 0))
+    for n in (w, u, out):
+        _meta_from(n, last)
+    site.y.replace_all_uses_with(out, delete_user_cb=lambda user: user not in writes and user is not out)
+    for c in reversed(site.copies):
+        g.erase_node(c)
+
+
+def _shift(node):
+    """(x, a) when node pads x [1, T, C] along the tokens by a zeros in front and cuts a at the end
+    (a token shift: row t reads x[t - a]); None otherwise."""
+    if node.op != "call_function" or node.target not in (aten.pad.default, aten.constant_pad_nd.default):
+        return None
+    x, pads = node.args[0], list(node.args[1])
+    mode = node.args[2] if len(node.args) > 2 and node.target is aten.pad.default else "constant"
+    value = node.args[-1] if len(node.args) > (3 if node.target is aten.pad.default else 2) else 0
+    shape = _shape(x)
+    if mode != "constant" or value not in (0, 0.0, None) or shape is None or len(shape) != 3 or len(pads) != 4:
+        return None
+    if pads[:2] != [0, 0] or pads[2] <= 0 or pads[3] != -pads[2]:
+        return None
+    return x, pads[2]
+
+
+def _rewrite_shifts(gm) -> list[str]:
+    g = gm.graph
+    done = []
+    for i, n in enumerate([n for n in g.nodes if _shift(n) is not None]):
+        x, a = _shift(n)
+        C = _shape(x)[2]
+        name = f"_fuselm_token_shift_{i}"
+        weight = torch.zeros(C, a + 1, dtype=x.meta["val"].dtype)
+        weight[:, 0] = 1
+        gm.register_buffer(name, weight, persistent=False)
+        with g.inserting_before(n):
+            xt = g.call_function(aten.transpose.int, (x, 1, 2))
+            wt = g.get_attr(name)
+            y = g.call_function(torch.ops.fuselm.causal_conv1d.default, (xt, wt, None, "none", 0))
+            res = g.call_function(aten.transpose.int, (y, 1, 2))
+        for m in (xt, wt, y, res):
+            _meta_from(m, n)
+        n.replace_all_uses_with(res)
+        g.erase_node(n)
+        done.append(f"{_where(res)}: a token shift by {a} as a causal convolution")
+    return done
+
+
+_IN_PLACE = {aten.div_.Tensor: aten.div.Tensor, aten.div_.Scalar: aten.div.Scalar, aten.mul_.Tensor: aten.mul.Tensor,
+             aten.mul_.Scalar: aten.mul.Scalar}
+
+
+def _functional_weight_updates(gm) -> list[str]:
+    """A parameter scaled in place by the forward (a weight rescaled at the first forward in eval
+    mode, once for the model's life): the engine runs the graph every step, so the scaled copy
+    becomes a value the later reads take (the weights as the model holds them after that forward)
+    and the stored parameter is left as read. A scale by 1 is dropped. Another in-place op on a
+    parameter is refused."""
+    g = gm.graph
+    order = {n: i for i, n in enumerate(g.nodes)}
+    done = []
+    for n in list(g.nodes):
+        if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node) \
+                or n.args[0].op != "get_attr":
+            continue
+        schema = getattr(n.target, "_schema", None)
+        if schema is None or not schema.arguments or not schema.arguments[0].alias_info \
+                or not schema.arguments[0].alias_info.is_write:
+            continue
+        p, scale = n.args[0], n.args[1] if len(n.args) > 1 else None
+        if n.target not in _IN_PLACE or isinstance(scale, torch.fx.Node) and any(
+                a.op == "placeholder" for a in scale.all_input_nodes):
+            raise NotRecurrence(f"{_where(n)}: its forward changes parameter {p.target} in place ({n.target})")
+        if scale != 1:
+            with g.inserting_before(n):
+                new = g.call_function(_IN_PLACE[n.target], n.args, n.kwargs)
+            _meta_from(new, n)
+            new.meta["val"] = n.meta.get("val")
+            for user in [u for u in p.users if u is not n and order.get(u, -1) > order[n]]:
+                user.replace_input_with(p, new)
+            done.append(f"{_where(n)}: parameter {p.target} scaled by the forward ({n.target}, {scale}) as a value")
+            n.replace_all_uses_with(new)
+        else:
+            n.replace_all_uses_with(p)
+        g.erase_node(n)
+    return done
+
+
+def _rewritten(ep, T: int) -> tuple:
+    """(graph module, report) of a fixed-length export with its sites and shifts rewritten."""
+    from .attn_by_hand import _drop_dead
+    gm = ep.module(check_guards=False)
+    sites = find_sites(gm, T)
+    if not sites:
+        raise NotRecurrence(f"no tensor of the tokens is written row by row at {T} tokens")
+    report = []
+    for site in sites:
+        roles = prove(site)
+        _rewrite_site(gm, site, roles)
+        report.append(f"{site.where}: a decayed softmax scan (keys {roles[0].name}, values {roles[1].name}, "
+                      f"decay {roles[2].name}, bonus {roles[3].name}) proved at {T} tokens")
+    report += _rewrite_shifts(gm)
+    report += _functional_weight_updates(gm)
+    _drop_dead(gm.graph)
+    gm.recompile()
+    return gm, report
+
+
+def _signature(gm) -> list:
+    """The graph's ops and non-tensor arguments in order, node references by position."""
+    index = {n: i for i, n in enumerate(gm.graph.nodes)}
+
+    def norm(a):
+        if isinstance(a, torch.fx.Node):
+            return ("node", index[a])
+        if isinstance(a, (list, tuple)):
+            return tuple(norm(x) for x in a)
+        if isinstance(a, dict):
+            return tuple((k, norm(v)) for k, v in sorted(a.items()))
+        return a
+    return [(n.op, str(n.target), norm(n.args), norm(n.kwargs)) for n in gm.graph.nodes]
+
+
+def capture(module, kwargs: dict, dynamic_shapes: dict, export) -> tuple:
+    """(ExportedProgram over the full token range, report lines) for a module whose export fixed
+    the token count, with its inline recurrences and token shifts rewritten. export(module, kwargs,
+    dynamic_shapes) exports in capture's configuration. NotRecurrence (naming the site) otherwise."""
+    from . import messages
+    from .linear_attn_by_hand import resized
+    t1, t2 = LENGTHS
+    gm1, report = _rewritten(export(module, resized(kwargs, dynamic_shapes, t1), None), t1)
+    gm2, _ = _rewritten(export(module, resized(kwargs, dynamic_shapes, t2), None), t2)
+    s1, s2 = _signature(gm1), _signature(gm2)
+    if s1 != s2:
+        at = next((i for i, (a, b) in enumerate(zip(s1, s2)) if a != b), min(len(s1), len(s2)))
+        where = list(gm1.graph.nodes)[min(at, len(s1) - 1)]
+        raise NotRecurrence(f"the rewritten graphs at {t1} and {t2} tokens differ at {where.name} "
+                            f"({_where(where)}): something else depends on the length")
+    try:
+        ep = export(gm1, kwargs, dynamic_shapes)
+    except Exception as e:  # noqa: BLE001 - torch's failure says what still fixes the length
+        raise NotRecurrence(f"after rewriting, the graph still fixes the length: {messages.reason(str(e))}") from e
+    return ep, report

@@ -1,0 +1,134 @@
+"""Recurrences written inline token by token (python/fuselm_capture/recurrence_by_hand.py): a
+per-channel decayed softmax over the past, computed by a Python loop over the tokens, is proved on
+probes and captured as one fuselm.decay_softmax_scan over every token count; a token shift (a zero
+pad at the front of the tokens, the end cut) becomes a causal convolution; what is not provably
+that is refused in one line naming the module.
+
+Toys: a language model around a token-loop module written here (a plain softmax over the past,
+no running maximum: another program than transformers' for the same function). The oracle of a
+capture is the toy's own eager forward: the captured graph, run with the reference ops
+(hybrid_reference.py, loops from the ops' docstrings), must give its outputs at token counts the
+fixed-length exports never saw. Refused: a gated moving average (a recurrence of another form), a step reading a third token-wide tensor. And rwkv (transformers, tiny random weights):
+the engine against transformers at a 7-token prompt, with its layers rescaled by the forward
+(rescale_every 1: the scaled weights are values of the graph); the long cases (1, 7, 300 tokens,
+300 in chunks of 64) are in test_hybrid_parity.py.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hybrid_models
+import hybrid_reference
+
+WIDTH, VOCAB = 8, 32
+
+
+class TokenLoop(nn.Module):
+    """how: "softmax" (out[t] = softmax over s <= t of k[s] + (t-1-s)·w, k[t] + u for s = t, of
+    v), "ema" (h = a·h + (1-a)·v, a = sigmoid(k[t] + a parameter): a gated moving average), "third" (the softmax, its values
+    times a gate row read inside the loop)."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.kvg = nn.Linear(WIDTH, 3 * WIDTH, bias=False)
+        self.decay = nn.Parameter(torch.randn(WIDTH) * 0.5)
+        self.bonus = nn.Parameter(torch.randn(WIDTH) * 0.5)
+        self.out = nn.Linear(WIDTH, WIDTH, bias=False)
+
+    def forward(self, x):
+        k, v, gate = self.kvg(x).split(WIDTH, dim=-1)
+        w = -torch.exp(self.decay)
+        out = torch.zeros_like(v)
+        num = torch.zeros_like(v[:, 0])
+        den = torch.zeros_like(v[:, 0])
+        h = torch.zeros_like(v[:, 0])
+        for t in range(x.shape[1]):
+            if self.how == "ema":
+                a = torch.sigmoid(k[:, t] + self.decay)
+                h = a * h + (1 - a) * v[:, t]
+                out[:, t] = h
+                continue
+            e = torch.exp(k[:, t] + self.bonus)
+            val = v[:, t] * torch.sigmoid(gate[:, t]) if self.how == "third" else v[:, t]
+            out[:, t] = (num + e * val) / (den + e)
+            num = torch.exp(w) * num + torch.exp(k[:, t]) * val
+            den = torch.exp(w) * den + torch.exp(k[:, t])
+        return self.out(out)
+
+
+class ToyLM(nn.Module):
+    def __init__(self, how: str):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.mix = TokenLoop(how)
+        self.shift = nn.ZeroPad2d((0, 0, 1, -1))
+        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+
+    def forward(self, input_ids):
+        x = self.embed(input_ids)
+        x = x + self.mix(x + 0.5 * self.shift(x))
+        return self.head(x)
+
+
+def _capture(how: str):
+    from fuselm_capture.capture import export_module
+    torch.manual_seed(0)
+    model = ToyLM(how).eval()
+    dim = torch.export.Dim("num_tokens", min=2, max=64)
+    return model, export_module(model, {"input_ids": torch.zeros(1, 8, dtype=torch.long)},
+                                {"input_ids": {1: dim}})
+
+
+def test_a_token_loop_softmax_is_captured_as_one_scan_for_every_length():
+    model, ep = _capture("softmax")
+    ops = [str(n.target) for n in ep.graph.nodes if n.op == "call_function" and str(n.target).startswith("fuselm.")]
+    assert sorted(ops) == ["fuselm.causal_conv1d.default", "fuselm.decay_softmax_scan.default"], ops
+    tok = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "input_ids")
+    assert isinstance(tok.meta["val"].shape[1], torch.SymInt), "the token count was specialised"
+    gm = ep.module()
+    for T in (1, 3, 23, 40):  # neither fixed export's length (5, 11)
+        ids = torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(T))
+        interp = hybrid_reference.ReferenceInterpreter(gm)
+        with torch.no_grad():
+            got, want = interp.run(ids), model(ids)
+        assert interp.ran == {"decay_softmax_scan": 1, "causal_conv1d": 1}, interp.ran
+        err = float((got - want).abs().max())
+        assert err <= 1e-5 * (1 + float(want.abs().max())), f"T={T}: off by {err:.3g}"
+
+
+@pytest.mark.parametrize("how, why", [
+    ("ema", "its steps apply is none of the per-channel values they read"),
+    ("third", "read rows of 3 token-wide tensors, not two"),
+])
+def test_another_token_loop_is_refused_naming_its_module(how, why):
+    from fuselm_capture.capture import CaptureError
+    with pytest.raises(CaptureError) as err:
+        _capture(how)
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    assert "in module mix (TokenLoop)" in msg and "not a recurrence fuselm runs: mix (TokenLoop): " in msg, msg
+    assert why in msg, msg
+
+
+def test_rwkv_matches_transformers_at_7_tokens(fuselm_bin, model_cache, tmp_path):
+    """Layers rescaled by the forward (rescale_every 1: output and value weights of block i divided
+    by 2^i at the first forward) and three layers, each one decayed softmax scan and two shifts."""
+    from parity import check_parity, hf_model
+    d = model_cache / "rwkv_rescaled"
+    if not (d / "config.json").exists():
+        cfg_overrides = hybrid_models.HYBRID_FAMILIES["rwkv"]
+        hybrid_models.HYBRID_FAMILIES["rwkv_rescaled"] = (cfg_overrides[0], dict(cfg_overrides[1], rescale_every=1))
+        try:
+            hybrid_models.build("rwkv_rescaled", d)
+        finally:
+            del hybrid_models.HYBRID_FAMILIES["rwkv_rescaled"]
+    model = hf_model(d)
+    prompt = [int(x) for x in np.random.default_rng(7).integers(0, model.config.vocab_size, size=7)]
+    worst = check_parity("rwkv_rescaled/7", fuselm_bin, d, prompt, tmp_path, model=model)
+    assert math.isfinite(worst)
