@@ -213,6 +213,38 @@ void delta_case(bool per_channel) {
   expect_states(states, st, 1e-5);
 }
 
+// ---- decayed softmax scan: y = (past + e^{k+u}·v) / (its weights + e^{k+u}); past·e^w + e^k·v --------
+
+void softmax_scan_case() {
+  const int64_t C = 5;
+  Host k = rand_host(DType::f32, {1, kT, C}, 51, -4.0, 4.0), v = rand_host(DType::f32, {1, kT, C}, 52);
+  Host w = rand_host(DType::f32, {C}, 53, -2.0, -0.1), u = rand_host(DType::f32, {C}, 54);
+  kv::StateCache states = make_states(3 * C);
+  for (int32_t s = 1; s < 3; ++s)  // a resumed state's weights sum (den) is positive
+    for (int64_t c = 0; c < C; ++c) states.at(0, s)[C + c] = std::fabs(states.at(0, s)[C + c]) + 0.5f;
+  auto st = start_states(states);
+  for (int64_t c = 0; c < C; ++c) st[0][2 * C + c] = -1e38;  // a fresh state: num = den = 0, m = -1e38
+  Host want{DType::f32, k.shape, std::vector<double>(k.numel())};
+  // The running-maximum recurrence as the state layout defines it (num, den relative to e^m).
+  for (size_t i = 0; i < kSeqs.size(); ++i)
+    for (int64_t t = kSeqs[i].first; t < kSeqs[i].first + kSeqs[i].count; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double &num = st[i][c], &den = st[i][C + c], &m = st[i][2 * C + c];
+        const double kk = at(k, {0, t, c}), vv = at(v, {0, t, c}), ku = kk + at(u, {c});
+        const double mo = std::max(m, ku);
+        want.v[t * C + c] = (std::exp(m - mo) * num + std::exp(ku - mo) * vv) / (std::exp(m - mo) * den + std::exp(ku - mo));
+        const double md = m + at(w, {c}), mn = std::max(md, kk);
+        num = std::exp(md - mn) * num + std::exp(kk - mn) * vv;
+        den = std::exp(md - mn) * den + std::exp(kk - mn);
+        m = mn;
+      }
+  OpGraph g;
+  int kn = g.input(k), vn = g.input(v, Layout::strided), wn = g.input(w), un = g.input(u);
+  g.output(g.op("fuselm.decay_softmax_scan.default", {R(kn), R(vn), R(wn), R(un), I(0)}, DType::f32, k.shape));
+  expect_close(run_batch(g, states), want, 1e-4, 1e-5);
+  expect_states(states, st, 1e-5);
+}
+
 // The errors: no state cache, a sequence without a slot; both name the op.
 void expect_state_errors() {
   const int64_t C = 3, K = 2;
@@ -253,6 +285,7 @@ void add_recurrent_cases(std::map<std::string, std::function<void()>>& m) {
     delta_case(false);
     delta_case(true);
   };
+  m["fuselm.decay_softmax_scan.default"] = softmax_scan_case;
 }
 
 }  // namespace fuselm::runtime::testing

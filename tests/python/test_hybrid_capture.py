@@ -25,9 +25,10 @@ import hybrid_models
 import hybrid_reference
 
 LONG = os.environ.get("FUSELM_LONG") == "1"
-DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models.INLINE_RECURRENCE]
+DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES
+              if f not in hybrid_models.INLINE_RECURRENCE and f not in hybrid_models.INLINE_SCAN]
 # The module whose forward holds each inline recurrence (the oracle: the family's source).
-INLINE_MODULE = {"rwkv": "RwkvSelfAttention", "recurrent_gemma": "RecurrentGemmaRglru"}
+INLINE_MODULE = {"recurrent_gemma": "RecurrentGemmaRglru"}
 RECURRENT = ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule")
 
 

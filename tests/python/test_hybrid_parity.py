@@ -13,10 +13,13 @@ token is transformers' log-softmax within the same tolerance.
 The default run takes one family per kind of mixer; scripts/test.sh --long (FUSELM_LONG=1) runs
 every family whose recurrence goes through a kernel dispatch point, minimax, whose lightning
 attention is written inline and captured as the SSD scan (linear_attn_by_hand.py; its short
-default-mode case is in test_linear_attn_by_hand.py), and the attention-only families that call
+default-mode case is in test_linear_attn_by_hand.py), rwkv, whose WKV loop is written inline token
+by token and captured as the decayed softmax scan (recurrence_by_hand.py; its short case is in
+test_recurrence_by_hand.py), and the attention-only families that call
 attention more than once per layer (hybrid_models.ATTENTION_CALLS: each call its own KV layer, as are
-the calls of zamba's and zamba2's shared transformer block). (The families written inline token by
-token, rwkv and recurrent_gemma, are refused at capture: test_hybrid_capture.py.)
+the calls of zamba's and zamba2's shared transformer block). (recurrent_gemma,
+whose RG-LRU is written inline token by token in another form, is refused at capture:
+test_hybrid_capture.py.)
 """
 from __future__ import annotations
 
