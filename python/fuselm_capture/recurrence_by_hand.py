@@ -161,7 +161,8 @@ def find_sites(gm, T: int) -> list[Site]:
 
 def evaluate(site: Site, sources: dict, seed: int) -> tuple:
     """(Y [1, T, C], values of the site's nodes) from probe values (node -> tensor) of the sources
-    and random values (N(0, 1/4), seeded) of its roots."""
+    and random values (N(0, 1/4), seeded) of its roots, in float64 (every floating dtype the steps
+    cast to is read as float64: what is proved is the function, whatever the model's precision)."""
     gen = torch.Generator().manual_seed(seed)
     env = dict(sources)
 
@@ -170,6 +171,8 @@ def evaluate(site: Site, sources: dict, seed: int) -> tuple:
             return env[a]
         if isinstance(a, torch.device):  # capture traced on the meta device; the probes run on the CPU
             return torch.device("cpu")
+        if isinstance(a, torch.dtype) and a.is_floating_point:  # the function proved, not its rounding
+            return torch.float64
         if isinstance(a, (list, tuple)):
             return type(a)(arg(x) for x in a)
         return a
@@ -181,7 +184,7 @@ def evaluate(site: Site, sources: dict, seed: int) -> tuple:
                 shape = site.shape(n)
                 if shape is None:
                     raise NotRecurrence(f"{site.where}: its steps read {n.name}, which is not a tensor")
-                env[n] = torch.randn(shape, generator=gen) * 0.5
+                env[n] = torch.randn(shape, generator=gen, dtype=torch.float64) * 0.5
                 continue
             try:
                 env[n] = n.target(*arg(n.args), **{k: arg(v) for k, v in n.kwargs.items()})
@@ -206,7 +209,7 @@ def expected(k, v, w, u) -> torch.Tensor:
 
 def _randoms(shapes, seed: int, scale: float):
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=gen) * scale for s in shapes]
+    return [torch.randn(s, generator=gen, dtype=torch.float64) * scale for s in shapes]
 
 
 def _match(fit: torch.Tensor, site: Site, env: dict, what: str):
@@ -223,9 +226,9 @@ def _match(fit: torch.Tensor, site: Site, env: dict, what: str):
 def _fit(site: Site, kn, vn):
     """(w node, u node) from k = 0, v = the first token's indicator; NotRecurrence if none fits."""
     T, C = site.T, site.channels
-    v = torch.zeros(1, T, C)
+    v = torch.zeros(1, T, C, dtype=torch.float64)
     v[:, 0] = 1
-    y, env = evaluate(site, {kn: torch.zeros(1, T, C), vn: v}, seed=1)
+    y, env = evaluate(site, {kn: torch.zeros_like(v), vn: v}, seed=1)
     y1, y2 = y[0, 1].double(), y[0, 2].double()
     if not bool(((y1 > 0) & (y1 < 1) & (y2 > 0) & (y2 < 1)).all()):
         raise NotRecurrence(f"{site.where}: the first token's weight at tokens 1 and 2 is not a share of a softmax")

@@ -472,6 +472,9 @@ ELSEWHERE = {
     **{f"fuselm.{op}.default": "needs the engine's state slots: test_recurrent_ops (against transformers' torch "
                                "fallbacks), runtime_recurrent_ops_test, kernels_recurrent_test"
        for op in ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule")},
+    "fuselm.decay_softmax_scan.default": "needs the engine's state slots; put in where a recurrence written inline "
+                                         "is proved: test_recurrence_by_hand, runtime_recurrent_ops_test, "
+                                         "kernels_recurrent_test (against its definition in double)",
 }
 
 
