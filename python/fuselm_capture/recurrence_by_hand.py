@@ -114,7 +114,8 @@ class Site:
             stack.extend(a for a in n.all_input_nodes if a not in sources)
         dep = set()
         for n in y.graph.nodes:
-            if n in region and ((_token_row(n, T) or (None,))[0] in sources or any(a in dep for a in n.all_input_nodes)):
+            row_of = (_token_row(n, T) or (None,))[0]
+            if n in region and (row_of in sources or any(a in dep for a in n.all_input_nodes)):
                 dep.add(n)
         missing = [r for r in self.rows if r not in dep]
         if missing:
