@@ -136,6 +136,7 @@ class Site:
         return math.prod(shape) if shape is not None and (not shape or shape[-1] == self.channels) else -1
 
     def shape(self, n):
+        """n's shape (a get_attr's from the module's tensor); None for a non-tensor."""
         if n.op == "get_attr":
             t = _attr(self.gm, n.target)
             return tuple(t.shape) if isinstance(t, torch.Tensor) else None
@@ -155,6 +156,7 @@ def _is_tokens(n, T: int) -> bool:
 
 
 def find_sites(gm, T: int) -> list[Site]:
+    """Every site of gm exported at T tokens (NotRecurrence naming one that is malformed)."""
     return [Site(gm, y, w, T) for y, w in _written_rows(gm.graph, T).items()]
 
 
@@ -266,6 +268,8 @@ def _meta_from(node, like):
 
 
 def _rewrite_site(gm, site: Site, roles: tuple) -> None:
+    """Y of the site -> decay_softmax_scan(k, v, w, u) (roles: the proved nodes), its row copies
+    erased; what the rows were computed from is left for _drop_dead."""
     from . import recurrent_ops  # noqa: F401 - registers torch.ops.fuselm.decay_softmax_scan
     g = gm.graph
     kn, vn, wn, un = roles
@@ -284,27 +288,40 @@ def _rewrite_site(gm, site: Site, roles: tuple) -> None:
         g.erase_node(c)
 
 
-def _shift(node):
+_PADS = (aten.pad.default, aten.constant_pad_nd.default)
+
+
+def _shift(node, T: int):
     """(x, a) when node pads x [1, T, C] along the tokens by a zeros in front and cuts a at the end
-    (a token shift: row t reads x[t - a]); None otherwise."""
-    if node.op != "call_function" or node.target not in (aten.pad.default, aten.constant_pad_nd.default):
+    (a token shift: row t reads x[t - a]); None otherwise (NotRecurrence for another pad of the
+    tokens: it would mix the tokens of the batch's sequences)."""
+    if node.op != "call_function" or node.target not in _PADS:
         return None
     x, pads = node.args[0], list(node.args[1])
+    shape = _shape(x)
+    on_tokens = shape is not None and len(shape) >= 2 and shape[1] == T and len(pads) >= 2 * (len(shape) - 1) \
+        and any(pads[2 * (len(shape) - 2):2 * (len(shape) - 1)])
+    if not on_tokens:
+        return None
+    if shape[0] != 1:
+        raise NotRecurrence(f"{_where(node)}: pads the tokens of {list(shape)} (not [1, T, C])")
     mode = node.args[2] if len(node.args) > 2 and node.target is aten.pad.default else "constant"
     value = node.args[-1] if len(node.args) > (3 if node.target is aten.pad.default else 2) else 0
-    shape = _shape(x)
-    if mode != "constant" or value not in (0, 0.0, None) or shape is None or len(shape) != 3 or len(pads) != 4:
-        return None
-    if pads[:2] != [0, 0] or pads[2] <= 0 or pads[3] != -pads[2]:
-        return None
+    if mode != "constant" or value not in (0, 0.0, None) or len(shape) != 3 or len(pads) != 4 \
+            or pads[:2] != [0, 0] or pads[2] <= 0 or pads[3] != -pads[2]:
+        raise NotRecurrence(f"{_where(node)}: pads the tokens by {pads} ({mode}, {value}), which is no token shift "
+                            "(zeros in front, as many cut at the end)")
     return x, pads[2]
 
 
-def _rewrite_shifts(gm) -> list[str]:
+def _rewrite_shifts(gm, T: int) -> list[str]:
+    """Each token shift of gm (at T tokens) -> transpose(causal_conv1d(x over the tokens, weight
+    e_0 of width a + 1), 1, 2): row t reads x[t - a], zeros before the sequence (the conv's fresh
+    state), its last a rows carried in the conv's state. Report lines."""
     g = gm.graph
     done = []
-    for i, n in enumerate([n for n in g.nodes if _shift(n) is not None]):
-        x, a = _shift(n)
+    for i, n in enumerate([n for n in g.nodes if _shift(n, T) is not None]):
+        x, a = _shift(n, T)
         C = _shape(x)[2]
         name = f"_fuselm_token_shift_{i}"
         weight = torch.zeros(C, a + 1, dtype=x.meta["val"].dtype)
@@ -376,7 +393,7 @@ def _rewritten(ep, T: int) -> tuple:
         _rewrite_site(gm, site, roles)
         report.append(f"{site.where}: a decayed softmax scan (keys {roles[0].name}, values {roles[1].name}, "
                       f"decay {roles[2].name}, bonus {roles[3].name}) proved at {T} tokens")
-    report += _rewrite_shifts(gm)
+    report += _rewrite_shifts(gm, T)
     report += _functional_weight_updates(gm)
     _drop_dead(gm.graph)
     gm.recompile()
