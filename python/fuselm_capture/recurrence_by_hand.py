@@ -22,12 +22,15 @@ the token count even in a bounded export. Capture then (docs/recurrent.md):
 3. Rewrite and lift. Y becomes decay_softmax_scan(k, v, w, u) in the T1 graph; a token shift
    pad(x [1, T, C], (.., a, -a)) with zeros becomes causal_conv1d over the tokens with the weight
    e_0 of width a + 1 (x[t - a], zeros before the sequence: the conv's fresh state). The T2 graph,
-   rewritten the same way, must have the same ops and arguments (nothing else depends on the
-   length), and the T1 graph is exported once more over the full range (refused if anything left
-   still fixes the length).
+   rewritten the same way, must have the same ops and arguments; the model is traced once more
+   over the full range with the sites' loops cut to one step (`range` over a symbolic count in
+   their source files), which must fix the length nowhere (a branch on the length elsewhere, at 1
+   token or beyond some chunk, which the two lengths cannot see, is refused naming its module);
+   and the T1 graph is exported once more over the full range.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -381,7 +384,8 @@ def _functional_weight_updates(gm) -> list[str]:
 
 
 def _rewritten(ep, T: int) -> tuple:
-    """(graph module, report) of a fixed-length export with its sites and shifts rewritten."""
+    """(graph module, report, module paths of the sites) of a fixed-length export with its sites and
+    shifts rewritten."""
     from .attn_by_hand import _drop_dead
     gm = ep.module(check_guards=False)
     sites = find_sites(gm, T)
@@ -397,7 +401,7 @@ def _rewritten(ep, T: int) -> tuple:
     report += _functional_weight_updates(gm)
     _drop_dead(gm.graph)
     gm.recompile()
-    return gm, report
+    return gm, report, {_path(site.copies[0]) for site in sites}
 
 
 def _signature(gm) -> list:
@@ -422,16 +426,67 @@ def capture(module, kwargs: dict, dynamic_shapes: dict, export) -> tuple:
     from . import messages
     from .linear_attn_by_hand import resized
     t1, t2 = LENGTHS
-    gm1, report = _rewritten(export(module, resized(kwargs, dynamic_shapes, t1), None), t1)
-    gm2, _ = _rewritten(export(module, resized(kwargs, dynamic_shapes, t2), None), t2)
+    gm1, report, paths = _rewritten(export(module, resized(kwargs, dynamic_shapes, t1), None), t1)
+    gm2, _, _ = _rewritten(export(module, resized(kwargs, dynamic_shapes, t2), None), t2)
     s1, s2 = _signature(gm1), _signature(gm2)
     if s1 != s2:
         at = next((i for i, (a, b) in enumerate(zip(s1, s2)) if a != b), min(len(s1), len(s2)))
         where = list(gm1.graph.nodes)[min(at, len(s1) - 1)]
         raise NotRecurrence(f"the rewritten graphs at {t1} and {t2} tokens differ at {where.name} "
                             f"({_where(where)}): something else depends on the length")
+    _check_nothing_else_fixes_the_length(module, kwargs, dynamic_shapes, export, paths)
     try:
         ep = export(gm1, kwargs, dynamic_shapes)
     except Exception as e:  # noqa: BLE001 - torch's failure says what still fixes the length
         raise NotRecurrence(f"after rewriting, the graph still fixes the length: {messages.reason(str(e))}") from e
     return ep, report
+
+
+@contextlib.contextmanager
+def _loops_cut(modules: list):
+    """Within: a `range(n)` over a symbolic count, called by code of the modules' source files while
+    one of the modules runs, yields one step (the loop traced once, the count left symbolic)."""
+    from torch.nn.modules import module as nn_module
+    ids, depth, real = {id(m) for m in modules}, [0], range
+
+    def cut(*args):
+        if depth[0] and len(args) == 1 and isinstance(args[0], torch.SymInt):
+            return real(1)
+        return real(*args)
+
+    def pre(m, args):
+        depth[0] += id(m) in ids
+
+    def post(m, args, out):
+        depth[0] -= id(m) in ids
+    spaces = list({id(g): g for g in (type(m).forward.__globals__ for m in modules)}.values())
+    held = [g.get("range", real) for g in spaces]
+    handles = [nn_module.register_module_forward_pre_hook(pre), nn_module.register_module_forward_hook(post)]
+    for g in spaces:
+        g["range"] = cut
+    try:
+        yield
+    finally:
+        for g, r in zip(spaces, held):
+            if r is real:
+                g.pop("range", None)
+            else:
+                g["range"] = r
+        for h in handles:
+            h.remove()
+
+
+def _check_nothing_else_fixes_the_length(module, kwargs, dynamic_shapes, export, paths: set) -> None:
+    """The two fixed lengths cannot see a branch on the length elsewhere (at 1 token, beyond a
+    chunk): the model is traced once more over the full range with the sites' loops cut to one
+    step, and must fix the length nowhere (NotRecurrence naming the module that does)."""
+    from . import messages
+    from .length_watch import watch_length
+    sites = [module.get_submodule(p) for p in sorted(paths)]
+    with _loops_cut(sites), watch_length(module) as watch:
+        try:
+            export(module, kwargs, dynamic_shapes)
+        except Exception as e:  # noqa: BLE001 - torch's failure says what fixes the length
+            where = f" in {watch.describe()}" if watch.describe() else ""
+            raise NotRecurrence(f"with the loops of {', '.join(sorted(paths))} cut to one step, the forward still "
+                                f"fixes the length{where}: {messages.reason(str(e))}") from e

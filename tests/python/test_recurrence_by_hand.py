@@ -10,7 +10,8 @@ capture is the toy's own eager forward: the captured graph, run with the referen
 (hybrid_reference.py, loops from the ops' docstrings), must give its outputs at token counts the
 fixed-length exports never saw. Refused: a gated moving average (a recurrence of another form), a
 step reading a third token-wide tensor, a forward changing a weight in place other than by a
-scale, a pad of the tokens that is no causal shift (it would mix the batch's sequences). And rwkv (transformers, tiny random weights, its layers rescaled by the forward:
+scale, a pad of the tokens that is no causal shift (it would mix the batch's sequences), a branch
+on the length outside the loop that neither fixed length takes. And rwkv (transformers, tiny random weights, its layers rescaled by the forward:
 rescale_every 1, the scaled weights values of the graph): the captured graph run with the
 reference ops against transformers at 70 tokens; in long mode the engine against transformers at
 a 7-token prompt (the unrescaled family at 1, 7, 300 tokens and 300 in chunks of 64:
@@ -71,17 +72,21 @@ class TokenLoop(nn.Module):
 
 class ToyLM(nn.Module):
     """The loop between an embedding and a head, its input mixed with the previous token's (or,
-    how = "ahead", the next token's: a pad of the tokens that is no causal shift)."""
+    how = "ahead", the next token's: a pad of the tokens that is no causal shift; how = "branch":
+    the embedding doubled beyond 32 tokens, a branch on the length outside the loop)."""
 
     def __init__(self, how: str):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, WIDTH)
-        self.mix = TokenLoop("softmax" if how == "ahead" else how)
+        self.how = how
+        self.mix = TokenLoop("softmax" if how in ("ahead", "branch") else how)
         self.shift = nn.ZeroPad2d((0, 0, -1, 1) if how == "ahead" else (0, 0, 1, -1))
         self.head = nn.Linear(WIDTH, VOCAB, bias=False)
 
     def forward(self, input_ids):
         x = self.embed(input_ids)
+        if self.how == "branch" and input_ids.shape[1] > 32:  # neither fixed length (4, 7) takes it
+            x = 2 * x
         x = x + self.mix(x + 0.5 * self.shift(x))
         return self.head(x)
 
@@ -117,6 +122,7 @@ def test_a_token_loop_softmax_is_captured_as_one_scan_for_every_length():
     ("third", "read rows of 3 token-wide tensors, not two"),
     ("mutates", "its forward changes parameter mix.out.weight in place (aten.add_.Tensor)"),
     ("ahead", "shift (ZeroPad2d): pads the tokens by [0, 0, -1, 1] (constant, 0.0), which is no token shift"),
+    ("branch", "with the loops of mix cut to one step, the forward still fixes the length"),
 ])
 def test_another_token_loop_is_refused_naming_its_module(how, why):
     from fuselm_capture.capture import CaptureError
