@@ -9,13 +9,13 @@ no running maximum: another program than transformers' for the same function). T
 capture is the toy's own eager forward: the captured graph, run with the reference ops
 (hybrid_reference.py, loops from the ops' docstrings), must give its outputs at token counts the
 fixed-length exports never saw. Refused: a gated moving average (a recurrence of another form), a
-step reading a third token-wide tensor, a forward changing a weight in place other than by a
-scale, a pad of the tokens that is no causal shift (it would mix the batch's sequences), a branch
-on the length outside the loop that neither fixed length takes. And rwkv (transformers, tiny random weights, its layers rescaled by the forward:
-rescale_every 1, the scaled weights values of the graph): the captured graph run with the
-reference ops against transformers at 70 tokens; in long mode the engine against transformers at
-a 7-token prompt (the unrescaled family at 1, 7, 300 tokens and 300 in chunks of 64:
-test_hybrid_parity.py).
+pad of the tokens that is no causal shift (it would mix the batch's sequences), a branch on the
+length outside the loop that neither fixed length takes; in long mode also a step reading a third
+token-wide tensor and a forward changing a weight in place other than by a scale. And rwkv
+(transformers, tiny random weights, its layers rescaled by the forward: rescale_every 1, the scaled
+weights values of the graph): the captured graph run with the reference ops against transformers
+at 70 tokens; in long mode the engine against transformers at a 7-token prompt (the unrescaled
+family at 1, 7, 300 tokens and 300 in chunks of 64: test_hybrid_parity.py).
 """
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ WIDTH, VOCAB = 8, 32
 
 class TokenLoop(nn.Module):
     """how: "softmax" (out[t] = softmax over s <= t of k[s] + (t-1-s)·w, k[t] + u for s = t, of
-    v), "ema" (h = a·h + (1-a)·v, a = sigmoid(k[t] + a parameter): a gated moving average), "third" (the softmax, its values
-    times a gate row read inside the loop), "mutates" (the softmax, and the output weight shifted in
-    place by every forward)."""
+    v), "ema" (h = a·h + (1-a)·v, a = sigmoid(k[t] + a parameter): a gated moving average),
+    "third" (the softmax, its values times a gate row read inside the loop), "mutates" (the
+    softmax, and the output weight shifted in place by every forward)."""
 
     def __init__(self, how: str):
         super().__init__()
@@ -117,21 +117,36 @@ def test_a_token_loop_softmax_is_captured_as_one_scan_for_every_length():
         assert err <= 1e-5 * (1 + float(want.abs().max())), f"T={T}: off by {err:.3g}"
 
 
-@pytest.mark.parametrize("how, why", [
-    ("ema", "its steps apply is none of the per-channel values they read"),
-    ("third", "read rows of 3 token-wide tensors, not two"),
-    ("mutates", "its forward changes parameter mix.out.weight in place (aten.add_.Tensor)"),
-    ("ahead", "shift (ZeroPad2d): pads the tokens by [0, 0, -1, 1] (constant, 0.0), which is no token shift"),
-    ("branch", "with the loops of mix cut to one step, the forward still fixes the length"),
-])
-def test_another_token_loop_is_refused_naming_its_module(how, why):
+REFUSED = {
+    "ema": "its steps apply is none of the per-channel values they read",
+    "ahead": "shift (ZeroPad2d): pads the tokens by [0, 0, -1, 1] (constant, 0.0), which is no token shift",
+    "branch": "with the loops of mix cut to one step, the forward still fixes the length",
+    # long mode (the default budget): two more ways a loop is not the scan
+    "third": "read rows of 3 token-wide tensors, not two",
+    "mutates": "its forward changes parameter mix.out.weight in place (aten.add_.Tensor)",
+}
+LONG_REFUSED = ("third", "mutates")
+
+
+def check_refused(how):
     from fuselm_capture.capture import CaptureError
     with pytest.raises(CaptureError) as err:
         _capture(how)
     msg = str(err.value)
     assert "\n" not in msg, msg
     assert "in module mix (TokenLoop)" in msg and "not a recurrence fuselm runs: " in msg, msg
-    assert why in msg, msg
+    assert REFUSED[how] in msg, msg
+
+
+@pytest.mark.parametrize("how", [h for h in REFUSED if h not in LONG_REFUSED])
+def test_another_token_loop_is_refused_naming_its_module(how):
+    check_refused(how)
+
+
+@pytest.mark.skipif(os.environ.get("FUSELM_LONG") != "1", reason="long mode: scripts/test.sh --long (FUSELM_LONG=1)")
+@pytest.mark.parametrize("how", LONG_REFUSED)
+def test_long_another_token_loop_is_refused_naming_its_module(how):
+    check_refused(how)
 
 
 def rwkv_rescaled(model_cache):
