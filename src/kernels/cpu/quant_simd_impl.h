@@ -806,8 +806,6 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
   with_packed_type(p.w->type(), [&]<QuantType Q>() { packed_simd_rows<Q>(p, a, g0, g1, i_begin); });
 }
 
-void packed_simd(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) { packed_simd_from(p, a, g0, g1, 0); }
-
 #if FUSELM_ISA_HAS_AVX512VNNI
 // quantize_acts on AVX-512: per 16 values |x| max, x·(127/amax) rounded to nearest even
 // (roundscale: the scalar loop's (v + 1.5·2^23) - 1.5·2^23 for |v| < 2^22), clamped to ±127,
