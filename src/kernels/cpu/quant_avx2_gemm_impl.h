@@ -7,13 +7,15 @@
 // Why a tile of its own: the single-half tile of packed_tile widens every vpmaddubsw pair sum to
 // int32 (a vpmaddwd and an add per 32 products) and broadcasts each activation once per half.
 // Here the nibble types keep their vpmaddubsw sums in int16 for as many steps as cannot overflow
-// (|x| <= 127: codes <= 15 allow all 8 products of a block, 4 per lane per step, 30480 at most;
-// 5-bit codes 4 products, 31496; q6_k's 6-bit codes, its low and high nibbles apart, 4, 32004)
-// and widen once per block or half block, so a 4-bit block costs per (row, half) 8 vpmaddubsw,
-// 7 adds and one vpmaddwd instead of 8, 4 and 4; each broadcast activation serves both halves,
-// each unpacked code vector R rows. q8_0's signed codes keep sign(x, w) · |w| (one product pair
-// per int16, 32512 at most) and widen every step, as llama.cpp's AVX2 q8_0 dot does; its gain is
-// the shared broadcasts and the per-block scaling done once per (row, half).
+// (a step adds one pair of products, |x| <= 127, per int16 lane: codes <= 15 allow all 8 steps of
+// a block, 30480 at most; 5-bit codes 4 steps, 31496; q6_k's 6-bit codes 2, 32004) and widen once
+// per block, half or quarter block, so a 4-bit block costs per (row, half) 8 vpmaddubsw, 8 adds
+// and one vpmaddwd instead of 8, 8 and 4. A step is one code vector's low nibbles or its high
+// ones (all low ones first: q6_k scales them apart), so one step's codes are 2 registers and 5
+// rows fit; each broadcast activation serves both halves, each unpacked code vector R rows.
+// q8_0's signed codes keep sign(x, w)·|w| (one pair already reaches 32512) and widen every
+// step, as llama.cpp's AVX2 q8_0 dot does; its gain is the shared broadcasts and the per-block
+// scaling done once per (row, half).
 //
 // The integer sums are exact, and per block the fp32 operations are packed_tile's (the same
 // formula: sc·(Σ·d_x - offset·d_x·Σx) + min·d_x·Σx), so results equal the single-half tile's.
@@ -34,33 +36,32 @@ FUSELM_INLINE void add16(__m256i& t, __m256i p) {
   __asm__("" : "+x"(t));
 }
 
-// Steps (code vectors q, each a low and a high vpmaddubsw per half) that an int16 sum of Q's
-// codes takes without overflow, see above; q8_0: one (kg) step.
+// Steps (one code vector's low or high nibbles, one vpmaddubsw per half and row) that an int16
+// sum of Q's codes takes without overflow, see above: 8 (a whole block) for 4-bit codes, 4 for
+// 5-bit, 2 for q6_k (whose low and high nibbles are summed apart anyway).
 template <QuantType Q>
-inline constexpr int kI16Steps = !packed_layout(Q).nibbles ? 1 : packed_layout(Q).fifth_bit ? 2 : 4;
+inline constexpr int kI16Steps = packed_layout(Q).sixth_bit ? 2 : packed_layout(Q).fifth_bit ? 4 : 8;
 
-// Activation rows per tile: q6_k keeps its low and high nibbles' sums apart (twice the registers).
+// Activation rows per tile. Nibble types: the int16 sums (2 per row), the codes of one step (2), a
+// broadcast and the nibble mask, 5 rows fill 14 of the 16 vector registers. q8_0: its int32 sums
+// (2 per row), both halves' codes and their absolute values, a broadcast, the ones: 4 rows, 14.
 template <QuantType Q>
-inline constexpr int kAvx2GemmRows = packed_layout(Q).scales16 ? 2 : 4;
+inline constexpr int kAvx2GemmRows = Q == QuantType::q8_0 ? 4 : 5;
 
-// Code vector q of a nibble block, half h (rows 8h..8h+7): low nibbles (k = 4q..4q+3 per lane)
-// and high ones (k = 16+4q..), the 5th (and 6th) bits or-ed in.
+// Step (part, q) of a nibble block, half h (rows 8h..8h+7): code vector q's low nibbles (part 0,
+// k = 4q..4q+3 per lane) or high ones (part 1, k = 16+4q..), the 5th (and 6th) bits or-ed in.
 template <QuantType Q>
-FUSELM_INLINE void unpack_half(const unsigned char* c, const uint64_t* bits, int q, int h, __m256i& lo, __m256i& hi) {
+FUSELM_INLINE __m256i unpack_part(const unsigned char* c, const uint64_t* bits, int part, int q, int h) {
   constexpr PackedLayout lay = packed_layout(Q);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i v = load32(c + 64 * q + 32 * h);
-  lo = _mm256_and_si256(v, m4);
-  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i codes = part ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
   if constexpr (lay.fifth_bit) {
     const auto* mb = reinterpret_cast<const uint8_t*>(bits);
-    lo = _mm256_or_si256(lo, bit_bytes(mb + 8 * q + 4 * h, 0x10));
-    hi = _mm256_or_si256(hi, bit_bytes(mb + 8 * (4 + q) + 4 * h, 0x10));
-    if constexpr (lay.sixth_bit) {
-      lo = _mm256_or_si256(lo, bit_bytes(mb + 64 + 8 * q + 4 * h, 0x20));
-      hi = _mm256_or_si256(hi, bit_bytes(mb + 64 + 8 * (4 + q) + 4 * h, 0x20));
-    }
+    codes = _mm256_or_si256(codes, bit_bytes(mb + 8 * (4 * part + q) + 4 * h, 0x10));
+    if constexpr (lay.sixth_bit) codes = _mm256_or_si256(codes, bit_bytes(mb + 64 + 8 * (4 * part + q) + 4 * h, 0x20));
   }
+  return codes;
 }
 
 // Adds block b's term of rows i0..i0+R, half h to acc: the int32 sums s (q6_k: s the low
@@ -118,41 +119,37 @@ FUSELM_INLINE void block_sums(const unsigned char* c, const uint64_t* bits, cons
       }
     }
   } else {
+    // Steps in the order low nibbles of q = 0..3, then high ones; an int16 sum per (half, row)
+    // over kI16Steps of them, then widened into s (q6_k: the high ones into s_hi).
     constexpr int steps = kI16Steps<Q>;
-    FUSELM_UNROLL(2)
-    for (int q0 = 0; q0 < 4; q0 += steps) {
-      __m256i t[2][R], t_hi[2][R];  // int16; t_hi: q6_k's high nibbles
+    FUSELM_UNROLL(4)
+    for (int st0 = 0; st0 < 8; st0 += steps) {
+      __m256i t[2][R];
       FUSELM_UNROLL(2)
       for (int h = 0; h < 2; ++h)
-        FUSELM_UNROLL(4)
-        for (int r = 0; r < R; ++r) t[h][r] = t_hi[h][r] = _mm256_setzero_si256();
-      FUSELM_UNROLL(4)
-      for (int q = q0; q < q0 + steps; ++q) {
-        __m256i lo[2], hi[2];
-        for (int h = 0; h < 2; ++h) unpack_half<Q>(c, bits, q, h, lo[h], hi[h]);
-        FUSELM_UNROLL(4)
+        FUSELM_UNROLL(8)
+        for (int r = 0; r < R; ++r) t[h][r] = _mm256_setzero_si256();
+      FUSELM_UNROLL(8)
+      for (int st = st0; st < st0 + steps; ++st) {
+        const int part = st / 4, q = st % 4;
+        const __m256i v0 = unpack_part<Q>(c, bits, part, q, 0), v1 = unpack_part<Q>(c, bits, part, q, 1);
+        FUSELM_UNROLL(8)
         for (int r = 0; r < R; ++r) {
-          const __m256i xl = _mm256_set1_epi32(load_i32(xb + r * k + 4 * q));
-          for (int h = 0; h < 2; ++h) add16(t[h][r], _mm256_maddubs_epi16(lo[h], xl));
-          const __m256i xh = _mm256_set1_epi32(load_i32(xb + r * k + 16 + 4 * q));
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (lay.scales16)
-              add16(t_hi[h][r], _mm256_maddubs_epi16(hi[h], xh));
-            else
-              add16(t[h][r], _mm256_maddubs_epi16(hi[h], xh));
-          }
+          const __m256i x = _mm256_set1_epi32(load_i32(xb + r * k + 16 * part + 4 * q));
+          add16(t[0][r], _mm256_maddubs_epi16(v0, x));
+          add16(t[1][r], _mm256_maddubs_epi16(v1, x));
         }
       }
+      const bool hi = lay.scales16 && st0 >= 4, first = st0 == 0 || (lay.scales16 && st0 == 4);
       FUSELM_UNROLL(2)
       for (int h = 0; h < 2; ++h)
-        FUSELM_UNROLL(4)
+        FUSELM_UNROLL(8)
         for (int r = 0; r < R; ++r) {
           const __m256i v = _mm256_madd_epi16(t[h][r], ones);
-          s[h][r] = q0 == 0 ? v : _mm256_add_epi32(s[h][r], v);
-          if constexpr (lay.scales16) {
-            const __m256i v_hi = _mm256_madd_epi16(t_hi[h][r], ones);
-            s_hi[h][r] = q0 == 0 ? v_hi : _mm256_add_epi32(s_hi[h][r], v_hi);
-          }
+          if (hi)
+            s_hi[h][r] = first ? v : _mm256_add_epi32(s_hi[h][r], v);
+          else
+            s[h][r] = first ? v : _mm256_add_epi32(s[h][r], v);
         }
     }
   }
@@ -186,30 +183,21 @@ void avx2_gemm_tile(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t 
   }
 }
 
+// The tile of min(rows, R) rows at i0 (rows > 0).
+template <QuantType Q, int R>
+FUSELM_INLINE void avx2_gemm_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0, int64_t rows) {
+  if constexpr (R > 1)
+    if (rows < R) return avx2_gemm_rows<Q, R - 1>(p, a, g, i0, rows);
+  avx2_gemm_tile<Q, R>(p, a, g, i0);
+}
+
 // Groups [g0, g1) for all m rows: a group's codes (16 rows × k) stay in L1 while every row tile
 // passes them.
 template <QuantType Q>
 void avx2_gemm_groups(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64_t g1) {
   constexpr int rows = kAvx2GemmRows<Q>;
   for (int64_t g = g0; g < g1; ++g)
-    for (int64_t i0 = 0; i0 < p.m; i0 += rows) {
-      switch (p.m - i0 >= rows ? rows : p.m - i0) {
-        case 4:
-          if constexpr (rows >= 4) {
-            avx2_gemm_tile<Q, 4>(p, a, g, i0);
-            break;
-          }
-          [[fallthrough]];
-        case 3:
-          if constexpr (rows >= 3) {
-            avx2_gemm_tile<Q, 3>(p, a, g, i0);
-            break;
-          }
-          [[fallthrough]];
-        case 2: avx2_gemm_tile<Q, 2>(p, a, g, i0); break;
-        default: avx2_gemm_tile<Q, 1>(p, a, g, i0); break;
-      }
-    }
+    for (int64_t i0 = 0; i0 < p.m; i0 += rows) avx2_gemm_rows<Q, rows>(p, a, g, i0, p.m - i0);
 }
 
 // Rows of x from which quant_linear_packed takes the tile on this path (one row: packed_tile's
