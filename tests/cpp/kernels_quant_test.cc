@@ -28,13 +28,14 @@ std::vector<int> scale_offsets(QuantType t) {
   }
 }
 
-/// n rows of random blocks: random bytes, with finite random f16 scales of either sign.
-std::vector<unsigned char> random_blocks(QuantType t, int64_t n, int64_t k, int64_t pad, uint32_t seed) {
+/// n rows of random blocks: random bytes (or all `fill`, 0..255), with finite random f16 scales of
+/// either sign.
+std::vector<unsigned char> random_blocks(QuantType t, int64_t n, int64_t k, int64_t pad, uint32_t seed, int fill = -1) {
   const QuantTypeInfo& info = quant_info(t);
   const int64_t ldw = quant_row_bytes(t, k) + pad;
   std::vector<unsigned char> w(static_cast<size_t>(n * ldw));
   std::mt19937 rng(seed);
-  for (auto& b : w) b = static_cast<unsigned char>(rng());
+  for (auto& b : w) b = static_cast<unsigned char>(fill >= 0 ? fill : rng());
   std::uniform_real_distribution<float> scale(-0.1f, 0.1f);
   for (int64_t j = 0; j < n; ++j)
     for (int64_t b = 0; b < k / info.block_elems; ++b)
@@ -52,10 +53,11 @@ struct QuantCase {
   int64_t pad = 0;  // extra elements (bytes for w) per row stride
   int threads = 0;
   bool packed = false;  // through QuantPacked / quant_linear_packed
+  bool extreme = false;  // the largest codes (every code byte 0xFF, q8_0's -128) and |x| = 127
   std::string name() const {
-    return fmt::format("{}_m{}_n{}_k{}{}{}{}{}", quant_info(type).name, m, n, k, bias ? "_bias" : "",
+    return fmt::format("{}_m{}_n{}_k{}{}{}{}{}{}", quant_info(type).name, m, n, k, bias ? "_bias" : "",
                        pad ? fmt::format("_pad{}", pad) : "", threads ? fmt::format("_t{}", threads) : "",
-                       packed ? "_packed" : "");
+                       packed ? "_packed" : "", extreme ? "_extreme" : "");
   }
 };
 
@@ -66,8 +68,10 @@ void check_quant(const QuantCase& c, uint32_t seed) {
   // The packed kernels quantize activations per 32 whatever the weight block (quant_packed.h).
   const int64_t lda = c.k + c.pad, ldy = c.n + c.pad, block = c.packed ? 32 : quant_info(c.type).block_elems;
   const int64_t ldw = quant_row_bytes(c.type, c.k) + c.pad * 2;
-  const auto x = random_floats(static_cast<size_t>(c.m * lda), seed);
-  const auto w = random_blocks(c.type, c.n, c.k, c.pad * 2, seed + 1);
+  auto x = random_floats(static_cast<size_t>(c.m * lda), seed);
+  if (c.extreme)  // every activation ±1: quantized to ±127, rows of either sign
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i / static_cast<size_t>(lda)) % 2 ? -1.f : 1.f;
+  const auto w = random_blocks(c.type, c.n, c.k, c.pad * 2, seed + 1, c.extreme ? (c.type == QuantType::q8_0 ? 0x80 : 0xFF) : -1);
   const auto bias = random_floats(static_cast<size_t>(c.n), seed + 2);
   std::vector<float> wf(static_cast<size_t>(c.n * c.k));
   for (int64_t j = 0; j < c.n; ++j) dequantize_row(c.type, &w[j * ldw], &wf[j * c.k], c.k);
@@ -154,10 +158,51 @@ TEST_P(QuantLinearIsa, PackedMatchesDequantizedReference) {
                                               // groups, a thread share starting at an odd group
                                               {t, 6, 64, 64}, {t, 7, 49, 96, true, 0, 2}, {t, 11, 32, 64, true, 0, 2},
                                               {t, 3, 48, 32, true}, {t, 13, 80, 288, true, 2, 2},
-                                              {t, 2, 1, 32, true}, {t, 21, 113, 64, false, 1, 2}}) {
+                                              {t, 2, 1, 32, true}, {t, 21, 113, 64, false, 1, 2},
+                                              // the avx2 path's tile (4 rows x one group, q6_k 2
+                                              // rows): only the first half of a group, remainders
+                                              {t, 10, 8, 64, true}, {t, 3, 24, 96}, {t, 6, 9, 32, false, 0, 2}}) {
       if (k_quant) c.k = 256 * ((c.k / 32 - 1) % 3 + 1);
       c.packed = true;
       check_quant(c, seed += 10);
+    }
+  }
+}
+
+// The largest codes against |x| = 127 in every block: the integer sums the kernels keep in int16
+// (the avx2 prefill tile) or int32 stay exact; prefill and decode shapes.
+TEST_P(QuantLinearIsa, PackedExtremeCodesDoNotOverflow) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  uint32_t seed = 3;
+  for (QuantType t : kAllQuantTypes) {
+    const int64_t k = quant_info(t).block_elems == 256 ? 512 : 96;
+    for (QuantCase c : std::vector<QuantCase>{{t, 5, 24, k, true}, {t, 1, 16, k}, {t, 2, 9, k, false, 0, 2}}) {
+      c.packed = c.extreme = true;
+      check_quant(c, seed += 10);
+      c.packed = false;  // and the row kernels on the raw blocks
+      check_quant(c, seed += 10);
+    }
+  }
+}
+
+// On the avx2 path every row of a prefill is what that row alone gives (decode: packed_tile), bit
+// for bit: the prefill tile's integer sums are exact and its fp32 operations per block the same.
+TEST_P(QuantLinearIsa, PackedAvx2PrefillRowsEqualDecode) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  if (std::string(quant_kernel_path()) != "avx2") GTEST_SKIP() << "not the avx2 packed kernels";
+  for (QuantType t : kAllQuantTypes) {
+    const int64_t m = 7, n = 40, k = quant_info(t).block_elems == 256 ? 512 : 160;
+    const auto x = random_floats(static_cast<size_t>(m * k), 41);
+    const auto w = random_blocks(t, n, k, 0, 42);
+    const auto bias = random_floats(static_cast<size_t>(n), 43);
+    const QuantPacked pw = QuantPacked::pack(t, w.data(), 0, n, k);
+    std::vector<float> y(static_cast<size_t>(m * n)), row(static_cast<size_t>(n));
+    quant_linear_packed(pw, x.data(), 0, bias.data(), y.data(), 0, m);
+    for (int64_t i = 0; i < m; ++i) {
+      quant_linear_packed(pw, x.data() + i * k, 0, bias.data(), row.data(), 0, 1);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[i * n + j], row[j]) << quant_info(t).name << " y[" << i << "," << j << "]";
     }
   }
 }
