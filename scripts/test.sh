@@ -8,12 +8,13 @@
 #                                   UndefinedBehaviorSanitizer (build-asan/), then a short serving
 #                                   test (request limits, streams, hang-ups, hostile clients) on
 #                                   that binary; any report fails
-#   scripts/test.sh --long [SECONDS] long mode: `fuselm verify` on the real checkpoints too slow for
-#                                   the default run (tests/python/test_verify.py with FUSELM_LONG=1:
-#                                   Gemma 3 270M as its GGUF and as an fp32 dir, Qwen2.5-Coder 0.5B;
-#                                   12 min on the shared 2-core machine), every family of the
-#                                   wrapper and hybrid parity lists, the sweep's parity cases
-#                                   (tests/python/test_sweep_parity.py), then the soak test
+#   scripts/test.sh --long [SECONDS] long mode: every case too slow for the default run (pytest ids
+#                                   holding long_, tests/python/long_mode.py, FUSELM_LONG=1): `fuselm
+#                                   verify` on the real checkpoints (Gemma 3 270M as its GGUF and as an
+#                                   fp32 dir, Qwen2.5-Coder 0.5B, SmolLM2 Q4_1), the 1- and 300-token
+#                                   prompts of every parity family, every tool template, every GGUF
+#                                   architecture's file, every wrapper, hybrid and sweep family; then
+#                                   the soak test
 #                                   (tests/soak/soak.py, default 120 s of concurrent clients against
 #                                   `fuselm serve` on build/fuselm)
 set -euo pipefail
@@ -42,11 +43,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   exit 0
 fi
 if [ "${1:-}" = "--long" ]; then
-  echo "test: fuselm verify on the long real checkpoints (tests/python/test_verify.py, FUSELM_LONG=1)"
+  echo "test: the long cases (pytest ids holding long_: real checkpoints, every prompt length, family, template and GGUF architecture)"
   scripts/fetch_real_checkpoints.sh >/dev/null
-  FUSELM_LONG=1 .venv/bin/python -m pytest -q tests/python/test_verify.py tests/python/test_gguf_processors.py \
-    tests/python/test_multimodal_wrappers.py tests/python/test_hybrid_capture.py tests/python/test_hybrid_parity.py \
-    tests/python/test_sweep_parity.py tests/python/test_tensor_parallel.py -k long_
+  FUSELM_LONG=1 .venv/bin/python -m pytest -q -n "${FUSELM_TEST_WORKERS:-2}" --dist loadfile tests/python -k long_
   echo "test: soak test (tests/soak/soak.py)"
   exec .venv/bin/python tests/soak/soak.py --seconds "${2:-120}"
 fi

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("gguf")
 
+import long_mode  # noqa: E402
 from test_tokenizer import check_tokenizer, corpus  # noqa: E402
 from test_tokenizer_spm import inp_strings, vocab_dir  # noqa: E402,F401  (vocab_dir: the fixture)
 
@@ -57,7 +58,7 @@ def test_sentencepiece_gguf_tokenizer(name, vocab_dir, tmp_path):  # noqa: F811
     assert check_tokenizer(path, tmp_path, strings) == len(strings)
 
 
-@pytest.mark.parametrize("name", ["qwen2", "llama-bpe", "qwen35"])
+@pytest.mark.parametrize("name", long_mode.split(["qwen2", "llama-bpe", "qwen35"], default=["qwen2"]))
 def test_byte_level_gguf_tokenizer_with_a_split_regex(name, vocab_dir, tmp_path):  # noqa: F811
     """Byte-level BPE vocabularies whose tokenizer.ggml.pre names a split regex (qwen2, llama3's
     llama-bpe, qwen35): fuselm's tokenizer.json splits as transformers reads the same file (its

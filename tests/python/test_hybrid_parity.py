@@ -30,9 +30,11 @@ import pytest
 import torch
 
 import hybrid_models
+import long_mode
 from parity import REL_TOL, TIES, check_parity, hf_greedy, hf_logits, hf_model
 
 PROMPT_LENGTHS = [1, 7, 300]
+LENGTHS = {"1_7": [1, 7], "300": [300]}
 CHUNK = 64
 LONG = os.environ.get("FUSELM_LONG") == "1"
 DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models.INLINE_RECURRENCE]
@@ -55,12 +57,12 @@ def model_dir(family, model_cache):
     return d
 
 
-def check_prompts(family, fuselm_bin, model_cache, tmp_path):
+def check_prompts(family, fuselm_bin, model_cache, tmp_path, lengths=PROMPT_LENGTHS):
     d = model_dir(family, model_cache)
     model = hf_model(d)
     vocab = model.config.vocab_size
     worst = 0.0
-    for length in PROMPT_LENGTHS:
+    for length in lengths:
         worst = max(worst, check_parity(f"hybrid_{family}/{length}", fuselm_bin, d,
                                         prompt_of(length, vocab, seed=length), tmp_path, model=model))
     print(f"\n{family}: max relative logit difference {worst:.2e}; ties accepted: "
@@ -107,9 +109,11 @@ def check_chunked(family, fuselm_bin, model_cache, tmp_path):
     print(f"\n{family}: 300 tokens in chunks of {CHUNK}: max |logprob diff| {diff:.2e}")
 
 
+# The 300-token prompt whole runs in long mode; the default run feeds it in chunks (the test below).
+@pytest.mark.parametrize("lengths", long_mode.split(LENGTHS, default=["1_7"]))
 @pytest.mark.parametrize("family", IN_CI)
-def test_hybrid_parity(family, fuselm_bin, model_cache, tmp_path):
-    check_prompts(family, fuselm_bin, model_cache, tmp_path)
+def test_hybrid_parity(family, lengths, fuselm_bin, model_cache, tmp_path):
+    check_prompts(family, fuselm_bin, model_cache, tmp_path, LENGTHS[lengths])
 
 
 @pytest.mark.parametrize("family", IN_CI)

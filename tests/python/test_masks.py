@@ -76,7 +76,7 @@ def attention_ops(model_dir) -> list[dict]:
     return [dict(zip(names, n["args"])) for n in ir["nodes"] if n["op"] == "fuselm.attention.default"]
 
 
-def test_window_only_in_the_mask(fuselm_bin, model_cache, tmp_path):
+def test_long_window_only_in_the_mask(fuselm_bin, model_cache, tmp_path):
     model_dir = sliding_qwen2_moe(model_cache, window=True)
     model = hf_model(model_dir)
     # The window is not in the attention call: transformers' attention module never passes it.

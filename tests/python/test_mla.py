@@ -16,12 +16,15 @@ from torch import nn
 import torch.nn.functional as F
 
 import fuselm_runner
+import long_mode
 import toy_lm
 import mla_models
 from parity import TIES, check_parity, hf_model
 from test_fusers import entry, inspect
 
-PROMPT_LENGTHS = [1, 7, 300]
+# Prompt lengths per case: the 7-token prompt; 1 and 300 tokens in long mode. The fallback path
+# (MLA unfused) runs in long mode.
+LENGTHS = {"7": [7], "1_300": [1, 300]}
 PATHS = {"latent": [], "fallback": ["--disable-fuser", "mla"]}
 
 
@@ -43,9 +46,10 @@ def attention_modules(report: dict) -> set[str]:
 
 # ---------------------------------------------------------------- parity with transformers
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("lengths", long_mode.split(LENGTHS, default=["7"]))
+@pytest.mark.parametrize("path", long_mode.split(PATHS, default=["latent"]))
 @pytest.mark.parametrize("family", list(mla_models.MLA_FAMILIES))
-def test_mla_parity(family, path, fuselm_bin, model_cache, tmp_path):
+def test_mla_parity(family, path, lengths, fuselm_bin, model_cache, tmp_path):
     model_dir = family_dir(model_cache, family)
     cfg = mla_models.make_config(family)
     # The path under test is the one that ran: every attention layer latent, or none.
@@ -55,7 +59,7 @@ def test_mla_parity(family, path, fuselm_bin, model_cache, tmp_path):
     assert len(attention_modules(r)) == cfg.num_hidden_layers
     model = hf_model(model_dir)
     worst = 0.0
-    for length in PROMPT_LENGTHS:
+    for length in LENGTHS[lengths]:
         worst = max(worst, check_parity(f"mla/{family}/{path}/{length}", fuselm_bin, model_dir,
                                         prompt_of(length, cfg.vocab_size, seed=length), tmp_path, model=model,
                                         extra=PATHS[path]))

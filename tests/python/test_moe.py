@@ -15,11 +15,13 @@ import pytest
 import torch
 
 import family_status
+import long_mode
 import fuselm_runner
 import moe_models
 from parity import TIES, check_parity, hf_logits, hf_model
 
-PROMPT_LENGTHS = [1, 7, 300]
+# Prompt lengths per case: every family runs the 7-token prompt; 1 and 300 tokens in long mode.
+LENGTHS = {"7": [7], "1_300": [1, 300]}
 
 # Families whose attention needs ops the MoE work does not add (DeepSeek's MLA builds its key with
 # new_empty + copy_, DeepSeek-V2's rope is complex-valued); they run once those ops exist (with the
@@ -49,8 +51,9 @@ def missing_op(fuselm_bin, model_dir, tmp_path) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("lengths", long_mode.split(LENGTHS, default=["7"]))
 @pytest.mark.parametrize("family", family_status.params(moe_models.MOE_FAMILIES))
-def test_moe_family_parity(family, fuselm_bin, model_cache, tmp_path):
+def test_moe_family_parity(family, lengths, fuselm_bin, model_cache, tmp_path):
     model_dir = model_dir_of(family, model_cache)
     if family in NEEDS_OTHER_OPS:
         lacking = missing_op(fuselm_bin, model_dir, tmp_path)
@@ -59,7 +62,7 @@ def test_moe_family_parity(family, fuselm_bin, model_cache, tmp_path):
     vocab = moe_models.make_config(family).vocab_size
     model = hf_model(model_dir)
     worst = 0.0
-    for length in PROMPT_LENGTHS:
+    for length in LENGTHS[lengths]:
         worst = max(worst, check_parity(f"{family}/{length}", fuselm_bin, model_dir,
                                         prompt_of(length, vocab, seed=length), tmp_path, model=model))
     print(f"\n{family}: max relative logit difference {worst:.2e}; ties accepted: "

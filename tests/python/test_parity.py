@@ -1,6 +1,6 @@
 """Parity with transformers (the oracle) on tiny random-weight models of every supported family.
 
-For prompts of 1, 7 and 300 tokens: fuselm's greedy 32 tokens equal transformers' greedy decoding,
+For prompts of 7 tokens (and of 1 and 300 in long mode, long_mode.py): fuselm's greedy 32 tokens equal transformers' greedy decoding,
 and every logits row (prompt positions and decode steps) is within 1e-3 x max|logit| of
 transformers' full forward over the same tokens. Where transformers' own top two logits are within
 that tolerance (a true tie) either token is accepted; such ties are counted and printed.
@@ -12,11 +12,13 @@ import pytest
 import torch
 
 import family_status
+import long_mode
 import fuselm_runner
 import tiny_models
 from parity import NEW_TOKENS, REL_TOL, TIES, check_parity, hf_greedy, hf_logits, hf_model  # noqa: F401
 
-PROMPT_LENGTHS = [1, 7, 300]
+# Prompt lengths per case: every family runs the 7-token prompt; 1 and 300 tokens in long mode.
+LENGTHS = {"7": [7], "1_300": [1, 300]}
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +31,15 @@ def prompt_of(length: int, vocab: int, seed: int) -> list[int]:
     return [int(x) for x in g.integers(0, vocab, size=length)]
 
 
+@pytest.mark.parametrize("lengths", long_mode.split(LENGTHS, default=["7"]))
 @pytest.mark.parametrize("family", family_status.params(tiny_models.FAMILIES))
-def test_tiny_family_parity(family, fuselm_bin, model_cache, tmp_path):
+def test_tiny_family_parity(family, lengths, fuselm_bin, model_cache, tmp_path):
     model_dir = model_cache / family
     if not (model_dir / "config.json").exists():
         tiny_models.build(family, model_dir)
     vocab = tiny_models.make_config(family).vocab_size
     worst = 0.0
-    for length in PROMPT_LENGTHS:
+    for length in LENGTHS[lengths]:
         worst = max(worst, check_parity(f"{family}/{length}", fuselm_bin, model_dir,
                                         prompt_of(length, vocab, seed=length), tmp_path))
     print(f"\n{family}: max relative logit difference {worst:.2e}; ties accepted: "

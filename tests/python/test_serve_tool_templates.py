@@ -16,12 +16,16 @@ import jsonschema
 import openai
 import pytest
 
+import long_mode
 from chat_template_oracle import transformers_render
 from fuselm_server import Server, model_with_template
 from test_smollm2_parity import smollm2_dir  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = sorted(p.name for p in (ROOT / "tests/data/chat-templates").glob("*.jinja"))
+DEFAULT_TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                     "mistralai-Mistral-Nemo-Instruct-2407.jinja", "openai-gpt-oss-120b.jinja",
+                     "google-gemma-4-31B-it.jinja"]
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"],
@@ -51,7 +55,8 @@ def call_text(template: str, bos: str, eos: str) -> str:
     return turn[p:len(turn) - s]
 
 
-@pytest.mark.parametrize("template", TEMPLATES)
+# The default run takes one template of each common tool-call format; long mode runs every template.
+@pytest.mark.parametrize("template", long_mode.split(TEMPLATES, default=DEFAULT_TEMPLATES))
 def test_template_tools_end_to_end(fuselm_bin, smollm2_dir, tmp_path, template):  # noqa: F811
     d = model_with_template(smollm2_dir, tmp_path / "model", template)
     server = Server(fuselm_bin, d, ["--kv-cache-memory", "128MiB"], tmp_path / "serve.log")

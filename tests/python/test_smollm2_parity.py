@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import fuselm_runner
+import long_mode
 from parity import NEW_TOKENS, TIES, check_parity, hf_logits, hf_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +78,7 @@ def hf_fp32(smollm2_dir):
     return hf_model(smollm2_dir)
 
 
-@pytest.mark.parametrize("length", PROMPT_LENGTHS)
+@pytest.mark.parametrize("length", long_mode.split(PROMPT_LENGTHS, default=[7]))  # 1, 300: long mode
 def test_smollm2_fp32_parity(length, fuselm_bin, smollm2_dir, text_ids, hf_fp32, tmp_path):
     name = f"smollm2/{length}"
     prompt = text_ids[:length]

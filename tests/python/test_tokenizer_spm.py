@@ -262,7 +262,7 @@ def test_sentencepiece_bpe(name, spm_specs, vocab_dir, tmp_path):
     assert run_check(spm_specs[name], tmp_path, strings) > 900
 
 
-def test_unigram_xlmr(vocab_dir, tmp_path):
+def test_long_unigram_xlmr(vocab_dir, tmp_path):
     strings = (corpus() + SPM_EXTRA + inp_strings(vocab_dir, "nomic-bert-moe")
                + ["<mask>", "a <mask>"])
     run_check(xlmr_unigram(vocab_dir), tmp_path, strings)

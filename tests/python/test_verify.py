@@ -73,7 +73,7 @@ def test_verify_fp32_dir_passes_exact(fuselm_bin, cache):
     assert any(r.get("passes") for r in records(cache))
 
 
-def test_verify_q4_1_gguf_passes_quantized(fuselm_bin, real, cache):
+def test_long_verify_q4_1_gguf_passes_quantized(fuselm_bin, real, cache):
     rc, report, _, err = verify(fuselm_bin, real["smollm2-q4_1"], cache, "--json")
     assert rc == 0, err[-3000:]
     assert report["verdict"] == "pass" and report["rule"].startswith("quantized")
