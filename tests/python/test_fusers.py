@@ -18,6 +18,7 @@ from torch import nn
 import torch.nn.functional as F
 
 import fuselm_runner
+import long_mode
 import toy_lm
 import tiny_models
 
@@ -432,7 +433,11 @@ PLANNED = ("llama", "qwen2", "mistral", "gemma", "qwen3", "gemma2", "gemma3_text
            "gpt_bigcode_mqa", "gpt_bigcode_mha", "gpt_neox")
 
 
-@pytest.mark.parametrize("family", [f for f in tiny_models.FAMILIES if f in PLANNED])
+# The default run takes one family per plan shape (separate q/k/v with GLU, sliding window with q/k
+# norms, packed qkv and gate_up, multi-query, parallel residual, ReLU MLP); long mode takes them all.
+@pytest.mark.parametrize("family", long_mode.split([f for f in tiny_models.FAMILIES if f in PLANNED],
+                                                   default=["llama", "gemma3_text", "phi3", "gpt_bigcode_mqa",
+                                                            "gpt_neox", "opt"]))
 def test_family_plan_fused_unfused_and_transformers(family, family_dir, fuselm_bin, tmp_path):
     """Every parity family: inspect's plan is the expected one on every layer, and logits with all
     fusers on equal --no-fuse (fp32 rounding) and transformers (test_parity covers longer prompts,
