@@ -806,6 +806,25 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
   with_packed_type(p.w->type(), [&]<QuantType Q>() { packed_simd_rows<Q>(p, a, g0, g1, i_begin); });
 }
 
+// quantize_acts' row loop, shared by the ISA paths: for rows [i0, i1), each block of `block` values
+// goes through quantize_block(xb, qb, sums16) (its int8 codes, its Σq per 16, its scale returned),
+// then each row's dsum [k/32] = d · Σq per 32.
+template <class QuantizeBlock>
+void quantize_rows(const float* x, int64_t lda, int64_t i0, int64_t i1, int64_t k, int64_t block, int8_t* q,
+                   float* d, int16_t* sum16, float* dsum, QuantizeBlock quantize_block) {
+  const int64_t nb = k / block;
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* xr = x + i * lda;
+    int8_t* qr = q + i * k;
+    float* dr = d + i * nb;
+    int16_t* sr = sum16 + i * (k / 16);
+    for (int64_t b = 0; b < nb; ++b) dr[b] = quantize_block(xr + b * block, qr + b * block, sr + b * block / 16);
+    float* dsr = dsum + i * (k / 32);
+    for (int64_t c = 0; c < k / 32; ++c)
+      dsr[c] = dr[c * 32 / block] * static_cast<float>(sr[2 * c] + sr[2 * c + 1]);
+  }
+}
+
 #if FUSELM_ISA_HAS_AVX512VNNI
 // quantize_acts on AVX-512: per 16 values |x| max, x·(127/amax) rounded to nearest even
 // (roundscale: the scalar loop's (v + 1.5·2^23) - 1.5·2^23 for |v| < 2^22), clamped to ±127,
@@ -813,35 +832,25 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
 // bits.
 [[maybe_unused]] void quantize_simd(const float* x, int64_t lda, int64_t i0, int64_t i1, int64_t k, int64_t block,
                                     int8_t* q, float* d, int16_t* sum16, float* dsum) {
-  const int64_t nb = k / block, nv = block / 16;
+  const int64_t nv = block / 16;
   const __m512 lim = _mm512_set1_ps(127.f), nlim = _mm512_set1_ps(-127.f);
-  for (int64_t i = i0; i < i1; ++i) {
-    const float* xr = x + i * lda;
-    int8_t* qr = q + i * k;
-    float* dr = d + i * nb;
-    int16_t* sr = sum16 + i * (k / 16);
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = xr + b * block;
-      __m512 m = _mm512_setzero_ps();
-      for (int64_t v = 0; v < nv; ++v) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * v)));
-      const float amax = _mm512_reduce_max_ps(m);
-      const float db = amax / 127.f;
-      const float id = db != 0.f ? 127.f / amax : 0.f;
-      dr[b] = db;
-      const __m512 idv = _mm512_set1_ps(id);
-      for (int64_t v = 0; v < nv; ++v) {
-        __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * v), idv),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        t = _mm512_max_ps(_mm512_min_ps(t, lim), nlim);
-        const __m512i iv = _mm512_cvtps_epi32(t);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + b * block + 16 * v), _mm512_cvtepi32_epi8(iv));
-        sr[(b * block) / 16 + v] = static_cast<int16_t>(_mm512_reduce_add_epi32(iv));
-      }
+  quantize_rows(x, lda, i0, i1, k, block, q, d, sum16, dsum, [&](const float* xb, int8_t* qb, int16_t* sb) {
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t v = 0; v < nv; ++v) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * v)));
+    const float amax = _mm512_reduce_max_ps(m);
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 127.f / amax : 0.f;
+    const __m512 idv = _mm512_set1_ps(id);
+    for (int64_t v = 0; v < nv; ++v) {
+      __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * v), idv),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      t = _mm512_max_ps(_mm512_min_ps(t, lim), nlim);
+      const __m512i iv = _mm512_cvtps_epi32(t);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16 * v), _mm512_cvtepi32_epi8(iv));
+      sb[v] = static_cast<int16_t>(_mm512_reduce_add_epi32(iv));
     }
-    float* dsr = dsum + i * (k / 32);
-    for (int64_t c = 0; c < k / 32; ++c)
-      dsr[c] = dr[c * 32 / block] * static_cast<float>(sr[2 * c] + sr[2 * c + 1]);
-  }
+    return db;
+  });
 }
 
 // The vnni path's packed kernel: one row (decode) on packed_tile's two chains, more on gemm_tile.
@@ -856,45 +865,33 @@ void packed_simd_from(const PackedProblem& p, const Q8Acts& a, int64_t g0, int64
 // 128-bit lanes); Σq per 16 one reduction. The same fp32 operations, so the same bits.
 [[maybe_unused]] void quantize_simd(const float* x, int64_t lda, int64_t i0, int64_t i1, int64_t k, int64_t block,
                                     int8_t* q, float* d, int16_t* sum16, float* dsum) {
-  const int64_t nb = k / block;
   const __m256 lim = _mm256_set1_ps(127.f), nlim = _mm256_set1_ps(-127.f), sign = _mm256_set1_ps(-0.f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int64_t i = i0; i < i1; ++i) {
-    const float* xr = x + i * lda;
-    int8_t* qr = q + i * k;
-    float* dr = d + i * nb;
-    int16_t* sr = sum16 + i * (k / 16);
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = xr + b * block;
-      __m256 m = _mm256_setzero_ps();
-      for (int64_t v = 0; v < block / 8; ++v) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * v)));
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
-      const float db = amax / 127.f;
-      const float id = db != 0.f ? 127.f / amax : 0.f;
-      dr[b] = db;
-      const __m256 idv = _mm256_set1_ps(id);
-      for (int64_t c = 0; c < block / 32; ++c) {
-        __m256i iv[4];
-        for (int v = 0; v < 4; ++v) {
-          __m256 t = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 32 * c + 8 * v), idv),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-          t = _mm256_max_ps(_mm256_min_ps(t, lim), nlim);
-          iv[v] = _mm256_cvtps_epi32(t);
-        }
-        const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + b * block + 32 * c), _mm256_permutevar8x32_epi32(packed, order));
-        const int64_t g = (b * block + 32 * c) / 16;
-        sr[g] = static_cast<int16_t>(hsum_i32x8(_mm256_add_epi32(iv[0], iv[1])));
-        sr[g + 1] = static_cast<int16_t>(hsum_i32x8(_mm256_add_epi32(iv[2], iv[3])));
+  quantize_rows(x, lda, i0, i1, k, block, q, d, sum16, dsum, [&](const float* xb, int8_t* qb, int16_t* sb) {
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t v = 0; v < block / 8; ++v) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * v)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 127.f / amax : 0.f;
+    const __m256 idv = _mm256_set1_ps(id);
+    for (int64_t c = 0; c < block / 32; ++c) {
+      __m256i iv[4];
+      for (int v = 0; v < 4; ++v) {
+        __m256 t = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 32 * c + 8 * v), idv),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm256_max_ps(_mm256_min_ps(t, lim), nlim);
+        iv[v] = _mm256_cvtps_epi32(t);
       }
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + 32 * c), _mm256_permutevar8x32_epi32(packed, order));
+      sb[2 * c] = static_cast<int16_t>(hsum_i32x8(_mm256_add_epi32(iv[0], iv[1])));
+      sb[2 * c + 1] = static_cast<int16_t>(hsum_i32x8(_mm256_add_epi32(iv[2], iv[3])));
     }
-    float* dsr = dsum + i * (k / 32);
-    for (int64_t c = 0; c < k / 32; ++c)
-      dsr[c] = dr[c * 32 / block] * static_cast<float>(sr[2 * c] + sr[2 * c + 1]);
-  }
+    return db;
+  });
 }
 #endif
 
