@@ -31,7 +31,8 @@ class DispatchRefused(RuntimeError):
     """A dispatch-point call that the fuselm op cannot express (names the point and the module)."""
 
 
-RECURRENT_OPS = ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule", "decay_softmax_scan")
+RECURRENT_OPS = ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule", "decay_softmax_scan",
+                 "linear_scan")
 
 # ACT2FN names whose function is SiLU: the only activation the convolution op applies.
 _SILU_NAMES = ("silu", "swish")

@@ -94,3 +94,17 @@ def decay_softmax_scan(k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, u: tor
 @decay_softmax_scan.register_fake
 def _decay_softmax_scan_fake(k, v, w, u, state_idx):
     return k.new_empty(k.shape)  # contiguous, as the engine's output
+
+
+@torch.library.custom_op("fuselm::linear_scan", mutates_args=())
+def linear_scan(a: torch.Tensor, b: torch.Tensor, state_idx: int) -> torch.Tensor:
+    """A diagonal (elementwise) linear recurrence over the tokens, RG-LRU's form. a, b [1, T, C] ->
+    [1, T, C]: h[t] = a[t] * h[t-1] + b[t] per channel, out[t] = h[t], h[-1] = 0 for a new
+    sequence (the state carried across a sequence's steps otherwise). Found by probes where a
+    recurrence is written inline (recurrence_by_hand.py). State: C (h after the last token)."""
+    raise RuntimeError("fuselm::linear_scan runs only in the fuselm engine")
+
+
+@linear_scan.register_fake
+def _linear_scan_fake(a, b, state_idx):
+    return b.new_empty(b.shape)

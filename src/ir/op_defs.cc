@@ -76,6 +76,11 @@ int64_t softmax_scan_state(const Graph& g, const Node& n, std::string& error) {
   return product(3, static_dim(g, n, "w", 0, error));
 }
 
+// linear_scan: [C], h after the last token, from b [1, T, C].
+int64_t linear_scan_state(const Graph& g, const Node& n, std::string& error) {
+  return static_dim(g, n, "b", 2, error);
+}
+
 /// A stateful op of capture (recurrent_ops.py): replicated under tensor parallelism (the op stays
 /// whole on every rank), its state index in "state_idx".
 OpDef recurrent(std::string_view name, std::vector<std::string_view> args, StateSize size) {
@@ -148,6 +153,7 @@ std::span<const OpDef> op_defs() {
       recurrent("fuselm.gated_delta_rule.default", {"q", "k", "v", "g", "beta", "use_qk_l2norm", "state_idx"},
                 delta_rule_state),
       recurrent("fuselm.decay_softmax_scan.default", {"k", "v", "w", "u", "state_idx"}, softmax_scan_state),
+      recurrent("fuselm.linear_scan.default", {"a", "b", "state_idx"}, linear_scan_state),
   };
   return kDefs;
 }

@@ -262,6 +262,73 @@ TEST(KernelsSoftmaxScan, SequencesInOneCallAreIndependent) {
   EXPECT_THROW(decay_softmax_scan(SoftmaxScanArgs{}, seqs), std::invalid_argument);
 }
 
+// ---- linear scan ----------------------------------------------------------------------------------
+
+/// h[t] = a[t]·h[t-1] + b[t] per channel from h0, in double; out [T][C], h0 left as the last h.
+std::vector<double> linear_scan_reference(const std::vector<float>& a, const std::vector<float>& b,
+                                          std::vector<double>& h, int64_t T, int64_t C) {
+  std::vector<double> out(T * C);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) out[t * C + c] = h[c] = double(a[t * C + c]) * h[c] + b[t * C + c];
+  return out;
+}
+
+// On every path: channels that fill no register block (70 = 4 blocks of 16 + 6, 2 on avx512's 64),
+// the lengths of kLengths in one call (a prompt), split in two (the second resumes from the
+// first's state), and one token per call (decode); decays of either sign up to |1|, output and
+// state against the double recurrence. a is read through a token stride wider than C (a strided
+// view, as a transposed tensor of the graph).
+TEST_P(KernelsRecurrent, LinearScanMatchesDoubleRecurrence) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  constexpr int64_t C = 70, AT = 75;
+  for (int64_t T : kLengths) {
+    auto a = random_floats(T * AT, 51, 0.6f);
+    for (float& x : a) x = std::clamp(x, -1.f, 1.f);
+    const auto b = random_floats(T * C, 52);
+    std::vector<float> dense(T * C);
+    for (int64_t t = 0; t < T; ++t) std::copy_n(a.begin() + t * AT, C, dense.begin() + t * C);
+    std::vector<double> h(C, 0.0);
+    const auto want = linear_scan_reference(dense, b, h, T, C);
+    for (int64_t step : {T, (T + 1) / 2, int64_t{1}}) {
+      SCOPED_TRACE(fmt::format("T={} step={}", T, step));
+      std::vector<float> out(T * C, NAN), state(C, NAN);
+      LinearScanArgs la;
+      la.a = a.data(), la.a_t = AT, la.b = b.data(), la.b_t = C, la.out = out.data(), la.o_t = C, la.channels = C;
+      for (int64_t first = 0; first < T; first += step) {
+        const RecurrentSeq s{first, std::min(step, T - first), state.data(), first == 0};
+        linear_scan(la, {&s, 1});
+      }
+      double err = 0;
+      for (int64_t i = 0; i < T * C; ++i) err = std::max(err, std::fabs(out[i] - want[i]) / (1 + std::fabs(want[i])));
+      EXPECT_LT(err, 1e-5);
+      double serr = 0;
+      for (int64_t c = 0; c < C; ++c) serr = std::max(serr, std::fabs(state[c] - h[c]) / (1 + std::fabs(h[c])));
+      EXPECT_LT(serr, 1e-5);
+    }
+  }
+}
+
+// Two sequences in one call, one new (its slot garbage), one resuming: each as alone; bad args throw.
+TEST_P(KernelsRecurrent, LinearScanSequencesInOneCall) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  constexpr int64_t C = 9, T = 11;
+  const auto a = random_floats(T * C, 61, 0.5f), b = random_floats(T * C, 62);
+  std::vector<float> out(T * C, NAN), sa(C, NAN), sb = random_floats(C, 63);
+  std::vector<double> ha(C, 0.0), hb(sb.begin(), sb.end());
+  const auto want_a = linear_scan_reference({a.begin(), a.begin() + 4 * C}, {b.begin(), b.begin() + 4 * C}, ha, 4, C);
+  const auto want_b = linear_scan_reference({a.begin() + 4 * C, a.end()}, {b.begin() + 4 * C, b.end()}, hb, 7, C);
+  LinearScanArgs la;
+  la.a = a.data(), la.a_t = C, la.b = b.data(), la.b_t = C, la.out = out.data(), la.o_t = C, la.channels = C;
+  const RecurrentSeq seqs[] = {{0, 4, sa.data(), true}, {4, 7, sb.data(), false}};
+  linear_scan(la, seqs);
+  for (int64_t i = 0; i < 4 * C; ++i) EXPECT_NEAR(out[i], want_a[i], 1e-5);
+  for (int64_t i = 0; i < 7 * C; ++i) EXPECT_NEAR(out[4 * C + i], want_b[i], 1e-5);
+  for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(sb[c], hb[c], 1e-5);
+  EXPECT_THROW(linear_scan(LinearScanArgs{}, seqs), std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(, KernelsRecurrent, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);
 
 }  // namespace

@@ -245,6 +245,28 @@ void softmax_scan_case() {
   expect_states(states, st, 1e-5);
 }
 
+// ---- linear scan: h = a·h + b, y = h; a strided (a transposed view), its [C] state -----------------
+
+void linear_scan_case() {
+  const int64_t C = 6;
+  Host a = rand_host(DType::f32, {1, kT, C}, 61, -1.2, 1.2), b = rand_host(DType::f32, {1, kT, C}, 62);
+  kv::StateCache states = make_states(C);
+  auto st = start_states(states);
+  Host want{DType::f32, b.shape, std::vector<double>(b.numel())};
+  for (size_t i = 0; i < kSeqs.size(); ++i)
+    for (int64_t t = kSeqs[i].first; t < kSeqs[i].first + kSeqs[i].count; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double& h = st[i][c];
+        h = at(a, {0, t, c}) * h + at(b, {0, t, c});
+        want.v[t * C + c] = h;
+      }
+  OpGraph g;
+  int an = g.input(a, Layout::strided), bn = g.input(b);
+  g.output(g.op("fuselm.linear_scan.default", {R(an), R(bn), I(0)}, DType::f32, b.shape));
+  expect_close(run_batch(g, states), want, 1e-5, 1e-5);
+  expect_states(states, st, 1e-5);
+}
+
 // The errors: no state cache, a sequence without a slot; both name the op.
 void expect_state_errors() {
   const int64_t C = 3, K = 2;
@@ -286,6 +308,7 @@ void add_recurrent_cases(std::map<std::string, std::function<void()>>& m) {
     delta_case(true);
   };
   m["fuselm.decay_softmax_scan.default"] = softmax_scan_case;
+  m["fuselm.linear_scan.default"] = linear_scan_case;
 }
 
 }  // namespace fuselm::runtime::testing

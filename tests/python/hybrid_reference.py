@@ -121,8 +121,19 @@ def decay_softmax_scan(k, v, w, u, state_idx):
     return out.to(k.dtype)
 
 
+def linear_scan(a, b, state_idx):
+    """h[t] = a[t]·h[t-1] + b[t] from h = 0, out[t] = h[t], in float64 (the docstring's loop)."""
+    h = torch.zeros(b.shape[2], dtype=torch.float64)
+    out = torch.empty(b.shape, dtype=torch.float64)
+    for i in range(b.shape[1]):
+        h = a[0, i].double() * h + b[0, i].double()
+        out[0, i] = h
+    return out.to(b.dtype)
+
+
 REFERENCE = {"causal_conv1d": causal_conv1d, "ssd_scan": ssd_scan, "selective_scan": selective_scan,
-             "gated_delta_rule": gated_delta_rule, "decay_softmax_scan": decay_softmax_scan, "attention": attention,
+             "gated_delta_rule": gated_delta_rule, "decay_softmax_scan": decay_softmax_scan, "linear_scan": linear_scan,
+             "attention": attention,
              "experts": experts}
 
 

@@ -223,7 +223,7 @@ def test_inspect_lists_each_stateful_op_and_the_bytes_the_server_holds(fuselm_bi
     assert [op["state_idx"] for op in ops] == list(range(len(ops))) and ops
     assert {op["op"] for op in ops} <= {"fuselm.causal_conv1d.default", "fuselm.ssd_scan.default",
                                         "fuselm.selective_scan.default", "fuselm.gated_delta_rule.default",
-                                        "fuselm.decay_softmax_scan.default"}
+                                        "fuselm.decay_softmax_scan.default", "fuselm.linear_scan.default"}
     assert state["bytes_per_sequence"] == sum(op["bytes_per_sequence"] for op in ops)
     assert state["bytes_per_sequence"] == server.metrics()["state_slot_bytes"]
     text = subprocess.run([str(fuselm_bin), "inspect", str(model_dir), "--no-capture"], capture_output=True, text=True,

@@ -475,6 +475,9 @@ ELSEWHERE = {
     "fuselm.decay_softmax_scan.default": "needs the engine's state slots; put in where a recurrence written inline "
                                          "is proved: test_recurrence_by_hand, runtime_recurrent_ops_test, "
                                          "kernels_recurrent_test (against its definition in double)",
+    "fuselm.linear_scan.default": "needs the engine's state slots; put in where a recurrence written inline is "
+                                  "proved: test_recurrence_by_hand, runtime_recurrent_ops_test, kernels_recurrent_test "
+                                  "(against the recurrence in double)",
 }
 
 

@@ -8,6 +8,7 @@
 //   fuselm.gated_delta_rule(q, k [1,T,Hk,Dk], v [1,T,Hv,Dv], g [1,T,Hv] | [1,T,Hv,Dk], beta [1,T,Hv],
 //                           use_qk_l2norm, state_idx) -> [1,T,Hv,Dv]
 //   fuselm.decay_softmax_scan(k, v [1,T,C], w [C], u [C], state_idx) -> [1,T,C]
+//   fuselm.linear_scan(a, b [1,T,C], state_idx) -> [1,T,C]
 // Like fuselm.attention they know the sequences of the flattened batch: each sequence's tokens run
 // from the state in its slot of the StateCache (state `state_idx`; zeros when the sequence has no
 // earlier tokens) and the state after its last token is written back. The kernels and the state
@@ -296,6 +297,26 @@ void decay_softmax_scan(OpCall& c) {
   finish(c, out);
 }
 
+// ---- fuselm.linear_scan ------------------------------------------------------------------------
+
+void linear_scan(OpCall& c) {
+  const Tensor& b = c.tensor("b");
+  if (b.ndim != 3 || b.shape[0] != 1) c.fail("expected b [1, T, C], got " + b.describe());
+  const int64_t T = b.shape[1], C = b.shape[2];
+  expect_shape(c, c.tensor("a"), "a", {1, T, C});
+  Scratch sa(c.ctx), sb(c.ctx);
+  const Tensor af = f32_view(c.tensor("a"), sa, true), bf = f32_view(b, sb, true);
+  Tensor out = c.alloc(DType::f32, b.sizes());
+  const auto seqs = sequences(c, C, T);
+  kernels::LinearScanArgs a;
+  a.a = af.ptr<float>(), a.a_t = af.strides[1];
+  a.b = bf.ptr<float>(), a.b_t = bf.strides[1];
+  a.out = out.ptr<float>(), a.o_t = out.strides[1];
+  a.channels = C;
+  if (T > 0 && C > 0) kernels::linear_scan(a, seqs);
+  finish(c, out);
+}
+
 }  // namespace
 
 void register_recurrent_ops(OpRegistry& r) {
@@ -304,6 +325,7 @@ void register_recurrent_ops(OpRegistry& r) {
   r.add("fuselm.selective_scan.default", selective_scan);
   r.add("fuselm.gated_delta_rule.default", gated_delta_rule);
   r.add("fuselm.decay_softmax_scan.default", decay_softmax_scan);
+  r.add("fuselm.linear_scan.default", linear_scan);
 }
 
 }  // namespace fuselm::runtime::ops

@@ -18,9 +18,11 @@ namespace fuselm::kernels {
 
 const RecurrentKernels kRecurrentKernelsGeneric = make_recurrent_kernels<Isa::generic>();
 
+const RecurrentKernels& recurrent_kernels() { return isa_kernels<RecurrentKernels>(); }
+
 namespace {
 
-const RecurrentKernels& rk() { return isa_kernels<RecurrentKernels>(); }
+const RecurrentKernels& rk() { return recurrent_kernels(); }
 
 // Tokens of one chunk of the chunked forms (transformers' fallbacks use 64 too).
 constexpr int64_t kChunk = 64;

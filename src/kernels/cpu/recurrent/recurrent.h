@@ -144,4 +144,21 @@ struct SoftmaxScanArgs {
 inline constexpr float kSoftmaxScanFreshMax = -1e38f;
 void decay_softmax_scan(const SoftmaxScanArgs& a, std::span<const RecurrentSeq> seqs);
 
+/// Diagonal linear scan (a first-order elementwise recurrence with a per-token decay; RG-LRU's
+/// form). a, b [T, C] (token strides a_t, b_t, unit channel stride), out [T, C] (o_t). For each
+/// channel c: h[t] = a[t]·h[t-1] + b[t], out[t] = h[t], h[-1] from the state [C] (zeros for a fresh
+/// sequence); the state holds h after the sequence's last token. Sequential in the tokens: each
+/// block of channels keeps its h in registers over the sequence's new tokens (a prompt or one
+/// decode step alike). Throws std::invalid_argument for null pointers or channels < 1.
+struct LinearScanArgs {
+  const float* a = nullptr;
+  int64_t a_t = 0;
+  const float* b = nullptr;
+  int64_t b_t = 0;
+  float* out = nullptr;
+  int64_t o_t = 0;
+  int64_t channels = 0;
+};
+void linear_scan(const LinearScanArgs& a, std::span<const RecurrentSeq> seqs);
+
 }  // namespace fuselm::kernels

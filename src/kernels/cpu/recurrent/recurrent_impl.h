@@ -41,9 +41,15 @@ struct RecurrentKernels {
   void (*softplus_inplace)(float* x, int64_t n);
   /// x[i] <- silu(x[i]) over n floats.
   void (*silu_inplace)(float* x, int64_t n);
+  /// `tokens` steps of the linear scan over n channels: h[c] <- a[t][c]·h[c] + b[t][c], out[t][c] =
+  /// h[c] (token strides a_t, b_t, o_t).
+  void (*linear_rows)(float* h, const float* a, int64_t a_t, const float* b, int64_t b_t, float* out, int64_t o_t,
+                      int64_t tokens, int64_t n);
 };
 
 extern const RecurrentKernels kRecurrentKernelsGeneric;
+/// The table of the path in use (recurrent.cc, where the per-level tables are declared).
+const RecurrentKernels& recurrent_kernels();
 
 namespace {  // NOLINT
 
@@ -317,11 +323,44 @@ void rec_silu_inplace(float* x, int64_t n) {
   }
 }
 
+// Up to kBlockVecs vectors of h stay in registers over all the tokens: the step is one fma per
+// vector, so independent vectors hide its latency.
+template <class V, int NV>
+FUSELM_INLINE void linear_rows_block(float* h, const float* a, int64_t a_t, const float* b, int64_t b_t, float* out,
+                                     int64_t o_t, int64_t tokens, const int (&rem)[NV]) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R s[NV];
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) s[v] = V::loadn(h + v * W, rem[v]);
+  for (int64_t t = 0; t < tokens; ++t) {
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      s[v] = V::fma(V::loadn(a + t * a_t + v * W, rem[v]), s[v], V::loadn(b + t * b_t + v * W, rem[v]));
+      V::storen(out + t * o_t + v * W, s[v], rem[v]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) V::storen(h + v * W, s[v], rem[v]);
+}
+
+template <Isa I>
+void rec_linear_rows(float* h, const float* a, int64_t a_t, const float* b, int64_t b_t, float* out, int64_t o_t,
+                     int64_t tokens, int64_t n) {
+  using V = Vec<I>;
+  constexpr int W = V::W;
+  for (int64_t c = 0; c < n; c += kBlockVecs * W) {
+    int rem[kBlockVecs];
+    for (int v = 0; v < kBlockVecs; ++v) rem[v] = static_cast<int>(std::clamp<int64_t>(n - c - v * W, 0, W));
+    linear_rows_block<V, kBlockVecs>(h + c, a + c, a_t, b + c, b_t, out + c, o_t, tokens, rem);
+  }
+}
+
 template <Isa I>
 constexpr RecurrentKernels make_recurrent_kernels() {
   return {&rec_gemm<I>,        &rec_ssd_step<I>,   &rec_selective_step<I>, &rec_delta_step<I>,
           &rec_decayed_dot<I>, &rec_conv_rows<I>, &rec_exp_inplace<I>, &rec_scale_mul<I>,
-          &rec_dot_fn<I>,      &rec_softplus_inplace<I>, &rec_silu_inplace<I>};
+          &rec_dot_fn<I>,      &rec_softplus_inplace<I>, &rec_silu_inplace<I>, &rec_linear_rows<I>};
 }
 
 }  // namespace
