@@ -244,8 +244,8 @@ def _fit(site: Site, kn, vn):
     return _match(w, site, env, "log decay"), _match(u, site, env, "current token's bonus")
 
 
-def prove(site: Site) -> tuple:
-    """(k node, v node, w node, u node) of the site, verified on random probes."""
+def _prove_softmax(site: Site) -> tuple:
+    """(k node, v node, w node, u node) of a decayed softmax scan, verified on random probes."""
     C, T = site.channels, site.T
     failures = []
     for kn, vn in (site.sources, site.sources[::-1]):
@@ -265,27 +265,102 @@ def prove(site: Site) -> tuple:
     raise NotRecurrence(failures[0])
 
 
+def linear_scan(a, b) -> torch.Tensor:
+    """h[t] = a[t]·h[t-1] + b[t] from h = 0, in float64 (a, b [1, T, C])."""
+    h = torch.zeros(b.shape[2], dtype=torch.float64)
+    out = torch.empty(b.shape, dtype=torch.float64)
+    for t in range(b.shape[1]):
+        h = a[0, t].double() * h + b[0, t].double()
+        out[0, t] = h
+    return out
+
+
+def _same(fit: torch.Tensor, val: torch.Tensor) -> bool:
+    return bool(((fit - val).abs() <= FIT_TOL * (1 + val.abs())).all())
+
+
+def _fit_linear(site: Site) -> tuple:
+    """(a node, b node): the decay and input per token fitted from two probes that differ in the
+    first token only (the difference of their rows decays by a[t] at each later step; b[t] is then
+    what a[t]·y[t-1] leaves of y[t]), each matched to one of the two token-wide sources."""
+    T, C = site.T, site.channels
+    p = _randoms([(1, T, C), (1, T, C)], 21, 1.0)
+    q = [x.clone() for x in p]
+    for x, first in zip(q, _randoms([(1, C), (1, C)], 22, 1.0)):
+        x[:, 0] = first
+    yp, _ = evaluate(site, dict(zip(site.sources, p)), seed=1)
+    yq, _ = evaluate(site, dict(zip(site.sources, q)), seed=1)
+    yp, d = yp.double()[0], (yp.double() - yq.double())[0]
+    if not bool((d[0] != 0).all()):
+        raise NotRecurrence(f"{site.where}: its first row does not depend on the first token")
+    a = d[1:] / d[:-1]
+    b = torch.cat([yp[:1], yp[1:] - a * yp[:-1]])
+    vals = {n: x[0].double() for n, x in zip(site.sources, p)}
+    an = next((n for n in site.sources if _same(a, vals[n][1:])), None)
+    bn = next((n for n in site.sources if n is not an and _same(b, vals[n])), None)
+    if an is None or bn is None:
+        raise NotRecurrence(f"{site.where}: the {'decay' if an is None else 'input'} its steps apply is neither of the "
+                            "token-wide values they read a row of")
+    return an, bn
+
+
+def _prove_linear(site: Site) -> tuple:
+    """(a node, b node) of a diagonal linear scan y = scan(a, b), verified on random probes."""
+    an, bn = _fit_linear(site)
+    T, C = site.T, site.channels
+    for seed in (2, 3):
+        a, b = _randoms([(1, T, C), (1, T, C)], seed + 20, 1.0)
+        got, _ = evaluate(site, {an: a, bn: b}, seed)
+        want = linear_scan(a, b)
+        err = float(((got.double() - want).abs() / (1 + want.abs())).max())
+        if err > OUT_TOL:
+            raise NotRecurrence(f"{site.where}: its output is not the linear scan of {an.name} (decays) and "
+                                f"{bn.name} (inputs): off by {err:.3g} at {T} tokens")
+    return an, bn
+
+
+def prove(site: Site) -> tuple:
+    """("softmax", (k, v, w, u)) or ("linear", (a, b)): the site's recurrence and its nodes,
+    verified on random probes; NotRecurrence saying why it is neither."""
+    try:
+        return "softmax", _prove_softmax(site)
+    except NotRecurrence as e:
+        softmax = str(e)
+    try:
+        return "linear", _prove_linear(site)
+    except NotRecurrence as e:
+        where = f"{site.where}: "
+        raise NotRecurrence(f"{where}not a decayed softmax scan: {softmax.removeprefix(where)}; not a linear scan: "
+                            f"{str(e).removeprefix(where)}") from e
+
+
 # ---- rewrite ------------------------------------------------------------------------------------
 
 def _meta_from(node, like):
     node.meta = {key: val for key, val in like.meta.items() if key in ("nn_module_stack", "stack_trace")}
 
 
-def _rewrite_site(gm, site: Site, roles: tuple) -> None:
-    """Y of the site -> decay_softmax_scan(k, v, w, u) (roles: the proved nodes), its row copies
-    erased; what the rows were computed from is left for _drop_dead."""
-    from . import recurrent_ops  # noqa: F401 - registers torch.ops.fuselm.decay_softmax_scan
+def _rewrite_site(gm, site: Site, kind: str, roles: tuple) -> None:
+    """Y of the site -> decay_softmax_scan(k, v, w, u) or linear_scan(a, b) (kind, roles: the
+    proved nodes), its row copies erased; what the rows were computed from is left for _drop_dead."""
+    from . import recurrent_ops  # noqa: F401 - registers torch.ops.fuselm's scans
     g = gm.graph
-    kn, vn, wn, un = roles
     writes = set(site.copies) | {c.args[0] for c in site.copies}
     last = site.copies[-1]
-    with g.inserting_after(last):
-        w = g.call_function(aten.reshape.default, (wn, [site.channels]))
-    with g.inserting_after(w):
-        u = g.call_function(aten.reshape.default, (un, [site.channels]))
-    with g.inserting_after(u):
-        out = g.call_function(torch.ops.fuselm.decay_softmax_scan.default, (kn, vn, w, u, 0))
-    for n in (w, u, out):
+    new = []
+    if kind == "linear":
+        with g.inserting_after(last):
+            out = g.call_function(torch.ops.fuselm.linear_scan.default, (*roles, 0))
+    else:
+        kn, vn, wn, un = roles
+        with g.inserting_after(last):
+            w = g.call_function(aten.reshape.default, (wn, [site.channels]))
+        with g.inserting_after(w):
+            u = g.call_function(aten.reshape.default, (un, [site.channels]))
+        with g.inserting_after(u):
+            out = g.call_function(torch.ops.fuselm.decay_softmax_scan.default, (kn, vn, w, u, 0))
+        new = [w, u]
+    for n in new + [out]:
         _meta_from(n, last)
     site.y.replace_all_uses_with(out, delete_user_cb=lambda user: user not in writes and user is not out)
     for c in reversed(site.copies):
@@ -344,6 +419,67 @@ def _rewrite_shifts(gm, T: int) -> list[str]:
     return done
 
 
+_CONVS = (aten.conv1d.default, aten.convolution.default)
+
+
+def _token_conv(node, T: int):
+    """(x, weight, bias, K) when node is a depthwise convolution over the tokens of x [1, C, T]
+    (weight [C, 1, K], stride and dilation 1) padded by K - 1 on both sides, every use of it a slice
+    of its first T outputs: a causal convolution (output t reads x[t - K + 1 .. t]). None when node
+    is no convolution over the tokens, or one of width 1; NotRecurrence for another one (a look
+    ahead, strides, or the padded outputs read, would mix the batch's sequences)."""
+    if node.op != "call_function" or node.target not in _CONVS:
+        return None
+    x, w, bias = node.args[:3]
+    shape = _shape(x)
+    wshape = tuple(_attr(w.graph.owning_module, w.target).shape) if w.op == "get_attr" else _shape(w)
+    if shape is None or len(shape) != 3 or shape[2] != T or wshape is None or len(wshape) != 3 or wshape[2] == 1:
+        return None
+    rest = list(node.args[3:]) + [None] * 6
+    if node.target is aten.conv1d.default:
+        stride, padding, dilation, groups = (rest[0] or [1]), (rest[1] or [0]), (rest[2] or [1]), (rest[3] or 1)
+        transposed = False
+    else:
+        stride, padding, dilation, transposed, groups = rest[0], rest[1], rest[2], rest[3], rest[5]
+    K, C = wshape[2], shape[1]
+    users_cut = all(u.target is aten.slice.Tensor and _slice_args(u) in ((2, 0, T, 1), (-1, 0, T, 1))
+                    for u in node.users)
+    if shape[0] != 1 or transposed or list(stride) != [1] or list(dilation) != [1] or list(padding) != [K - 1] \
+            or groups != C or tuple(wshape[:2]) != (C, 1) or not users_cut:
+        raise NotRecurrence(f"{_where(node)}: a convolution over the tokens (weight {list(wshape)}, padding "
+                            f"{list(padding)}, stride {list(stride)}, groups {groups}) that is no causal depthwise "
+                            f"convolution read at its first {T} outputs")
+    return x, w, bias, K
+
+
+def _slice_args(node) -> tuple:
+    """(dim, start, end, step) of aten.slice.Tensor, defaults filled in (start None read as 0)."""
+    dim, start, end, step = (list(node.args[1:]) + [0, None, None, 1][len(node.args) - 1:])[:4]
+    return dim, start or 0, end, step
+
+
+def _rewrite_token_convs(gm, T: int) -> list[str]:
+    """Each causal depthwise convolution over the tokens (a conv padded by K - 1 and cut to its
+    first T outputs) -> causal_conv1d(x, weight [C, K], bias): its last K - 1 inputs carried in the
+    conv's state, zeros before the sequence as the padding. Report lines."""
+    g = gm.graph
+    done = []
+    for n in [n for n in g.nodes if _token_conv(n, T) is not None]:
+        x, w, bias, K = _token_conv(n, T)
+        C = _shape(x)[1]
+        with g.inserting_before(n):
+            wk = g.call_function(aten.reshape.default, (w, [C, K]))
+            y = g.call_function(torch.ops.fuselm.causal_conv1d.default, (x, wk, bias, "none", 0))
+        for m in (wk, y):
+            _meta_from(m, n)
+        for cut in list(n.users):
+            cut.replace_all_uses_with(y)
+            g.erase_node(cut)
+        g.erase_node(n)
+        done.append(f"{_where(y)}: a causal depthwise convolution of width {K} over the tokens")
+    return done
+
+
 _IN_PLACE = {aten.div_.Tensor: aten.div.Tensor, aten.div_.Scalar: aten.div.Scalar, aten.mul_.Tensor: aten.mul.Tensor,
              aten.mul_.Scalar: aten.mul.Scalar}
 
@@ -394,30 +530,95 @@ def _rewritten(ep, T: int) -> tuple:
         raise NotRecurrence(f"no tensor of the tokens is written row by row at {T} tokens")
     report = []
     for site in sites:
-        roles = prove(site)
-        _rewrite_site(gm, site, roles)
-        report.append(f"{site.where}: a decayed softmax scan (keys {roles[0].name}, values {roles[1].name}, "
-                      f"decay {roles[2].name}, bonus {roles[3].name}) proved at {T} tokens")
+        kind, roles = prove(site)
+        _rewrite_site(gm, site, kind, roles)
+        if kind == "linear":
+            report.append(f"{site.where}: a linear scan (decays {roles[0].name}, inputs {roles[1].name}) proved at "
+                          f"{T} tokens")
+        else:
+            report.append(f"{site.where}: a decayed softmax scan (keys {roles[0].name}, values {roles[1].name}, "
+                          f"decay {roles[2].name}, bonus {roles[3].name}) proved at {T} tokens")
     report += _rewrite_shifts(gm, T)
+    report += _rewrite_token_convs(gm, T)
     report += _functional_weight_updates(gm)
     _drop_dead(gm.graph)
     gm.recompile()
     return gm, report, {_path(site.copies[0]) for site in sites}
 
 
-def _signature(gm) -> list:
-    """The graph's ops and non-tensor arguments in order, node references by position."""
-    index = {n: i for i, n in enumerate(gm.graph.nodes)}
+class _Lift:
+    """The integers of a graph exported at t1 tokens that the same graph exported at t2 holds as
+    other values, as α·T + β of the token count T (α, β integers fitted from the two; the value at
+    t1 must be α·t1 + β): nodes reading T from the input the dynamic shapes name."""
 
-    def norm(a):
+    def __init__(self, gm1, gm2, t1: int, t2: int, dynamic_shapes: dict):
+        self.g, self.t1, self.t2 = gm1.graph, t1, t2
+        self.i1 = {n: i for i, n in enumerate(gm1.graph.nodes)}
+        self.i2 = {n: i for i, n in enumerate(gm2.graph.nodes)}
+        self.dynamic, self.exprs, self.tokens, self.count = dynamic_shapes or {}, {}, None, 0
+
+    def _token_count(self):
+        if self.tokens is None:
+            placeholders = [n for n in self.g.nodes if n.op == "placeholder"]
+            name, dims = next(iter(self.dynamic.items()))
+            ph = next(n for n in placeholders if n.name == name or n.target == name)
+            with self.g.inserting_after(placeholders[-1]):
+                self.tokens = self.g.call_function(aten.sym_size.int, (ph, next(iter(dims))))
+        return self.tokens
+
+    def _expr(self, alpha: int, beta: int):
+        import operator
+        if (alpha, beta) not in self.exprs:
+            last = node = self._token_count()
+            for op, k in ((operator.mul, alpha), (operator.add, beta)):
+                if k != (1 if op is operator.mul else 0):
+                    with self.g.inserting_after(last):
+                        node = last = self.g.call_function(op, (node, k))
+            self.exprs[alpha, beta] = node
+        return self.exprs[alpha, beta]
+
+    def merge(self, a, b):
+        """a (gm1's argument) with its length integers lifted; ValueError where b differs otherwise."""
         if isinstance(a, torch.fx.Node):
-            return ("node", index[a])
+            if not isinstance(b, torch.fx.Node) or self.i1[a] != self.i2[b]:
+                raise ValueError
+            return a
         if isinstance(a, (list, tuple)):
-            return tuple(norm(x) for x in a)
+            if not isinstance(b, (list, tuple)) or len(a) != len(b):
+                raise ValueError
+            return type(a)(self.merge(x, y) for x, y in zip(a, b))
         if isinstance(a, dict):
-            return tuple((k, norm(v)) for k, v in sorted(a.items()))
+            if not isinstance(b, dict) or sorted(a) != sorted(b):
+                raise ValueError
+            return {k: self.merge(v, b[k]) for k, v in a.items()}
+        if type(a) is int and type(b) is int and a != b:
+            alpha, rem = divmod(b - a, self.t2 - self.t1)
+            if rem:
+                raise ValueError
+            self.count += 1
+            return self._expr(alpha, a - alpha * self.t1)
+        if type(a) is not type(b) or a != b:
+            raise ValueError
         return a
-    return [(n.op, str(n.target), norm(n.args), norm(n.kwargs)) for n in gm.graph.nodes]
+
+    def run(self, gm2) -> int:
+        """Lifts every argument of gm1 (NotRecurrence naming the first node where the graphs differ
+        otherwise); the number of integers lifted."""
+        n1, n2 = list(self.g.nodes), list(gm2.graph.nodes)
+        for i, (a, b) in enumerate(zip(n1, n2)):
+            try:
+                if (a.op, str(a.target)) != (b.op, str(b.target)):
+                    raise ValueError
+                args, kwargs = self.merge(a.args, b.args), self.merge(a.kwargs, b.kwargs)
+            except ValueError:
+                raise NotRecurrence(f"the rewritten graphs at {self.t1} and {self.t2} tokens differ at {a.name} "
+                                    f"({_where(a)}): something else depends on the length") from None
+            a.args, a.kwargs = args, kwargs
+        if len(n1) != len(n2):
+            where = n1[min(len(n1), len(n2)) - 1]
+            raise NotRecurrence(f"the rewritten graphs at {self.t1} and {self.t2} tokens differ after {where.name} "
+                                f"({_where(where)}): something else depends on the length")
+        return self.count
 
 
 def capture(module, kwargs: dict, dynamic_shapes: dict, export) -> tuple:
@@ -429,12 +630,10 @@ def capture(module, kwargs: dict, dynamic_shapes: dict, export) -> tuple:
     t1, t2 = LENGTHS
     gm1, report, paths = _rewritten(export(module, resized(kwargs, dynamic_shapes, t1), None), t1)
     gm2, _, _ = _rewritten(export(module, resized(kwargs, dynamic_shapes, t2), None), t2)
-    s1, s2 = _signature(gm1), _signature(gm2)
-    if s1 != s2:
-        at = next((i for i, (a, b) in enumerate(zip(s1, s2)) if a != b), min(len(s1), len(s2)))
-        where = list(gm1.graph.nodes)[min(at, len(s1) - 1)]
-        raise NotRecurrence(f"the rewritten graphs at {t1} and {t2} tokens differ at {where.name} "
-                            f"({_where(where)}): something else depends on the length")
+    lifted = _Lift(gm1, gm2, t1, t2, dynamic_shapes).run(gm2)
+    if lifted:
+        gm1.recompile()
+        report.append(f"{lifted} sizes of the graph as functions of the token count (the same in both graphs)")
     _check_nothing_else_fixes_the_length(module, kwargs, dynamic_shapes, export, paths)
     try:
         ep = export(gm1, kwargs, dynamic_shapes)

@@ -71,22 +71,24 @@ HYBRID_FAMILIES: dict[str, tuple[str, dict]] = {
     # it into the SSD scan: linear_attn_by_hand.py), between attention and experts layers.
     "minimax": ("MiniMaxConfig", dict(layer_types=["full_attention", "linear_attention", "full_attention"],
                                       head_dim=16, num_local_experts=4, block_size=16)),
-    # Recurrences written inline token by token (no dispatch point): rwkv's WKV is proved on probes
-    # and run as the decayed softmax scan (recurrence_by_hand.py); recurrent_gemma's RG-LRU is refused,
-    # naming the module.
+    # Recurrences written inline token by token (no dispatch point), proved on probes
+    # (recurrence_by_hand.py): rwkv's WKV runs as the decayed softmax scan, recurrent_gemma's RG-LRU
+    # as the linear scan (its nn.Conv1d, padded and cut, as a causal convolution), between
+    # sliding-window attention layers.
     "rwkv": ("RwkvConfig", dict(attention_hidden_size=64, context_length=1024)),
     "recurrent_gemma": ("RecurrentGemmaConfig", dict(lru_width=64, head_dim=16, num_key_value_heads=4,
                                                      block_types=["recurrent", "attention", "recurrent"],
                                                      attention_window_size=16)),
 }
 
-# Families whose recurrence has no dispatch point and is no linear attention nor a decayed softmax
-# scan: capture refuses them (test_hybrid_capture.py).
-INLINE_RECURRENCE = {"recurrent_gemma"}
-# Families whose recurrence is written inline token by token as a decayed softmax scan: module class ->
-# each is captured as one fuselm.decay_softmax_scan, its token shifts as causal_conv1d
-# (recurrence_by_hand.py; structure tests: test_recurrence_by_hand.py).
-INLINE_SCAN = {"rwkv": "RwkvSelfAttention"}
+# Families whose recurrence has no dispatch point and is none that capture proves: capture refuses
+# them (test_hybrid_capture.py). None at present.
+INLINE_RECURRENCE: set[str] = set()
+# Families whose recurrence is written inline token by token: module class -> each is captured as
+# one scan (rwkv: fuselm.decay_softmax_scan, recurrent_gemma: fuselm.linear_scan), token shifts and
+# padded convolutions as causal_conv1d (recurrence_by_hand.py; structure tests:
+# test_recurrence_by_hand.py).
+INLINE_SCAN = {"rwkv": "RwkvSelfAttention", "recurrent_gemma": "RecurrentGemmaRglru"}
 # Families whose linear attention is written inline (no dispatch point): module class -> each is
 # captured as one fuselm.ssd_scan (the oracle: the family's source).
 INLINE_LINEAR_ATTENTION = {"minimax": "MiniMaxLightningAttention"}
