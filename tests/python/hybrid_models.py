@@ -81,9 +81,6 @@ HYBRID_FAMILIES: dict[str, tuple[str, dict]] = {
                                                      attention_window_size=16)),
 }
 
-# Families whose recurrence has no dispatch point and is none that capture proves: capture refuses
-# them (test_hybrid_capture.py). None at present.
-INLINE_RECURRENCE: set[str] = set()
 # Families whose recurrence is written inline token by token: module class -> each is captured as
 # one scan (rwkv: fuselm.decay_softmax_scan, recurrent_gemma: fuselm.linear_scan), token shifts and
 # padded convolutions as causal_conv1d (recurrence_by_hand.py; structure tests:

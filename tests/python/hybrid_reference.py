@@ -72,13 +72,16 @@ def gated_delta_rule(q, k, v, g, beta, use_qk_l2norm, state_idx):
 
 def attention(q, k, v, sinks, scaling, sliding_window, softcap, layer_idx, chunk_size=-1, mask="causal",
               alibi_slopes=None):
-    assert mask == "causal" and sinks is None and alibi_slopes is None and chunk_size == -1, mask
+    assert mask in ("causal", "sliding") and sinks is None and alibi_slopes is None and chunk_size == -1, mask
     hq, t, hkv = q.shape[1], q.shape[2], k.shape[1]
     k, v = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)
     scores = (q @ k.transpose(-1, -2)) * scaling
     if softcap:
         scores = softcap * torch.tanh(scores / softcap)
-    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -math.inf)
+    hidden = torch.ones(t, t, dtype=torch.bool).triu(1)
+    if mask == "sliding" and sliding_window > 0:  # key j kept from query i when j > i - W (the op's window)
+        hidden |= torch.ones(t, t, dtype=torch.bool).tril(-sliding_window)
+    scores = scores.masked_fill(hidden, -math.inf)
     return (scores.softmax(-1) @ v).transpose(1, 2).contiguous()  # the op returns a dense [1, T, Hq, Dv]
 
 

@@ -7,8 +7,9 @@ recurrent op per call of a dispatch point in transformers' own eager forward (co
 state indices 0, 1, ... in graph order and a dynamic token count; run with plain PyTorch loops for
 the fuselm ops (hybrid_reference.py, from their schemas) and the checkpoint's weights, it gives
 transformers' logits (a linear attention written inline counts one ssd_scan per module:
-linear_attn_by_hand.py). The families whose recurrence is written inline token by token are
-refused, naming the module whose forward holds it. A dispatch-point call the op cannot express (an initial state, a
+linear_attn_by_hand.py; the families whose recurrence is written inline token by token are
+captured by recurrence_by_hand.py and tested in test_recurrence_by_hand.py and
+test_linear_scan_by_hand.py). A dispatch-point call the op cannot express (an initial state, a
 final state requested, an activation the op lacks) is refused naming the point and the module.
 Also: relu2 experts (Nemotron-H's) run in the engine as torch computes them.
 """
@@ -25,10 +26,7 @@ import hybrid_models
 import hybrid_reference
 
 LONG = os.environ.get("FUSELM_LONG") == "1"
-DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES
-              if f not in hybrid_models.INLINE_RECURRENCE and f not in hybrid_models.INLINE_SCAN]
-# The module whose forward holds each inline recurrence (the oracle: the family's source).
-INLINE_MODULE = {"recurrent_gemma": "RecurrentGemmaRglru"}
+DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models.INLINE_SCAN]
 RECURRENT = ("causal_conv1d", "ssd_scan", "selective_scan", "gated_delta_rule")
 
 
@@ -132,18 +130,6 @@ def test_graph_computes_what_transformers_computes(family, model_cache):
 @pytest.mark.parametrize("family", [f for f in DISPATCHED if f not in IN_CI])
 def test_long_graph_computes_what_transformers_computes(family, model_cache):
     check_family(family, model_cache)
-
-
-@pytest.mark.parametrize("family", sorted(hybrid_models.INLINE_RECURRENCE))
-def test_inline_recurrence_is_refused_naming_its_module(family, model_cache):
-    from fuselm_capture.capture import CaptureError, capture_model_dir
-    d = model_dir(family, model_cache)
-    with pytest.raises(CaptureError) as err:
-        capture_model_dir(d, d / "fuselm-ir")
-    msg = str(err.value)
-    assert "\n" not in msg, msg
-    assert f"({INLINE_MODULE[family]})" in msg and "specialise" in msg and "dispatch point" in msg, msg
-    assert "(not linear attention: " in msg, msg
 
 
 # ---- refusals, on a toy module calling transformers' own dispatch decorator ----------------------

@@ -15,11 +15,10 @@ every family whose recurrence goes through a kernel dispatch point, minimax, who
 attention is written inline and captured as the SSD scan (linear_attn_by_hand.py; its short
 default-mode case is in test_linear_attn_by_hand.py), rwkv, whose WKV loop is written inline token
 by token and captured as the decayed softmax scan (recurrence_by_hand.py; its short case is in
-test_recurrence_by_hand.py), and the attention-only families that call
-attention more than once per layer (hybrid_models.ATTENTION_CALLS: each call its own KV layer, as are
-the calls of zamba's and zamba2's shared transformer block). (recurrent_gemma,
-whose RG-LRU is written inline token by token in another form, is refused at capture:
-test_hybrid_capture.py.)
+test_recurrence_by_hand.py), recurrent_gemma, whose RG-LRU loop is captured as the linear scan
+between sliding-window attention layers (its short case is in test_linear_scan_by_hand.py), and the
+attention-only families that call attention more than once per layer (hybrid_models.ATTENTION_CALLS:
+each call its own KV layer, as are the calls of zamba's and zamba2's shared transformer block).
 """
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ PROMPT_LENGTHS = [1, 7, 300]
 LENGTHS = {"1_7": [1, 7], "300": [300]}
 CHUNK = 64
 LONG = os.environ.get("FUSELM_LONG") == "1"
-DISPATCHED = [f for f in hybrid_models.HYBRID_FAMILIES if f not in hybrid_models.INLINE_RECURRENCE]
+DISPATCHED = list(hybrid_models.HYBRID_FAMILIES)
 # Selective scan (Mamba), SSD scan with attention (Bamba), gated delta rule with experts
 # (Qwen3-Next), Kimi delta attention with MLA (Kimi Linear), short convolutions (LFM2).
 IN_CI = ["mamba", "bamba", "qwen3_next", "kimi_linear", "lfm2"]

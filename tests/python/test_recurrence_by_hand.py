@@ -8,7 +8,8 @@ Toys: a language model around a token-loop module written here (a plain softmax 
 no running maximum: another program than transformers' for the same function). The oracle of a
 capture is the toy's own eager forward: the captured graph, run with the reference ops
 (hybrid_reference.py, loops from the ops' docstrings), must give its outputs at token counts the
-fixed-length exports never saw. Refused: a gated moving average (a recurrence of another form), a
+fixed-length exports never saw. Refused: a gated moving average (neither the softmax scan nor a linear scan of
+token-wide values: its decay is computed inside the loop), a
 pad of the tokens that is no causal shift (it would mix the batch's sequences), a branch on the
 length outside the loop that neither fixed length takes; in long mode also a step reading a third
 token-wide tensor and a forward changing a weight in place other than by a scale. And rwkv
