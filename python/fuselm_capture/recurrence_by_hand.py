@@ -1,6 +1,7 @@
 """A per-channel recurrence written inline token by token, found by dataflow, proved on probes and
-rewritten into fuselm::decay_softmax_scan; token shifts (a zero pad of one end of the tokens, the
-other end cut) rewritten into fuselm::causal_conv1d.
+rewritten into fuselm::decay_softmax_scan or fuselm::linear_scan; token shifts (a zero pad of one
+end of the tokens, the other end cut) and causal depthwise convolutions (padded by K - 1, cut to
+the first T outputs) rewritten into fuselm::causal_conv1d.
 
 A loop over the tokens in Python has no kernel dispatch point: torch.export unrolls it and fixes
 the token count even in a bounded export. Capture then (docs/recurrent.md):
@@ -10,24 +11,29 @@ the token count even in a bounded export. Capture then (docs/recurrent.md):
    rows are computed from, up to the token-wide sources [1, T, C] the loop reads a row of per token
    (select(X, 1, t)) and to the parameters and buffers it reads (its roots); a token-wide tensor
    read whole is refused.
-2. Proof, on probes: the region is evaluated from probe values of its two sources (k, v, in one of
-   the two orders) and random values of its roots. k = 0 and v = the first token's indicator give
-   u = log((1 - y1) / y1) and w = log(y2 (1 + e^u) / (1 - y2)) per channel (y1, y2: the outputs at
-   tokens 1 and 2); w and u must each be the value of one node of C values in the region that does
-   not depend on the tokens (a decay computed from a parameter, a bonus parameter), and random k,
-   v and roots must then give
+2. Proof, on probes: the region is evaluated from probe values of its two sources and random
+   values of its roots, in float64 (every floating cast of the steps is read as float64).
+   A decayed softmax scan (sources k, v in one of the two orders): k = 0 and v = the first
+   token's indicator give u = log((1 - y1) / y1) and w = log(y2 (1 + e^u) / (1 - y2)) per channel
+   (y1, y2: the outputs at tokens 1 and 2); w and u must each be the value of one node of C values
+   in the region that does not depend on the tokens (a decay computed from a parameter, a bonus
+   parameter), and random k, v and roots must then give
        y[t] = sum_{s<=t} e^{l(t,s)} v[s] / sum_{s<=t} e^{l(t,s)},  l(t,s) = k[s] + (t-1-s)·w for
-       s < t, l(t,t) = k[t] + u
-   to float64 rounding at both lengths (the probes run in float64: every floating cast of the
-   steps is read as float64); any other recurrence, a gate, a third tensor read fails.
-3. Rewrite and lift. Y becomes decay_softmax_scan(k, v, w, u) in the T1 graph; a token shift
-   pad(x [1, T, C], (.., a, -a)) with zeros becomes causal_conv1d over the tokens with the weight
-   e_0 of width a + 1 (x[t - a], zeros before the sequence: the conv's fresh state). The T2 graph,
-   rewritten the same way, must have the same ops and arguments; the model is traced once more
-   over the full range with the sites' loops cut to one step (`range` over a symbolic count in
-   their source files), which must fix the length nowhere (a branch on the length elsewhere, at 1
-   token or beyond some chunk, which the two lengths cannot see, is refused naming its module);
-   and the T1 graph is exported once more over the full range.
+       s < t, l(t,t) = k[t] + u.
+   Otherwise a diagonal linear scan y[t] = a[t]·y[t-1] + b[t] from zeros: a and b fitted per token
+   from two probes that differ in the first token only, each matched to one source, then random
+   sources and roots must give the scan of those sources. Both to float64 rounding at both
+   lengths; any other recurrence, a gate computed in the loop, a third tensor read fails.
+3. Rewrite and lift. Y becomes decay_softmax_scan(k, v, w, u) or linear_scan(a, b) in the T1
+   graph; a token shift pad(x [1, T, C], (.., a, -a)) with zeros becomes causal_conv1d over the
+   tokens with the weight e_0 of width a + 1 (x[t - a], zeros before the sequence: the conv's
+   fresh state), a causal depthwise convolution causal_conv1d with its own weight. The T2 graph,
+   rewritten the same way, must have the same ops and arguments but for integers the token count
+   fixes, which become α·T + β of it; the model is traced once more over the full range with the
+   sites' loops cut to one step (`range` over a symbolic count in their source files), which must
+   fix the length nowhere (a branch on the length elsewhere, at 1 token or beyond some chunk,
+   which the two lengths cannot see, is refused naming its module); and the T1 graph is exported
+   once more over the full range.
 """
 from __future__ import annotations
 
