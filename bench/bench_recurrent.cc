@@ -8,6 +8,8 @@
 //   ssd        Mamba2 SSD scan: 64 heads of 64, state 128, 1 group
 //   selective  Mamba(1) selective scan: 1536 channels, state 16
 //   conv       causal depthwise conv1d: 8192 channels, width 4
+//   linear     diagonal linear scan (RG-LRU): 2560 channels (RecurrentGemma-2B's lru_width); no
+//              chunked form (both prefill columns run the one loop)
 //
 // Usage: bench_recurrent [--prompt N] [--reps N] [--threads 1,2] [--isa NAME]
 #include <omp.h>
@@ -138,6 +140,19 @@ Case conv_case(int64_t T) {
           }};
 }
 
+Case linear_case(int64_t T) {
+  const int64_t C = 2560;
+  auto a = std::make_shared<std::vector<float>>(randoms(C * T, 41, 0, 1));
+  auto b = std::make_shared<std::vector<float>>(randoms(C * T, 42, -1, 1));
+  auto o = std::make_shared<std::vector<float>>(C * T);
+  return {"linear", C, [=](std::span<const RecurrentSeq> seqs, ScanForm) {
+            LinearScanArgs la;
+            la.a = a->data(), la.a_t = C, la.b = b->data(), la.b_t = C, la.out = o->data(), la.o_t = C;
+            la.channels = C;
+            linear_scan(la, seqs);
+          }};
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   size_t pos = 0;
@@ -166,7 +181,7 @@ int main(int argc, char** argv) {
   fmt::print("{:<10} {:>3} {:>14} {:>18} {:>20} {:>20}\n", "kernel", "thr", "decode us/step", "16-seq us/step",
              "prefill tok/s chunk", "prefill tok/s step");
   std::vector<Case> cases = {delta_case(prompt, false), delta_case(prompt, true), ssd_case(prompt),
-                             selective_case(prompt), conv_case(prompt)};
+                             selective_case(prompt), conv_case(prompt), linear_case(prompt)};
   for (const Case& c : cases) {
     std::vector<float> state = randoms(c.state_floats * kBatch, 99, -0.1f, 0.1f);
     std::vector<RecurrentSeq> batch;
