@@ -10,7 +10,7 @@
 // Block types as they lie in the GGUF (q8_0, ...) and, for q8_0, q4_0 and q4_1, repacked to the
 // 16-row interleaved layout of quant_packed.h (q8_0x16, q4_0x16, q4_1x16).
 //
-// Usage: bench_quant [--quick] [--isa generic|avx2|avx512] [--only gemv|token|gemm] [--fmt NAME]...
+// Usage: bench_quant [--quick] [--cpu-time] [--isa generic|avx2|avx512] [--only gemv|token|gemm] [--fmt NAME]...
 //   (OMP_NUM_THREADS: threads; --only runs one section, --fmt keeps only those formats, e.g. q4_0x16)
 #include <omp.h>
 
@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <random>
 #include <string>
@@ -62,7 +63,16 @@ struct Format {
   }
 };
 
+bool g_cpu_time = false;  // --cpu-time: process CPU seconds instead of wall seconds
+
+// Seconds: wall, or (--cpu-time) the process's CPU time, which other processes on a shared machine
+// disturb far less (with one thread it is the kernel's own time; with more it counts spinning too).
 double now_s() {
+  if (g_cpu_time) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -171,6 +181,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
+    if (a == "--cpu-time") g_cpu_time = true;
     if (a == "--only" && i + 1 < argc) only = argv[++i];
     if (a == "--fmt" && i + 1 < argc) fmts.emplace_back(argv[++i]);
     if (a == "--isa" && i + 1 < argc) isas.push_back(parse_isa(argv[++i]).value_or(Isa::generic));

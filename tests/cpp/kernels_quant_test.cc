@@ -12,6 +12,7 @@
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_packed.h"
 #include "kernels/cpu/dtype.h"
+#include "kernels/cpu/tuning.h"
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
@@ -203,6 +204,35 @@ TEST_P(QuantLinearIsa, PackedAvx2PrefillRowsEqualDecode) {
     for (int64_t i = 0; i < m; ++i) {
       quant_linear_packed(pw, x.data() + i * k, 0, bias.data(), row.data(), 0, 1);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[i * n + j], row[j]) << quant_info(t).name << " y[" << i << "," << j << "]";
+    }
+  }
+}
+
+// Decode (one row of x) on packed weights under each tuning table (the amd one prefetches codes
+// ahead on the avx2 path, packed_tile_decode): against the reference, and the same bits under both.
+// Groups that 16 rows do not fill (8: only the first half, 9, 15), several groups over threads,
+// strides, one block and odd block counts.
+TEST_P(QuantLinearIsa, PackedDecodeMatchesReferenceUnderEveryTuning) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa scoped(GetParam());
+  uint32_t seed = 61;
+  for (QuantType t : kAllQuantTypes) {
+    const int64_t b = quant_info(t).block_elems == 256 ? 256 : 32;
+    for (QuantCase c : std::vector<QuantCase>{{t, 1, 8, b}, {t, 1, 9, 3 * b, true}, {t, 1, 15, 5 * b},
+                                              {t, 1, 33, 2 * b, true, 1, 2}, {t, 1, 80, 3 * b, false, 0, 2}}) {
+      c.packed = true;
+      std::vector<std::vector<float>> ys;
+      for (CpuVendor v : {CpuVendor::intel, CpuVendor::amd}) {
+        ScopedCpuTuning tuning(tuning_for(v));
+        check_quant(c, seed);
+        const auto x = random_floats(static_cast<size_t>(c.k), seed + 5);
+        const auto w = random_blocks(t, c.n, c.k, 0, seed + 6);
+        const QuantPacked pw = QuantPacked::pack(t, w.data(), 0, c.n, c.k);
+        ys.emplace_back(static_cast<size_t>(c.n));
+        quant_linear_packed(pw, x.data(), 0, nullptr, ys.back().data(), 0, 1);
+      }
+      EXPECT_EQ(ys[0], ys[1]) << c.name() << ": the tunings differ in more than prefetching";
+      seed += 10;
     }
   }
 }

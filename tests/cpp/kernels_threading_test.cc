@@ -1,6 +1,7 @@
 // The kernels' thread pool (kernels/cpu/threading.h): every part runs exactly once for 1..N
 // threads, ranges cover [0, n) exactly, nested calls run inline on the calling thread, exceptions
-// reach the caller after every part finished, and a thread's scratch survives between tasks.
+// reach the caller after every part finished, a thread's scratch survives between tasks, and a
+// dynamic loop does not wait for a worker that never started.
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -90,6 +91,34 @@ TEST(KernelsThreading, ChunksGoToTheThreadThatIsFree) {
   for (const auto& [id, n] : taken) total += n;
   EXPECT_EQ(total, 16);
   EXPECT_LT(taken[slow], 8) << "the thread that slept in its first part still took half the parts";
+}
+
+// parallel_for_dynamic does not wait for a worker that has not started when the caller has taken
+// every item: asleep after a pause (longer than the spin), the worker usually wakes after the
+// caller is done, finds its part claimed and must leave the finished task alone, and still take
+// the next task's part (parallel_run waits for each part on its own thread).
+TEST(KernelsThreading, DynamicSkipsALateWorkerAndThePoolGoesOn) {
+  constexpr int reps = 40;
+  std::atomic<int> calls{0};
+  for (int rep = 0; rep < reps; ++rep) {
+    std::this_thread::sleep_for(std::chrono::microseconds(rep % 2 ? 2000 : 0));
+    std::vector<std::atomic<int>> hit(3);
+    parallel_for_dynamic(2, 3, [&](int64_t i) {
+      hit[static_cast<size_t>(i)].fetch_add(1);
+      calls.fetch_add(1);
+    });
+    for (const auto& h : hit) ASSERT_EQ(h.load(), 1) << "rep " << rep;
+    const int after = calls.load();
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    parallel_run(2, [&](int, int) {
+      std::lock_guard g(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+    EXPECT_EQ(ids.size(), size_t{2}) << "rep " << rep;
+    EXPECT_EQ(calls.load(), after) << "a late worker ran a finished task, rep " << rep;
+  }
+  EXPECT_EQ(calls.load(), 3 * reps);
 }
 
 TEST(KernelsThreading, NestedCallsRunInlineOnTheCallingThread) {

@@ -29,6 +29,9 @@ struct PackedProblem {
   float* y;
   int64_t ldy;
   int64_t m;
+  /// Decode: bytes ahead of the codes being read that the avx2 tile prefetches (0: none;
+  /// CpuTuning::packed_decode_prefetch).
+  int64_t prefetch = 0;
 };
 
 struct QuantKernels {

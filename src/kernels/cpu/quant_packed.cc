@@ -2,7 +2,6 @@
 
 #include "base/large_alloc.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -13,6 +12,7 @@
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/threading.h"
+#include "kernels/cpu/tuning.h"
 
 namespace fuselm::kernels {
 
@@ -225,7 +225,7 @@ void quant_linear_packed(const QuantPacked& w, const float* x, int64_t lda, cons
   }
   void* scratch = thread_scratch(4, static_cast<size_t>(q8_acts_bytes(m, k, 32) + 3) / 4);
   const Q8Acts acts = quantize_acts(x, lda, m, k, 32, scratch);
-  const PackedProblem p{&w, bias, y, ldy, m};
+  const PackedProblem p{&w, bias, y, ldy, m, cpu_tuning().packed_decode_prefetch};
   const QuantKernels& kern = quant_kernels();
   const int nt = kernel_threads(n * k * (m < 8 ? 1 : m / 8 + 1), int64_t{1} << 14);
   parallel_for_chunks(nt, w.groups(), 1, linear_parts(nt, m), [&](int64_t g0, int64_t g1) { kern.packed(p, acts, g0, g1); });

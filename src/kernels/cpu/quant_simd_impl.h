@@ -696,94 +696,169 @@ FUSELM_INLINE __m256 block_scales8(const QuantPacked& w, int64_t g, int64_t b, i
   }
 }
 
-// AVX2: rows 16g+8h..16g+8h+7 (one half of the group, 32 bytes of each 64) against activation
-// rows i0..i0+R with vpmaddubsw + vpmaddwd; q8_0 through |w| and sign(x, w) (no offset); q5_*'s
-// 5th bits from the half's 32 mask bits (fifth_bits).
-template <QuantType Q, int R>
-void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_t i0, __m256* acc) {
+// Half h's code vector q of a nibble block as unsigned codes: the low nibbles (k = 4q..4q+3 per
+// lane) and the high ones (k = 16+4q..), q5_*'s 5th bits (q6_k's 6th too) or-ed in from the half's
+// 32 mask bits (fifth_bits).
+template <QuantType Q>
+FUSELM_INLINE void unpack_half(const QuantPacked& w, int64_t g, int64_t b, int h, int q, __m256i& lo, __m256i& hi) {
   constexpr PackedLayout lay = packed_layout(Q);
-  const int64_t k = w.k(), nb = k / 32;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const unsigned char* c = w.codes(g, b) + 32 * h;
-    __m256i s[R], s_hi[R];  // q6_k: s the low nibbles' sums (elements 0..15), s_hi the high ones'
-    for (int r = 0; r < R; ++r) s[r] = s_hi[r] = _mm256_setzero_si256();
-    if constexpr (Q == QuantType::q8_0) {
-      FUSELM_UNROLL(8)
-      for (int kg = 0; kg < 8; ++kg) {
-        const __m256i v = load32(c + 64 * kg), av = _mm256_abs_epi8(v);
-        for (int r = 0; r < R; ++r) {
-          const __m256i xb = _mm256_set1_epi32(load_i32(a.q + (i0 + r) * k + 32 * b + 4 * kg));
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xb, v)), ones));
-        }
-      }
-    } else {
-      FUSELM_UNROLL(4)
-      for (int q = 0; q < 4; ++q) {
-        const __m256i v = load32(c + 64 * q);
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if constexpr (lay.fifth_bit) {
-          const auto* mb = reinterpret_cast<const uint8_t*>(w.bits(g, b));
-          lo = _mm256_or_si256(lo, fifth_bits(mb + 8 * q + 4 * h));
-          hi = _mm256_or_si256(hi, fifth_bits(mb + 8 * (4 + q) + 4 * h));
-          if constexpr (lay.sixth_bit) {  // fifth_bits' 0x10 doubled: the 6th bit
-            lo = _mm256_or_si256(lo, _mm256_add_epi8(fifth_bits(mb + 64 + 8 * q + 4 * h), fifth_bits(mb + 64 + 8 * q + 4 * h)));
-            hi = _mm256_or_si256(hi, _mm256_add_epi8(fifth_bits(mb + 64 + 8 * (4 + q) + 4 * h),
-                                                     fifth_bits(mb + 64 + 8 * (4 + q) + 4 * h)));
-          }
-        }
-        for (int r = 0; r < R; ++r) {
-          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
-          const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(x)));
-          const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(x + 16)));
-          if constexpr (lay.scales16) {
-            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p0, ones));
-            s_hi[r] = _mm256_add_epi32(s_hi[r], _mm256_madd_epi16(p1, ones));
-          } else {
-            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
-          }
-        }
-      }
-    }
-    if constexpr (lay.scales16) {
-      const __m256 sc0 = block_scales8<Q>(w, g, b, h, false), sc1 = block_scales8<Q>(w, g, b, h, true);
-      for (int r = 0; r < R; ++r) {
-        const int16_t* s16 = a.sum16 + (i0 + r) * (k / 16) + 2 * b;
-        const __m256i lo_sum = _mm256_sub_epi32(s[r], _mm256_set1_epi32(lay.offset * s16[0]));
-        const __m256i hi_sum = _mm256_sub_epi32(s_hi[r], _mm256_set1_epi32(lay.offset * s16[1]));
-        const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nb + b]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo_sum), _mm256_mul_ps(sc0, dx), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi_sum), _mm256_mul_ps(sc1, dx), acc[r]);
-      }
-      continue;
-    }
-    const __m256 sc = block_scales8<Q>(w, g, b, h, false);
-    __m256 mn = _mm256_setzero_ps();
-    if constexpr (lay.has_min) mn = block_scales8<Q>(w, g, b, h, true);
-    constexpr float off = static_cast<float>(lay.offset);
-    for (int r = 0; r < R; ++r) {
-      const float dx = a.d[(i0 + r) * nb + b], ds = a.dsum[(i0 + r) * nb + b];
-      const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(dx), _mm256_set1_ps(off * ds));
-      acc[r] = _mm256_fmadd_ps(sc, t, acc[r]);
-      if constexpr (lay.has_min) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(ds), acc[r]);  // + m_w·d_x·Σx
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = load32(w.codes(g, b) + 64 * q + 32 * h);
+  lo = _mm256_and_si256(v, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if constexpr (lay.fifth_bit) {
+    const auto* mb = reinterpret_cast<const uint8_t*>(w.bits(g, b));
+    lo = _mm256_or_si256(lo, fifth_bits(mb + 8 * q + 4 * h));
+    hi = _mm256_or_si256(hi, fifth_bits(mb + 8 * (4 + q) + 4 * h));
+    if constexpr (lay.sixth_bit) {  // fifth_bits' 0x10 doubled: the 6th bit
+      lo = _mm256_or_si256(lo, _mm256_add_epi8(fifth_bits(mb + 64 + 8 * q + 4 * h), fifth_bits(mb + 64 + 8 * q + 4 * h)));
+      hi = _mm256_or_si256(hi, _mm256_add_epi8(fifth_bits(mb + 64 + 8 * (4 + q) + 4 * h),
+                                               fifth_bits(mb + 64 + 8 * (4 + q) + 4 * h)));
     }
   }
 }
 
+// One code vector's pair sums into a row's int32 sums: s += lo·x_lo + hi·x_hi (q6_k: s the low
+// nibbles', s_hi the high ones', each scaled on its own).
+template <QuantType Q>
+FUSELM_INLINE void add_pair_sums(__m256i lo, __m256i hi, __m256i xlo, __m256i xhi, __m256i& s, __m256i& s_hi) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i p0 = _mm256_maddubs_epi16(lo, xlo), p1 = _mm256_maddubs_epi16(hi, xhi);
+  if constexpr (packed_layout(Q).scales16) {
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(p0, ones));
+    s_hi = _mm256_add_epi32(s_hi, _mm256_madd_epi16(p1, ones));
+  } else {
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+  }
+}
+
+// q8_0's k-group kg of half h against x's 4 bytes xb (broadcast): through |w| and sign(x, w).
+FUSELM_INLINE __m256i add_q8_sums(const unsigned char* c, int h, int kg, __m256i xb, __m256i s) {
+  const __m256i v = load32(c + 64 * kg + 32 * h);
+  return _mm256_add_epi32(
+      s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xb, v)), _mm256_set1_epi16(1)));
+}
+
+// Block b of half h scaled into activation row i's accumulator: d_w·(d_x·s - offset·d_x·Σx)
+// (+ m_w·d_x·Σx), or q6_k's two scaled halves.
+template <QuantType Q>
+FUSELM_INLINE void scale_block(const QuantPacked& w, int64_t g, int64_t b, int h, const Q8Acts& a, int64_t i,
+                               __m256i s, __m256i s_hi, __m256& acc) {
+  constexpr PackedLayout lay = packed_layout(Q);
+  const int64_t k = w.k(), nb = k / 32;
+  if constexpr (lay.scales16) {
+    const __m256 sc0 = block_scales8<Q>(w, g, b, h, false), sc1 = block_scales8<Q>(w, g, b, h, true);
+    const int16_t* s16 = a.sum16 + i * (k / 16) + 2 * b;
+    const __m256i lo_sum = _mm256_sub_epi32(s, _mm256_set1_epi32(lay.offset * s16[0]));
+    const __m256i hi_sum = _mm256_sub_epi32(s_hi, _mm256_set1_epi32(lay.offset * s16[1]));
+    const __m256 dx = _mm256_set1_ps(a.d[i * nb + b]);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo_sum), _mm256_mul_ps(sc0, dx), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi_sum), _mm256_mul_ps(sc1, dx), acc);
+  } else {
+    constexpr float off = static_cast<float>(lay.offset);
+    const float dx = a.d[i * nb + b], ds = a.dsum[i * nb + b];
+    const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dx), _mm256_set1_ps(off * ds));
+    acc = _mm256_fmadd_ps(block_scales8<Q>(w, g, b, h, false), t, acc);
+    if constexpr (lay.has_min) acc = _mm256_fmadd_ps(block_scales8<Q>(w, g, b, h, true), _mm256_set1_ps(ds), acc);
+  }
+}
+
+// AVX2: rows 16g+8h..16g+8h+7 (one half of the group, 32 bytes of each 64) against activation
+// rows i0..i0+R with vpmaddubsw + vpmaddwd.
+template <QuantType Q, int R>
+void packed_tile(const QuantPacked& w, int64_t g, int h, const Q8Acts& a, int64_t i0, __m256* acc) {
+  const int64_t k = w.k(), nb = k / 32;
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i s[R], s_hi[R];
+    for (int r = 0; r < R; ++r) s[r] = s_hi[r] = _mm256_setzero_si256();
+    if constexpr (Q == QuantType::q8_0) {
+      const unsigned char* c = w.codes(g, b);
+      FUSELM_UNROLL(8)
+      for (int kg = 0; kg < 8; ++kg)
+        for (int r = 0; r < R; ++r)
+          s[r] = add_q8_sums(c, h, kg, _mm256_set1_epi32(load_i32(a.q + (i0 + r) * k + 32 * b + 4 * kg)), s[r]);
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        __m256i lo, hi;
+        unpack_half<Q>(w, g, b, h, q, lo, hi);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * k + 32 * b + 4 * q;
+          add_pair_sums<Q>(lo, hi, _mm256_set1_epi32(load_i32(x)), _mm256_set1_epi32(load_i32(x + 16)), s[r], s_hi[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) scale_block<Q>(w, g, b, h, a, i0 + r, s[r], s_hi[r], acc[r]);
+  }
+}
+
+// Decode (one activation row): both halves of group g in one pass over its blocks, so that each
+// code line is loaded once and each activation broadcast serves 16 rows (packed_tile takes a half
+// per pass: each block's lines were read twice, its broadcasts made twice). The same integer and
+// fp32 operations per lane as packed_tile<Q, 1>, so the same bits. The codes (and scales)
+// `prefetch` bytes ahead are prefetched into L2 (0: none): a thread's groups lie one after another.
+// Types without 5th bits (packed_rows).
+template <QuantType Q>
+void packed_tile_decode(const QuantPacked& w, int64_t g, const Q8Acts& a, int64_t i, int64_t prefetch,
+                        __m256 (&acc)[2]) {
+  const int64_t nb = w.k() / 32;
+  constexpr int64_t code_bytes = Q == QuantType::q8_0 ? 512 : 256;
+  acc[0] = acc[1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const unsigned char* c = w.codes(g, b);
+    if (prefetch > 0) {
+      for (int64_t line = 0; line < code_bytes; line += 64) FUSELM_PREFETCH_L2(c + prefetch + line);
+      FUSELM_PREFETCH_L2(reinterpret_cast<const unsigned char*>(w.scales(g, b)) + prefetch / (code_bytes / 32));
+    }
+    __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, s_hi[2] = {s[0], s[1]};
+    const int8_t* x = a.q + i * w.k() + 32 * b;
+    if constexpr (Q == QuantType::q8_0) {
+      FUSELM_UNROLL(8)
+      for (int kg = 0; kg < 8; ++kg) {
+        const __m256i xb = _mm256_set1_epi32(load_i32(x + 4 * kg));
+        for (int h = 0; h < 2; ++h) s[h] = add_q8_sums(c, h, kg, xb, s[h]);
+      }
+    } else {
+      FUSELM_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const __m256i xlo = _mm256_set1_epi32(load_i32(x + 4 * q)), xhi = _mm256_set1_epi32(load_i32(x + 16 + 4 * q));
+        for (int h = 0; h < 2; ++h) {
+          __m256i lo, hi;
+          unpack_half<Q>(w, g, b, h, q, lo, hi);
+          add_pair_sums<Q>(lo, hi, xlo, xhi, s[h], s_hi[h]);
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) scale_block<Q>(w, g, b, h, a, i, s[h], s_hi[h], acc[h]);
+  }
+}
+
+// y row i0's lanes of rows 16g+8h.. (clipped to n) from acc, plus bias.
+FUSELM_INLINE void store_half(const PackedProblem& p, int64_t g, int h, int64_t i0, __m256 acc) {
+  const int64_t j0 = 16 * g + 8 * h;
+  if (j0 >= p.w->n()) return;
+  const int lanes = static_cast<int>(p.w->n() - j0 < 8 ? p.w->n() - j0 : 8);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, acc);
+  for (int l = 0; l < lanes; ++l) p.y[i0 * p.ldy + j0 + l] = out[l] + (p.bias ? p.bias[j0 + l] : 0.f);
+}
+
 template <QuantType Q, int R>
 void packed_rows(const PackedProblem& p, const Q8Acts& a, int64_t g, int64_t i0) {
+  // The 5-bit and 6-bit types keep a half per pass: their bit masks' unpacking for both halves at
+  // once spilled registers (q5_0, q5_k, q6_k decode measured 1.1-1.7x slower on Zen 3).
+  if constexpr (R == 1 && !packed_layout(Q).fifth_bit) {
+    __m256 acc[2];
+    packed_tile_decode<Q>(*p.w, g, a, i0, p.prefetch, acc);
+    for (int h = 0; h < 2; ++h) store_half(p, g, h, i0, acc[h]);
+    return;
+  }
   for (int h = 0; h < 2; ++h) {
-    const int64_t j0 = 16 * g + 8 * h;
-    if (j0 >= p.w->n()) break;
+    if (16 * g + 8 * h >= p.w->n()) break;
     __m256 acc[R];
     packed_tile<Q, R>(*p.w, g, h, a, i0, acc);
-    const int lanes = static_cast<int>(p.w->n() - j0 < 8 ? p.w->n() - j0 : 8);
-    for (int r = 0; r < R; ++r) {
-      alignas(32) float out[8];
-      _mm256_store_ps(out, acc[r]);
-      for (int l = 0; l < lanes; ++l) p.y[(i0 + r) * p.ldy + j0 + l] = out[l] + (p.bias ? p.bias[j0 + l] : 0.f);
-    }
+    for (int r = 0; r < R; ++r) store_half(p, g, h, i0 + r, acc[r]);
   }
 }
 #endif

@@ -37,7 +37,16 @@ using TaskFn = void (*)(void* ctx, int part, int parts);
 /// Runs fn(ctx, part, parts) for part 0..parts-1 on the pool (part 0 on the calling thread) and
 /// returns when all are done; rethrows the first exception a part threw. Runs every part on the
 /// calling thread when it is already inside a task or when another thread holds the pool.
-void run_parallel(int parts, TaskFn fn, void* ctx);
+/// skip_late: parts 1.. may be skipped when no worker has started them by the time part 0 returns
+/// (part 0 must then have done the whole task, as parallel_for_dynamic's parts do); run on the
+/// calling thread, only part 0 runs.
+void run_parallel(int parts, TaskFn fn, void* ctx, bool skip_late = false);
+
+template <class F>
+void run_on_pool(int nt, F& fn, bool skip_late) {
+  auto trampoline = [](void* ctx, int part, int parts) { (*static_cast<F*>(ctx))(part, parts); };
+  run_parallel(nt, trampoline, static_cast<void*>(&fn), skip_late);
+}
 }  // namespace detail
 
 /// Calls fn(part, parts) once for each part in [0, nt) on nt threads of the pool (directly, as
@@ -48,8 +57,7 @@ void parallel_run(int nt, F&& fn) {
     fn(0, 1);
     return;
   }
-  auto trampoline = [](void* ctx, int part, int parts) { (*static_cast<F*>(ctx))(part, parts); };
-  detail::run_parallel(nt, trampoline, static_cast<void*>(&fn));
+  detail::run_on_pool(nt, fn, /*skip_late=*/false);
 }
 
 /// Calls fn(begin, end) on `nt` threads for the parts of [0, n) (directly when nt <= 1).
@@ -66,7 +74,8 @@ void parallel_for_ranges(int nt, int64_t n, int64_t align, F&& fn) {
 }
 
 /// Calls fn(i) for every i in [0, n) on `nt` threads, each taking the next index when it is free
-/// (OpenMP's schedule(dynamic, 1)): for items of very different cost.
+/// (OpenMP's schedule(dynamic, 1)): for items of very different cost. A worker that has not started
+/// when the calling thread runs out of items is not waited for (it would find none left).
 template <class F>
 void parallel_for_dynamic(int nt, int64_t n, F&& fn) {
   if (nt <= 1 || n <= 1) {
@@ -74,11 +83,12 @@ void parallel_for_dynamic(int nt, int64_t n, F&& fn) {
     return;
   }
   std::atomic<int64_t> next{0};
-  parallel_run(static_cast<int>(std::min<int64_t>(nt, n)), [&](int, int) {
+  auto part = [&](int, int) {
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
          i = next.fetch_add(1, std::memory_order_relaxed))
       fn(i);
-  });
+  };
+  detail::run_on_pool(static_cast<int>(std::min<int64_t>(nt, n)), part, /*skip_late=*/true);
 }
 
 /// Calls fn(begin, end) on `nt` threads for `chunks` near-equal parts of [0, n) (inner boundaries
