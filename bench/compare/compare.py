@@ -9,7 +9,8 @@ fuselm can run them: detected by asking `fuselm bench` to load them, never assum
 those very files, so both engines read identical quantized bytes. Then `llama-bench`, `fuselm bench` and transformers (bench/compare/
 hf_bench.py) run pp and tg tests round-robin, `--rounds` times each (the engine order rotating
 every round) so that a change of machine load hits every engine alike; the samples of all rounds
-make each mean ± standard deviation. Prints one markdown table and writes every sample to
+make each mean ± standard deviation (llama-bench runs with -fa 0 and 1, and each row takes its
+faster setting, named in the table). Prints one markdown table and writes every sample to
 $CACHE/results/compare-<time>.json. The decode ceiling of a row is the bandwidth `fuselm bench`
 measured over the bytes one token reads of the GGUF file's tensors (each once; an embedding table
 that is not also the LM head, one row) plus fuselm's KV bytes, the same figure for both engines.
@@ -186,7 +187,7 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
     tests = ["-p", str(a.n_prompt), "-n", str(a.n_gen), "-r", str(reps), "-t", str(threads)]
     if engine == "llama.cpp":
         binary = (setup.bin_noamx if gguf in setup.no_amx else setup.bin) / "llama-bench"
-        cmd = [binary, "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
+        cmd = [binary, "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-fa", a.flash_attn, "-o", "json"]
         if gguf in setup.no_repack:
             cmd += ["--repack", "0"]
         proc = run(cmd, check=False)
@@ -262,6 +263,7 @@ def bench_one(setup: Setup, name: str, hf_dir: Path, wtype: str, threads: int, r
             for r in run_engine(setup, engine, gguf, fsrc, hf_dir, wtype, threads, a.reps, depths):
                 results.append({"model": name, "type": wtype, "engine": engine, "threads": threads,
                                 "round": rnd, "file_bytes_per_token": file_bytes, "row": r,
+                                "flash_attn": int(r.get("flash_attn", 0)) if engine == "llama.cpp" else None,
                                 "fuselm_reads": "GGUF" if fsrc and fsrc[1] is None else f"HF --dtype {wtype}"})
             log(f"  {time.time() - t0:.0f} s")
 
@@ -277,7 +279,9 @@ def summarize(results: list[dict]) -> list[dict]:
     for res in results:
         r = res["row"]
         g = groups.setdefault((res["model"], res["type"], res["threads"], test_key(r)), {"engines": {}})
-        g["engines"].setdefault(res["engine"], []).extend(r["samples_ts"])
+        # llama.cpp's rows of each -fa setting apart: the table takes its best per test
+        fa = res.get("flash_attn")
+        g["engines"].setdefault(res["engine"] if fa is None else (res["engine"], fa), []).extend(r["samples_ts"])
         if res["engine"] == "fuselm":
             g["ceiling"] = r.get("decode_ceiling_ts", 0)
             g["weights"] = f"{res['fuselm_reads']}: " + (r.get("weight_types") or r.get("weight_dtype", ""))
@@ -291,7 +295,12 @@ def summarize(results: list[dict]) -> list[dict]:
     for (model, wtype, threads, key), g in groups.items():
         row = {"model": model, "type": wtype, "threads": threads, "test": test_name(key)}
         for e, ts in g["engines"].items():
-            row[e] = (statistics.fmean(ts), statistics.stdev(ts) if len(ts) > 1 else 0.0, len(ts))
+            stat = (statistics.fmean(ts), statistics.stdev(ts) if len(ts) > 1 else 0.0, len(ts))
+            if isinstance(e, tuple):  # (llama.cpp, -fa value): keep the faster setting
+                if e[0] not in row or stat[0] > row[e[0]][0]:
+                    row[e[0]], row["llama.cpp -fa"] = stat, e[1]
+            else:
+                row[e] = stat
         row["ceiling"] = g.get("ceiling", 0) if key[1] else 0
         row["weights"] = g.get("weights", "")
         rows.append(row)
@@ -311,14 +320,14 @@ def print_table(rows: list[dict], threads_shown: bool) -> None:
     head = ["model", "type", "fuselm weights", *(["threads"] if threads_shown else []), "test", "llama.cpp t/s",
             "fuselm t/s",
             "transformers t/s", "fuselm / llama.cpp", "fuselm / transformers", "fuselm % ceiling",
-            "llama.cpp % ceiling", *(["fuselm-base t/s", "fuselm / fuselm-base"] if base else [])]
+            "llama.cpp % ceiling", "llama.cpp -fa", *(["fuselm-base t/s", "fuselm / fuselm-base"] if base else [])]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * (4 + threads_shown) + ["---:"] * (len(head) - 4 - threads_shown)) + "|")
     for r in rows:
         f, l, t = r.get("fuselm"), r.get("llama.cpp"), r.get("transformers")
         pct = lambda v: "" if not r["ceiling"] or v is None else f"{100 * v[0] / r['ceiling']:.0f} %"
         vals = [r["model"], r["type"].upper(), r["weights"], *([str(r["threads"])] if threads_shown else []), r["test"],
-                cell(l), cell(f), cell(t), ratio(f, l), ratio(f, t), pct(f), pct(l)]
+                cell(l), cell(f), cell(t), ratio(f, l), ratio(f, t), pct(f), pct(l), str(r.get("llama.cpp -fa", ""))]
         if base:
             vals += [cell(r.get("fuselm-base")), ratio(f, r.get("fuselm-base"))]
         print("| " + " | ".join(vals) + " |")
@@ -370,6 +379,8 @@ def main() -> None:
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("--depth", type=int, default=0, help="also tg at this depth (llama.cpp and fuselm), e.g. 4096")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per engine per round")
+    ap.add_argument("--flash-attn", default="0,1",
+                    help="llama-bench's -fa values; each row takes llama.cpp's fastest (issue 31: its best of -fa 0/1)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (engine order rotates)")
     args = ap.parse_args()
     if not Path(args.fuselm).exists():

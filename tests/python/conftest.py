@@ -23,6 +23,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def capture_zygote(tmp_path_factory):
+    """One capture fork server per test worker (capture_zygote.py): fuselm's captures fork from a
+    process that has imported torch and transformers once, instead of importing them each time.
+    FUSELM_TEST_ZYGOTE=0, or a FUSELM_PYTHON of one's own, runs every capture in a fresh Python."""
+    import json
+    import subprocess
+    import capture_zygote as z
+    if os.environ.get("FUSELM_TEST_ZYGOTE") == "0" or os.environ.get("FUSELM_PYTHON"):
+        yield
+        return
+    python = str(REPO / ".venv" / "bin" / "python")
+    sock = str(tmp_path_factory.mktemp("zygote") / "capture.sock")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    proc = subprocess.Popen([python, str(Path(z.__file__)), "--serve", sock], env=env, stdout=subprocess.PIPE, text=True)
+    state = proc.stdout.readline()
+    if proc.poll() is not None or not state:
+        yield  # the server did not start: every capture runs in a fresh Python, as without it
+        return
+    os.environ.update({"FUSELM_PYTHON": str(Path(z.__file__)), z.PYTHON_ENV: python, z.SOCKET_ENV: sock,
+                       z.STATE_ENV: json.dumps(json.loads(state))})
+    try:
+        yield
+    finally:
+        for k in ("FUSELM_PYTHON", z.PYTHON_ENV, z.SOCKET_ENV, z.STATE_ENV):
+            os.environ.pop(k, None)
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def fuselm_bin() -> Path:
     path = Path(os.environ.get("FUSELM_BIN", REPO / "build" / "fuselm"))
