@@ -25,9 +25,9 @@ fi
 
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null || PY=python3
-if [ ! -x .venv/bin/python ]; then
+if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/pip ]; then  # none, or one whose creation was cut short
   echo "setup: creating .venv"
-  "$PY" -m venv .venv
+  "$PY" -m venv --clear .venv
 fi
 
 # xgrammar's C++ sources come from its PyPI sdist (the version pinned in scripts/xgrammar-version),
