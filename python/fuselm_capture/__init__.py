@@ -28,4 +28,15 @@ def _source_digest() -> str:
 
 CAPTURE_VERSION = f"{CAPTURE_RELEASE}+{_source_digest()}"
 
-from .capture import capture_model_dir, capture_module, CaptureError  # noqa: E402,F401
+_LAZY = ("capture_model_dir", "capture_module", "CaptureError")
+
+
+def __getattr__(name):
+    # torch and transformers load only when a capture entry point is used: a cached GGUF directory's
+    # freshness check (`-m fuselm_capture.gguf_dir`, run on every CLI call given a .gguf) then takes a
+    # tenth of a second instead of the seconds of importing torch.
+    if name in _LAZY:
+        from . import capture
+
+        return getattr(capture, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
