@@ -9,7 +9,7 @@
 #include "base/large_alloc.h"
 
 namespace fuselm {
-namespace {
+namespace base_large_alloc_test {
 
 TEST(BaseLargeAlloc, AlignsByItsSizeAndEveryByteIsUsable) {
   constexpr size_t kHuge = size_t{2} << 20;
@@ -49,5 +49,5 @@ TEST(BaseLargeAlloc, LargeBuffersAreAdvisedAsHugePages) {
   EXPECT_TRUE(advised) << "the mapping's VmFlags lack hg";
 }
 
-}  // namespace
+}  // namespace base_large_alloc_test
 }  // namespace fuselm

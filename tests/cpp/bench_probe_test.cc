@@ -5,7 +5,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::bench {
-namespace {
+namespace bench_probe_test {
 
 using kernels::Isa;
 using kernels::ScopedCpuIsa;
@@ -34,5 +34,5 @@ TEST_P(BenchProbe, ProbesReturnPositiveRates) {
 INSTANTIATE_TEST_SUITE_P(, BenchProbe, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 
-}  // namespace
+}  // namespace bench_probe_test
 }  // namespace fuselm::bench

@@ -13,7 +13,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_ir_cache_test {
 
 using weights::test_util::TempDir;
 namespace fs = std::filesystem;
@@ -81,5 +81,5 @@ TEST(FileLock, ExcludesAnotherProcessUntilReleased) {
   EXPECT_FALSE(held_elsewhere());
 }
 
-}  // namespace
+}  // namespace engine_ir_cache_test
 }  // namespace fuselm::engine

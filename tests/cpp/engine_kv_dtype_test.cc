@@ -8,7 +8,7 @@
 #include "engine/model.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_kv_dtype_test {
 
 // Weight storages keyed by address, as Model::load records them.
 struct Weights {
@@ -54,5 +54,5 @@ TEST(KvDTypeForWeights, HalfFp32IsStillAnFp32Model) {
   EXPECT_EQ(kv_dtype_for_weights(w.bytes, w.type), kv::KvDType::f32);
 }
 
-}  // namespace
+}  // namespace engine_kv_dtype_test
 }  // namespace fuselm::engine

@@ -12,7 +12,7 @@
 #include "engine/sampler.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_outputs_test {
 
 TEST(SamplerBias, LogitBiasMovesTheArgmaxAndKeepsTheModelsLogprob) {
   const std::vector<float> row = {0.f, 3.f, 1.f, 0.5f};
@@ -110,5 +110,5 @@ TEST(BatchBuilder, PromptRowsOfSequencesThatReadThem) {
   EXPECT_EQ(std::vector<int64_t>(bb.logit_rows().begin(), bb.logit_rows().end()), (std::vector<int64_t>{0, 1}));
 }
 
-}  // namespace
+}  // namespace engine_outputs_test
 }  // namespace fuselm::engine

@@ -11,7 +11,7 @@
 #include "engine/scheduler.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_parts_test {
 
 std::unique_ptr<Sequence> seq(int64_t prompt_len, int64_t max_tokens = 4) {
   Request r;
@@ -105,5 +105,5 @@ TEST(OutputProcessor, FinishReasons) {
   EXPECT_STREQ(openai_name(FinishReason::abort), "abort");
 }
 
-}  // namespace
+}  // namespace engine_parts_test
 }  // namespace fuselm::engine

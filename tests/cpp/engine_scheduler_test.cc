@@ -12,7 +12,7 @@
 #include "engine/stop_matcher.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_scheduler_test {
 
 constexpr int64_t kVocab = 37;
 
@@ -410,5 +410,5 @@ TEST(Sampler, PenaltiesMinPAndTopLogprobs) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(h.sample(row).token, 2);
 }
 
-}  // namespace
+}  // namespace engine_scheduler_test
 }  // namespace fuselm::engine

@@ -17,7 +17,7 @@
 #include "engine/speculative_sampling.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_speculative_test {
 
 constexpr int64_t kVocab = 37;
 
@@ -344,5 +344,5 @@ TEST(Speculative, DraftVocabularyMustMatch) {
   }
 }
 
-}  // namespace
+}  // namespace engine_speculative_test
 }  // namespace fuselm::engine

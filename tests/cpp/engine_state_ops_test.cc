@@ -10,7 +10,7 @@
 #include "ir/load.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_state_ops_test {
 
 ir::Arg ref(int i) {
   ir::Arg a;
@@ -126,5 +126,5 @@ TEST(HybridKvLayers, IndicesWithoutAttentionHoldNoRowsInAStatefulGraph) {
   EXPECT_EQ(layers[2].k_width, layers[0].k_width);
 }
 
-}  // namespace
+}  // namespace engine_state_ops_test
 }  // namespace fuselm::engine

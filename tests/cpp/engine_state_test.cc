@@ -16,7 +16,7 @@
 #include "kv/state_pool.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_state_test {
 
 constexpr int64_t kVocab = 41;
 constexpr int64_t kP1 = 8388593, kP2 = 4194301;  // primes below 2^23: every state value is an exact f32
@@ -357,5 +357,5 @@ TEST(EngineState, ShutdownFreesEveryStateSlot) {
   EXPECT_EQ(drain(*a).last.finish_reason, FinishReason::abort);
 }
 
-}  // namespace
+}  // namespace engine_state_test
 }  // namespace fuselm::engine

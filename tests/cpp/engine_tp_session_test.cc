@@ -8,7 +8,7 @@
 #include "engine/tp_session.h"
 
 namespace fuselm::engine {
-namespace {
+namespace engine_tp_session_test {
 
 TEST(TpSession, OneRankConfiguresTheModelOptions) {
   TpSession tp(1);
@@ -35,5 +35,5 @@ TEST(TpSession, RefusesASizeBelowOne) {
   }
 }
 
-}  // namespace
+}  // namespace engine_tp_session_test
 }  // namespace fuselm::engine

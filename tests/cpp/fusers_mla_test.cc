@@ -15,7 +15,7 @@
 #include "ir/load.h"
 
 namespace fuselm::fusers {
-namespace {
+namespace fusers_mla_test {
 
 // The toy's sizes (tests/python/test_mla.py): hidden 32, 4 heads, latent 12, rope 4, nope 6, v 5,
 // q-LoRA rank 10.
@@ -146,5 +146,5 @@ TEST(MlaFuser, DisabledLeavesFullAttention) {
   EXPECT_EQ(layers[0].v_width, kHeads * kDv);
 }
 
-}  // namespace
+}  // namespace fusers_mla_test
 }  // namespace fuselm::fusers

@@ -16,7 +16,7 @@
 #include "ir/load.h"
 
 namespace fuselm::fusers {
-namespace {
+namespace fusers_moe_test {
 
 // The toys' sizes (test_moe_toys.py): hidden 32, shared-expert width 16, 8 experts, top-2.
 constexpr int64_t kHid = 32, kInter = 16, kExperts = 8, kTopK = 2;
@@ -298,5 +298,5 @@ TEST(MoeFuser, DisabledLeavesTheRouterOps) {
   EXPECT_EQ(count_op(plan.graph, "aten.topk.default"), 3);  // per group, of groups, final
 }
 
-}  // namespace
+}  // namespace fusers_moe_test
 }  // namespace fuselm::fusers

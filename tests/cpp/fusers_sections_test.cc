@@ -5,7 +5,7 @@
 #include "fusers/fuser.h"
 
 namespace fuselm::fusers {
-namespace {
+namespace fusers_sections_test {
 
 TEST(HeadSection, SplitsHeadsEvenly) {
   const HeadSection q{"q", 32, 128, false};
@@ -31,5 +31,5 @@ TEST(HeadSection, ReplicatesFewKvHeads) {
   EXPECT_EQ(gqa.expr(), "max(1,2/tp)*16");
 }
 
-}  // namespace
+}  // namespace fusers_sections_test
 }  // namespace fuselm::fusers

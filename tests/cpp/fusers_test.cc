@@ -18,7 +18,7 @@
 #include "ir/load.h"
 
 namespace fuselm::fusers {
-namespace {
+namespace fusers_test {
 
 constexpr int64_t kHid = 32, kInter = 64, kHeads = 4, kHeadDim = 8;
 
@@ -552,11 +552,11 @@ TEST(AttentionFuser, UnresolvableScaleIsAnError) {
   EXPECT_TRUE(p.attention.empty());
 }
 
-}  // namespace
+}  // namespace fusers_test
 }  // namespace fuselm::fusers
 
 namespace fuselm::fusers {
-namespace {
+namespace fusers_test {
 
 // Each fuser registers itself from its own file; the registry orders them by their declared
 // order. This fails when a fuser's object is dropped at link (the library not linked whole) or an
@@ -569,5 +569,5 @@ TEST(FuserRegistry, EveryFuserRegistersItselfInItsOrder) {
   EXPECT_EQ(names, want);
 }
 
-}  // namespace
+}  // namespace fusers_test
 }  // namespace fuselm::fusers

@@ -28,7 +28,7 @@
 #endif
 
 namespace fuselm {
-namespace {
+namespace fuzz_regression_test {
 namespace fs = std::filesystem;
 
 std::vector<fs::path> inputs(const std::string& target) {
@@ -226,5 +226,5 @@ TEST(FuzzRegression, ToolCallParameterThatIsNotUtf8) {
   EXPECT_EQ(p.calls()[0].arguments, "{\"a\":\"h\xef\xbf\xbd\"}");
 }
 
-}  // namespace
+}  // namespace fuzz_regression_test
 }  // namespace fuselm

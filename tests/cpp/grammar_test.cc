@@ -16,7 +16,7 @@
 #include "grammar/grammar.h"
 
 namespace fuselm::grammar {
-namespace {
+namespace grammar_test {
 
 // Token 0 is a special (never allowed), the last one the stop id; logits width 40 (> the vocab:
 // ids past it are never allowed).
@@ -362,5 +362,5 @@ TEST(Grammar, BadInputIsAGrammarError) {
   }
 }
 
-}  // namespace
+}  // namespace grammar_test
 }  // namespace fuselm::grammar

@@ -13,7 +13,7 @@
 #include "runtime/op_registry.h"
 
 namespace fuselm::ir {
-namespace {
+namespace ir_op_traits_test {
 
 TEST(OpTraits, EveryRegisteredOpHasTraits) {
   for (const auto& name : runtime::OpRegistry::builtin().names())
@@ -149,5 +149,5 @@ TEST(OpTraits, TensorParallelRules) {
     EXPECT_EQ(op_traits(op).reduce_axes, 1) << op;
 }
 
-}  // namespace
+}  // namespace ir_op_traits_test
 }  // namespace fuselm::ir

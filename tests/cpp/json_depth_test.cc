@@ -15,7 +15,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm {
-namespace {
+namespace json_depth_test {
 
 using weights::test_util::TempDir;
 constexpr int kDeep = 100'000;
@@ -84,5 +84,5 @@ TEST(JsonDepth, DeepTokenizerNormalizers) {
   EXPECT_NE(m.find("nested deeper than"), std::string::npos) << m;
 }
 
-}  // namespace
+}  // namespace json_depth_test
 }  // namespace fuselm

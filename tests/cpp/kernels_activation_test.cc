@@ -7,7 +7,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_activation_test {
 
 using testing::random_floats;
 
@@ -151,5 +151,5 @@ TEST_P(KernelsActivation, LargeInputsSplitOverThreads) {
 INSTANTIATE_TEST_SUITE_P(, KernelsActivation, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_activation_test
 }  // namespace fuselm::kernels

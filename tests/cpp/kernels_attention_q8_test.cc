@@ -17,7 +17,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_attention_q8_test {
 
 using testing::dequantize_q8_0;
 using testing::kQ8BlockBytes;
@@ -179,5 +179,5 @@ TEST(KernelsAttentionQ8Args, ACacheIsBf16OrQ8NotBoth) {
 
 INSTANTIATE_TEST_SUITE_P(, KernelsAttentionQ8, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_attention_q8_test
 }  // namespace fuselm::kernels

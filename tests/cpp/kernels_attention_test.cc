@@ -13,7 +13,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_attention_test {
 
 using testing::random_floats;
 
@@ -378,5 +378,5 @@ TEST_P(KernelsAttention, Bf16CacheEqualsF32OverTheRoundedRows) {
 INSTANTIATE_TEST_SUITE_P(, KernelsAttention, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_attention_test
 }  // namespace fuselm::kernels

@@ -8,7 +8,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_dtype_test {
 
 // fp16 value of bits h, computed from the definition
 double f16_value(uint16_t h) {
@@ -140,5 +140,5 @@ TEST(KernelsDType, ConvertDtypeEveryPair) {
   }
 }
 
-}  // namespace
+}  // namespace kernels_dtype_test
 }  // namespace fuselm::kernels

@@ -11,7 +11,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_isa_test {
 
 TEST(KernelsIsa, NamesRoundTrip) {
   for (Isa isa : kAllIsas) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
@@ -121,5 +121,5 @@ TEST(KernelsTuningDeathTest, EnvironmentPicksTheTableAndScopesRestore) {
   EXPECT_EQ(cpu_tuning().gemv_memory_order, before.gemv_memory_order);
 }
 
-}  // namespace
+}  // namespace kernels_isa_test
 }  // namespace fuselm::kernels

@@ -10,7 +10,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_linear_test {
 
 using testing::random_floats;
 using testing::random_weights;
@@ -447,5 +447,5 @@ TEST_P(KernelsMatmulBatched, MatchesDoubleReference) {
 INSTANTIATE_TEST_SUITE_P(, KernelsMatmulBatched, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_linear_test
 }  // namespace fuselm::kernels

@@ -18,7 +18,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_mla_cache_test {
 
 using testing::dequantize_q8_0;
 using testing::kQ8BlockBytes;
@@ -226,5 +226,5 @@ TEST(KernelsMlaCacheLayout, Q8RowBlocksPadEachPart) {
 
 INSTANTIATE_TEST_SUITE_P(, KernelsMlaCache, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_mla_cache_test
 }  // namespace fuselm::kernels

@@ -14,7 +14,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_moe_route_test {
 
 using testing::random_floats;
 
@@ -214,5 +214,5 @@ TEST(KernelsMoeRoute, RejectsArgumentsItCannotRoute) {
   expect_error(a, "null pointer argument");
 }
 
-}  // namespace
+}  // namespace kernels_moe_route_test
 }  // namespace fuselm::kernels

@@ -7,7 +7,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_norm_test {
 
 using testing::random_floats;
 
@@ -124,5 +124,5 @@ TEST_P(KernelsNorm, ManyRowsUseThreads) {
 INSTANTIATE_TEST_SUITE_P(, KernelsNorm, ::testing::ValuesIn(testing::all_isas()),
                          testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_norm_test
 }  // namespace fuselm::kernels

@@ -13,7 +13,7 @@
 #include "weights/gguf.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_quant_oracle_test {
 
 std::filesystem::path oracle_path() {
   if (const char* p = std::getenv("FUSELM_QUANT_ORACLE"); p && *p) return p;
@@ -71,5 +71,5 @@ std::string type_name(const ::testing::TestParamInfo<QuantType>& info) { return 
 INSTANTIATE_TEST_SUITE_P(Types, QuantOracle, ::testing::ValuesIn(kAllQuantTypes), type_name);
 INSTANTIATE_TEST_SUITE_P(Types, QuantOracleQuantize, ::testing::Values(QuantType::q8_0, QuantType::q4_0), type_name);
 
-}  // namespace
+}  // namespace kernels_quant_oracle_test
 }  // namespace fuselm::kernels

@@ -16,7 +16,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_quant_test {
 
 using testing::random_floats;
 
@@ -340,5 +340,5 @@ TEST(QuantLinear, QuantizeRoundTrip) {
   }
 }
 
-}  // namespace
+}  // namespace kernels_quant_test
 }  // namespace fuselm::kernels

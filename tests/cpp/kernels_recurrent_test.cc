@@ -14,7 +14,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_recurrent_test {
 
 using testing::random_floats;
 
@@ -331,5 +331,5 @@ TEST_P(KernelsRecurrent, LinearScanSequencesInOneCall) {
 
 INSTANTIATE_TEST_SUITE_P(, KernelsRecurrent, ::testing::ValuesIn(testing::all_isas()), testing::isa_param_name);
 
-}  // namespace
+}  // namespace kernels_recurrent_test
 }  // namespace fuselm::kernels

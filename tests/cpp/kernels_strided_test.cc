@@ -16,7 +16,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_strided_test {
 
 Strided contiguous(void* data, DType dt, std::initializer_list<int64_t> shape) {
   Strided v;
@@ -267,5 +267,5 @@ TEST_P(KernelsStrided, RowSumSquaresAndRmsScale) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, KernelsStrided, ::testing::Values(1, 4));
 
-}  // namespace
+}  // namespace kernels_strided_test
 }  // namespace fuselm::kernels

@@ -15,7 +15,7 @@
 #include "kernels_testing.h"
 
 namespace fuselm::kernels {
-namespace {
+namespace kernels_threading_test {
 
 TEST(KernelsThreading, EveryPartRunsOnceForEachCount) {
   for (int nt = 1; nt <= 8; ++nt) {
@@ -196,5 +196,5 @@ TEST(KernelsThreading, ScratchIsPerThreadAndKept) {
   EXPECT_EQ(std::set<float*>(first.begin(), first.end()).size(), size_t{nt});
 }
 
-}  // namespace
+}  // namespace kernels_threading_test
 }  // namespace fuselm::kernels

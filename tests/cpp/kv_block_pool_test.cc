@@ -10,7 +10,7 @@
 #include "kv/sequence_handle.h"
 
 namespace fuselm::kv {
-namespace {
+namespace kv_block_pool_test {
 
 std::vector<int64_t> iota_tokens(int64_t n, int64_t start = 100) {
   std::vector<int64_t> t(n);
@@ -135,5 +135,5 @@ TEST(SequenceHandle, ReturnsBlocksWhenAnExceptionUnwinds) {
   EXPECT_EQ(cache.pool().stats().used, 1);
 }
 
-}  // namespace
+}  // namespace kv_block_pool_test
 }  // namespace fuselm::kv

@@ -7,7 +7,7 @@
 #include "kv/pool_sizing.h"
 
 namespace fuselm::kv {
-namespace {
+namespace kv_pool_sizing_test {
 
 constexpr int64_t GiB = int64_t{1} << 30;
 
@@ -44,5 +44,5 @@ TEST(KvPoolSizing, ExplicitSizesWin) {
   EXPECT_THROW(pool_blocks(PoolSizing{1000, 0, 1}, 1024, 8192, 16), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace kv_pool_sizing_test
 }  // namespace fuselm::kv

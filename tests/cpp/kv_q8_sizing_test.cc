@@ -9,7 +9,7 @@
 #include "kv/pool_sizing.h"
 
 namespace fuselm::kv {
-namespace {
+namespace kv_q8_sizing_test {
 
 TEST(KvQ8Sizing, BytesPerTokenCountBlocksPerHead) {
   // The default model: 30 layers, 3 KV heads of 64 (K and V).
@@ -72,5 +72,5 @@ TEST(KvQ8Sizing, ParseAndName) {
   EXPECT_EQ(c.bytes_per_token(), 2 * 3 * 2 * 34);
 }
 
-}  // namespace
+}  // namespace kv_q8_sizing_test
 }  // namespace fuselm::kv

@@ -12,7 +12,7 @@
 #include "runtime/op_registry.h"
 
 namespace fuselm::runtime {
-namespace {
+namespace ops_doc_test {
 
 std::string render() {
   const auto names = OpRegistry::builtin().names();
@@ -76,5 +76,5 @@ TEST(OpsDoc, CaptureEngineOpsListIsTheRegistry) {
   expect_generated("/python/fuselm_capture/engine_ops.txt", want);
 }
 
-}  // namespace
+}  // namespace ops_doc_test
 }  // namespace fuselm::runtime

@@ -14,7 +14,7 @@
 #include "runtime/executor.h"
 
 namespace fuselm::passes {
-namespace {
+namespace passes_logit_rows_test {
 
 constexpr int64_t kVocab = 11, kHidden = 5, kTable = 7;
 
@@ -167,5 +167,5 @@ TEST(LogitRows, SelectedRowsEqualThoseRowsOfTheFullLogits) {
   for (int64_t i = 0; i < 6 * kVocab; ++i) EXPECT_FLOAT_EQ(again.ptr<float>()[i], all.ptr<float>()[i]);
 }
 
-}  // namespace
+}  // namespace passes_logit_rows_test
 }  // namespace fuselm::passes

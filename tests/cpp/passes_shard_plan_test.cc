@@ -13,7 +13,7 @@
 #include "passes/shard_plan.h"
 
 namespace fuselm::passes {
-namespace {
+namespace passes_shard_plan_test {
 
 using fusers::HeadSection;
 using fusers::Shard;
@@ -460,5 +460,5 @@ TEST(ShardPlan, FormatsInspectLines) {
   EXPECT_NE(s.find("  sharded     down.weight: row parallel"), std::string::npos) << s;
 }
 
-}  // namespace
+}  // namespace passes_shard_plan_test
 }  // namespace fuselm::passes

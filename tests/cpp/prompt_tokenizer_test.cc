@@ -12,7 +12,7 @@
 #include "tokenizer/prompt_tokenizer.h"
 
 namespace fuselm::tokenizer {
-namespace {
+namespace prompt_tokenizer_test {
 
 using nlohmann::json;
 using Ids = std::vector<std::uint32_t>;
@@ -61,5 +61,5 @@ TEST(PromptTokenizer, RuleNamingAnIdOutsideTheVocabularyIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace prompt_tokenizer_test
 }  // namespace fuselm::tokenizer

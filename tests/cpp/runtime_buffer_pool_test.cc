@@ -10,20 +10,20 @@
 
 // Counts global operator new calls made by this thread while counting is on (the other tests of
 // the binary are unaffected: counting is off unless a test turns it on).
-namespace {
+namespace new_counter {
 thread_local bool g_counting = false;
 thread_local long g_news = 0;
-}  // namespace
+}  // namespace new_counter
 
 void* operator new(std::size_t n) {
-  if (g_counting) ++g_news;
+  if (new_counter::g_counting) ++new_counter::g_news;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
 // Every form that can pair with the free() below is replaced too (the nothrow new that
 // std::stable_sort's temporary buffer uses), or ASan reports new/free mismatches in other tests.
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  if (g_counting) ++g_news;
+  if (new_counter::g_counting) ++new_counter::g_news;
   return std::malloc(n ? n : 1);
 }
 void operator delete(void* p) noexcept { std::free(p); }
@@ -31,7 +31,7 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace fuselm::runtime {
-namespace {
+namespace runtime_buffer_pool_test {
 
 TEST(BufferPool, RecyclesBestFitWithinTwice) {
   BufferPool pool;
@@ -65,13 +65,13 @@ TEST(BufferPool, SteadyStateTouchesNoHeap) {
   };
   step();
   const int64_t allocs = pool.allocations();
-  g_news = 0;
-  g_counting = true;
+  ::new_counter::g_news = 0;
+  ::new_counter::g_counting = true;
   for (int i = 0; i < 10; ++i) step();
-  g_counting = false;
-  EXPECT_EQ(g_news, 0) << "operator new was called while recycling buffers";
+  ::new_counter::g_counting = false;
+  EXPECT_EQ(::new_counter::g_news, 0) << "operator new was called while recycling buffers";
   EXPECT_EQ(pool.allocations(), allocs);
 }
 
-}  // namespace
+}  // namespace runtime_buffer_pool_test
 }  // namespace fuselm::runtime

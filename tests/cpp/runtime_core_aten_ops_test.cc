@@ -14,7 +14,7 @@
 #include "runtime_test_util.h"
 
 namespace fuselm::runtime::testing {
-namespace {
+namespace runtime_core_aten_ops_test {
 
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
@@ -218,9 +218,10 @@ void index_select_case() {
   check(op, {{x}, {e}}, [](auto n) { return std::vector<Arg>{R(n[0]), I(0), R(n[1])}; }, Host{DType::f32, {0, 3, 2}, {}}, "empty index");
 }
 
-}  // namespace
+}  // namespace runtime_core_aten_ops_test
 
 void add_core_aten_cases(std::map<std::string, std::function<void()>>& m) {
+  using namespace runtime_core_aten_ops_test;
   m["aten.clamp.default"] = clamp_scalar_case;
   m["aten.clamp.Tensor"] = clamp_tensor_case;
   m["aten.clamp_.default"] = clamp_in_place_case;

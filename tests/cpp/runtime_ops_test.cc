@@ -26,7 +26,7 @@
 #include "runtime_test_util.h"
 
 namespace fuselm::runtime {
-namespace {
+namespace runtime_ops_test {
 
 using namespace fuselm::runtime::testing;  // NOLINT
 using ir::DType;
@@ -2236,5 +2236,5 @@ TEST(Attention, WithoutKvCacheFails) {
   }
 }
 
-}  // namespace
+}  // namespace runtime_ops_test
 }  // namespace fuselm::runtime

@@ -18,7 +18,7 @@
 #include "runtime_test_util.h"
 
 namespace fuselm::runtime::testing {
-namespace {
+namespace runtime_recurrent_ops_test {
 
 // Tokens of the three sequences (first, count, earlier tokens): a prompt from zero state, a chunk
 // resuming after 7 tokens, a decode step after 19.
@@ -293,9 +293,10 @@ void expect_state_errors() {
   }
 }
 
-}  // namespace
+}  // namespace runtime_recurrent_ops_test
 
 void add_recurrent_cases(std::map<std::string, std::function<void()>>& m) {
+  using namespace runtime_recurrent_ops_test;
   m["fuselm.causal_conv1d.default"] = [] {
     conv_case(Layout::transposed);
     conv_case(Layout::contiguous);

@@ -15,7 +15,7 @@
 #include "runtime_test_util.h"
 
 namespace fuselm::runtime::testing {
-namespace {
+namespace runtime_router_ops_test {
 
 // x with some repeated values, so that ties occur.
 Host with_ties(std::vector<int64_t> shape, uint32_t seed) {
@@ -458,7 +458,7 @@ void moe_route_case() {
   }
 }
 
-}  // namespace
+}  // namespace runtime_router_ops_test
 
 Host nonzero_host(std::vector<int64_t> shape, uint32_t seed) {
   Host h = rand_host(DType::f32, std::move(shape), seed, 0.5, 2.0);
@@ -467,6 +467,7 @@ Host nonzero_host(std::vector<int64_t> shape, uint32_t seed) {
 }
 
 void add_router_cases(std::map<std::string, std::function<void()>>& m) {
+  using namespace runtime_router_ops_test;
   m["aten.topk.default"] = topk_case;
   m["aten.max.dim"] = max_dim_case;
   m["aten.gather.default"] = gather_case;

@@ -12,13 +12,12 @@
 using fuselm::engine::Sampler;
 using fuselm::engine::SamplingParams;
 
-namespace {
+namespace sampler_test {
 std::vector<float> logits_of(std::vector<double> probs) {
   std::vector<float> l;
   for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
   return l;
 }
-}  // namespace
 
 TEST(Sampler, GreedyIsArgmaxWithLogprob) {
   std::vector<float> l = {0.5f, 2.0f, -1.0f, 1.9f};
@@ -103,3 +102,5 @@ TEST(SamplingParams, OneSetOfBoundsTheServerAndTheCliShare) {
   EXPECT_EQ(fuselm::engine::sampling_range::temperature.interval(), "[0, 2]");
   EXPECT_EQ(fuselm::engine::seed_from_int(-1), ~uint64_t{0});  // every int64 is a seed; negatives wrap as the server reads them
 }
+
+}  // namespace sampler_test

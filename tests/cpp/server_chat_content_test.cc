@@ -5,7 +5,7 @@
 #include "server/chat_content.h"
 
 namespace fuselm::server {
-namespace {
+namespace server_chat_content_test {
 
 using nlohmann::ordered_json;
 
@@ -49,5 +49,5 @@ TEST(ChatContent, MalformedPartsAreRefused) {
   EXPECT_NE(no_text.find("must have a string 'text'"), std::string::npos) << no_text;
 }
 
-}  // namespace
+}  // namespace server_chat_content_test
 }  // namespace fuselm::server

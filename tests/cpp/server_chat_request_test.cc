@@ -5,7 +5,7 @@
 #include "server/chat_request.h"
 
 namespace fuselm::server {
-namespace {
+namespace server_chat_request_test {
 
 using nlohmann::ordered_json;
 
@@ -87,5 +87,5 @@ TEST(ChatRequest, ToolChoiceNoneDropsTheToolsAndRequiredIsForced) {
   EXPECT_EQ(*p2.forced, "");
 }
 
-}  // namespace
+}  // namespace server_chat_request_test
 }  // namespace fuselm::server

@@ -8,7 +8,7 @@
 #include "server/cors.h"
 
 namespace fuselm::server {
-namespace {
+namespace server_cors_test {
 
 std::map<std::string, std::string> as_map(const HeaderList& h) { return {h.begin(), h.end()}; }
 
@@ -65,5 +65,5 @@ TEST(Cors, MethodsAndHeadersOutsideTheListsFailThePreflight) {
   EXPECT_EQ(as_map(cors_preflight_headers(c, "http://a", "POST", ""))["Access-Control-Allow-Headers"], "Content-Type, Authorization");
 }
 
-}  // namespace
+}  // namespace server_cors_test
 }  // namespace fuselm::server

@@ -9,7 +9,7 @@
 #include "server/field_policy.h"
 
 namespace fuselm::server {
-namespace {
+namespace server_field_policy_test {
 
 using nlohmann::json;
 
@@ -102,5 +102,5 @@ TEST(FieldPolicy, NonObjectBodiesAreLeftToTheReader) {
   EXPECT_TRUE(l.lines.empty());
 }
 
-}  // namespace
+}  // namespace server_field_policy_test
 }  // namespace fuselm::server

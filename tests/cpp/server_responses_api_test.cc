@@ -9,7 +9,7 @@
 #include "server/responses_api.h"
 
 namespace fuselm::server {
-namespace {
+namespace server_responses_api_test {
 
 using nlohmann::json;
 
@@ -171,5 +171,5 @@ TEST(ResponsesApi, ChatStreamErrorBecomesFailed) {
   EXPECT_EQ(ev.back()["response"]["error"]["message"], "timed out");
 }
 
-}  // namespace
+}  // namespace server_responses_api_test
 }  // namespace fuselm::server

@@ -8,7 +8,7 @@
 #include "template/chat_template.h"
 
 namespace fuselm::tmpl {
-namespace {
+namespace template_errors_test {
 
 std::string error_of(const std::string& source, const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) {
   try {
@@ -82,5 +82,5 @@ TEST(TemplateErrors, DeepNestingIsAnErrorNotAStackOverflow) {
   EXPECT_NE(error_of(blocks).find("nesting deeper than"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace template_errors_test
 }  // namespace fuselm::tmpl

@@ -7,7 +7,7 @@
 #include "template/chat_template.h"
 
 namespace fuselm::tmpl {
-namespace {
+namespace template_model_test {
 namespace fs = std::filesystem;
 
 class ModelTemplateTest : public ::testing::Test {
@@ -76,5 +76,5 @@ TEST_F(ModelTemplateTest, DefaultModelTemplateRenders) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-}  // namespace
+}  // namespace template_model_test
 }  // namespace fuselm::tmpl

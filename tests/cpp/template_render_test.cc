@@ -8,7 +8,7 @@
 #include "template/chat_template.h"
 
 namespace fuselm::tmpl {
-namespace {
+namespace template_render_test {
 
 struct Case {
   const char* name;
@@ -87,5 +87,5 @@ TEST(TemplateRender, KeyOrderFollowsTheInput) {
   EXPECT_EQ(render("{{ d|tojson }}", nlohmann::json::parse(R"({"d": {"b": 1, "a": 2}})")), "{\"a\": 2, \"b\": 1}");
 }
 
-}  // namespace
+}  // namespace template_render_test
 }  // namespace fuselm::tmpl

@@ -14,7 +14,7 @@
 #include <random>
 
 namespace fuselm::tmpl {
-namespace {
+namespace template_tool_format_test {
 
 std::string read_template(const std::string& name) {
   std::ifstream in(std::filesystem::path(FUSELM_SOURCE_DIR) / "tests/data/chat-templates" / name);
@@ -273,5 +273,5 @@ TEST(ChatOutputParser, UnfinishedCallIsContent) {
   EXPECT_EQ(p.content(), "ok <tool_call>\n{\"name\": \"f\", \"argu");
 }
 
-}  // namespace
+}  // namespace template_tool_format_test
 }  // namespace fuselm::tmpl

@@ -17,7 +17,7 @@
 #include "tokenizer/unigram_model.h"
 
 namespace fuselm::tokenizer {
-namespace {
+namespace tokenizer_spm_test {
 
 using nlohmann::json;
 using Ids = std::vector<std::uint32_t>;
@@ -197,5 +197,5 @@ TEST(TokenizerUnicode, ClassesOfHfTokenizers) {
   EXPECT_EQ(lower, "i\xCC\x87");
 }
 
-}  // namespace
+}  // namespace tokenizer_spm_test
 }  // namespace fuselm::tokenizer

@@ -14,7 +14,7 @@
 #include "tokenizer/utf8.h"
 
 namespace fuselm::tokenizer {
-namespace {
+namespace tokenizer_test {
 
 using nlohmann::json;
 
@@ -230,5 +230,5 @@ TEST(TokenizerErrors, MissingFile) {
   }
 }
 
-}  // namespace
+}  // namespace tokenizer_test
 }  // namespace fuselm::tokenizer

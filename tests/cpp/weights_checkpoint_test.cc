@@ -9,7 +9,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_checkpoint_test {
 
 using namespace test_util;
 namespace fs = std::filesystem;
@@ -167,5 +167,5 @@ TEST(WeightsCheckpoint, CopiesShareMappings) {
   EXPECT_EQ(f32_at(copy->at("w"), 1), 2.f);
 }
 
-}  // namespace
+}  // namespace weights_checkpoint_test
 }  // namespace fuselm::weights

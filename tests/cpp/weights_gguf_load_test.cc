@@ -21,7 +21,7 @@
 #include "weights/stack.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_gguf_load_test {
 
 const std::filesystem::path kFile = std::filesystem::path(FUSELM_SOURCE_DIR) / "tests/cpp/data/gguf/basic.gguf";
 
@@ -236,5 +236,5 @@ TEST(GgufLoad, QuantizeAtLoadMatchesReferenceQuantizer) {
   EXPECT_FALSE(quantizable_shape(kernels::QuantType::q4_0, std::vector<int64_t>{4, 48}));
 }
 
-}  // namespace
+}  // namespace weights_gguf_load_test
 }  // namespace fuselm::weights

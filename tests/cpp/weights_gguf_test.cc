@@ -18,7 +18,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_gguf_test {
 
 using test_util::error_of;
 using test_util::TempDir;
@@ -311,5 +311,5 @@ TEST(GgufTensor, RopeUnpermuteUndoesLlamaCppsPermute) {
   EXPECT_THROW(rope_unpermute_rows(10, 2), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace weights_gguf_test
 }  // namespace fuselm::weights

@@ -13,7 +13,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_load_test {
 
 using namespace test_util;
 namespace fs = std::filesystem;
@@ -309,5 +309,5 @@ TEST(WeightsLoad, DtypePolicyNames) {
   EXPECT_EQ(error_of([] { parse_dtype_policy("fp8"); }), "unknown weight dtype 'fp8' (choose auto, f32, bf16, q8_0 or q4_0)");
 }
 
-}  // namespace
+}  // namespace weights_load_test
 }  // namespace fuselm::weights

@@ -9,7 +9,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_safetensors_test {
 
 using namespace test_util;
 namespace fs = std::filesystem;
@@ -202,5 +202,5 @@ TEST(WeightsSafetensors, MoveKeepsMappingValid) {
   EXPECT_EQ(at<float>(b.at("w"), 1), 8.f);
 }
 
-}  // namespace
+}  // namespace weights_safetensors_test
 }  // namespace fuselm::weights

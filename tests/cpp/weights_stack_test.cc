@@ -11,7 +11,7 @@
 #include "weights_test_util.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_stack_test {
 
 using namespace test_util;
 namespace fs = std::filesystem;
@@ -146,5 +146,5 @@ TEST(WeightsStack, ErrorsNameTheTensor) {
                   "does not fit 6 keys and shape [2, 6, 4]");
 }
 
-}  // namespace
+}  // namespace weights_stack_test
 }  // namespace fuselm::weights

@@ -4,7 +4,7 @@
 #include "weights/unused_tensors.h"
 
 namespace fuselm::weights {
-namespace {
+namespace weights_unused_test {
 
 nlohmann::json table(const std::vector<std::vector<std::string>>& keys_per_param) {
   nlohmann::json t = nlohmann::json::object();
@@ -78,5 +78,5 @@ TEST(WeightsUnused, WithoutTheRecordAnUnreadTowerIsUnused) {
   EXPECT_TRUE(u.unread_modules.empty());
 }
 
-}  // namespace
+}  // namespace weights_unused_test
 }  // namespace fuselm::weights
