@@ -26,3 +26,5 @@ file(WRITE ${CMAKE_BINARY_DIR}/config.cmake
      "set(XGRAMMAR_ENABLE_INTERNAL_CHECK OFF)\n")
 add_subdirectory(${FUSELM_XGRAMMAR_DIR} ${CMAKE_BINARY_DIR}/xgrammar EXCLUDE_FROM_ALL SYSTEM)
 target_compile_options(xgrammar PRIVATE -O3 -fno-lto -Wno-error)
+# Eight sources to a translation unit, as ours (CMakeLists.txt, FUSELM_UNITY): 312 -> 113 CPU-s.
+set_target_properties(xgrammar PROPERTIES UNITY_BUILD ${FUSELM_UNITY} UNITY_BUILD_BATCH_SIZE 8)

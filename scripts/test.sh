@@ -26,7 +26,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   echo "test: building with ASan and UBSan (build-asan/)"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELM_SANITIZE=ON "${launcher[@]}" >/dev/null
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELM_SANITIZE=ON -DFUSELM_UNITY=OFF "${launcher[@]}" >/dev/null
   ninja -C build-asan fuselm fuselm_tests >/dev/null
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

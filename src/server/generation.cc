@@ -14,7 +14,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using std::chrono::milliseconds;
 
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string dump_ordered(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 // Takes the choice's next event without waiting; false when there is none.
 bool poll(Choice& c, engine::Event& e) { return !c.finished && c.stream->next(e, milliseconds(0)); }
@@ -114,7 +114,7 @@ void respond_whole(Generation& g, const ResponseBuilder& rb, const Deadline& dea
     ojson fields = c.output->message(c.text);  // before finish_reason (braced init is ordered, but say so)
     results.push_back({c.index, std::move(fields), std::move(c.tokens), c.echo_logprobs, c.output->finish_reason(c.last.finish_reason)});
   }
-  res.set_content(dump(rb.full(results, g.usage())), "application/json");
+  res.set_content(dump_ordered(rb.full(results, g.usage())), "application/json");
 }
 
 namespace {
@@ -134,7 +134,7 @@ struct StreamWriter {
   }
 
   bool end(httplib::DataSink& sink, const ojson& last) {
-    const bool ok = write(sink, dump(last)) && write(sink, "[DONE]");
+    const bool ok = write(sink, dump_ordered(last)) && write(sink, "[DONE]");
     if (ok) sink.done();
     return ok;
   }
@@ -150,7 +150,7 @@ struct StreamWriter {
     if (!e.finished) {
       ojson fields = c.output->delta(text, false);
       if (fields.empty() && !logprobs) return true;
-      return write(sink, dump(rb->chunk(c.index, fields, tokens, nullptr, echo_lp)));
+      return write(sink, dump_ordered(rb->chunk(c.index, fields, tokens, nullptr, echo_lp)));
     }
     c.finished = true;
     c.last = std::move(e);
@@ -160,7 +160,7 @@ struct StreamWriter {
       return false;
     }
     ojson fields = c.output->delta(text, true);  // before finish_reason: the last delta may complete a tool call
-    return write(sink, dump(rb->chunk(c.index, fields, tokens, c.output->finish_reason(c.last.finish_reason), echo_lp)));
+    return write(sink, dump_ordered(rb->chunk(c.index, fields, tokens, c.output->finish_reason(c.last.finish_reason), echo_lp)));
   }
 
   bool step(httplib::DataSink& sink) {
@@ -168,7 +168,7 @@ struct StreamWriter {
       roles_sent = true;
       if (rb->chat())
         for (const auto& c : g->choices)
-          if (!write(sink, dump(rb->role_chunk(c.index)))) return false;
+          if (!write(sink, dump_ordered(rb->role_chunk(c.index)))) return false;
     }
     if (deadline.expired()) {  // the error event, then the end of the stream
       g->cancel_all();
@@ -183,7 +183,7 @@ struct StreamWriter {
         if (!on_event(c, e, sink)) return false;
       }
     if (all_finished(*g)) {
-      bool ok = !include_usage || write(sink, dump(rb->usage_chunk(g->usage())));
+      bool ok = !include_usage || write(sink, dump_ordered(rb->usage_chunk(g->usage())));
       ok = ok && write(sink, "[DONE]");
       if (ok) sink.done();
       return ok;

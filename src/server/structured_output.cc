@@ -13,12 +13,12 @@ namespace fuselm::server {
 namespace {
 
 // In the request's key order: a schema's properties are generated in the order it lists them.
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 constexpr const char* kFields[] = {"response_format", "structured_outputs", "guided_json", "guided_regex",
                                    "guided_grammar", "guided_choice", "grammar", "json_schema"};
 
-const json* present(const json& obj, const char* name) {
+const ojson* present(const ojson& obj, const char* name) {
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
@@ -35,17 +35,17 @@ grammar::Grammar build(const std::string& field, F&& f) {
   }
 }
 
-std::string need_string(const json& v, const std::string& field) {
+std::string need_string(const ojson& v, const std::string& field) {
   if (!v.is_string()) throw ApiError(400, fmt::format("'{}' must be a string", field), field);
   return v.get<std::string>();
 }
 
 /// A JSON Schema given as an object (or a boolean), or as JSON text (vLLM accepts both).
-json schema_value(const json& v, const std::string& field) {
+ojson schema_value(const ojson& v, const std::string& field) {
   if (v.is_object() || v.is_boolean()) return v;
   if (v.is_string()) {
     try {
-      json parsed = base::parse_json_limited_as<json>(v.get<std::string>());
+      ojson parsed = base::parse_json_limited_as<ojson>(v.get<std::string>());
       if (parsed.is_object() || parsed.is_boolean()) return parsed;
     } catch (const std::exception&) {  // not JSON, or nested too deep
     }
@@ -53,19 +53,19 @@ json schema_value(const json& v, const std::string& field) {
   throw ApiError(400, fmt::format("'{}' must be a JSON Schema (an object, or its JSON text)", field), field);
 }
 
-grammar::Grammar schema_grammar(const json& v, const std::string& field, bool strict) {
-  json schema = schema_value(v, field);
+grammar::Grammar schema_grammar(const ojson& v, const std::string& field, bool strict) {
+  ojson schema = schema_value(v, field);
   return build(field, [&] { return grammar::Grammar::json_schema(schema, strict); });
 }
 
-grammar::Grammar choice_grammar(const json& v, const std::string& field) {
+grammar::Grammar choice_grammar(const ojson& v, const std::string& field) {
   if (!v.is_array() || v.empty()) throw ApiError(400, fmt::format("'{}' must be a non-empty array of strings", field), field);
   std::vector<grammar::Grammar> alternatives;
   for (const auto& c : v) alternatives.push_back(grammar::Grammar::literal(need_string(c, field)));
   return build(field, [&] { return grammar::Grammar::any_of(alternatives); });
 }
 
-std::optional<StructuredOutput> response_format(const json& rf) {
+std::optional<StructuredOutput> response_format(const ojson& rf) {
   const std::string f = "response_format";
   if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
     throw ApiError(400, "'response_format' must be an object with a string 'type'", f);
@@ -74,16 +74,16 @@ std::optional<StructuredOutput> response_format(const json& rf) {
   if (type == "json_object") return StructuredOutput{grammar::Grammar::any_json_object(), f};
   if (type != "json_schema")
     throw ApiError(400, fmt::format("'response_format' type '{}' is not supported (text, json_object, json_schema)", type), f);
-  const json* js = present(rf, "json_schema");
+  const ojson* js = present(rf, "json_schema");
   if (!js || !js->is_object()) throw ApiError(400, "'response_format.json_schema' must be an object", f + ".json_schema");
-  if (const json* name = present(*js, "name"); !name || !name->is_string())
+  if (const ojson* name = present(*js, "name"); !name || !name->is_string())
     throw ApiError(400, "'response_format.json_schema.name' must be a string (it is required)", f + ".json_schema.name");
   bool strict = false;
-  if (const json* s = present(*js, "strict")) {
+  if (const ojson* s = present(*js, "strict")) {
     if (!s->is_boolean()) throw ApiError(400, "'response_format.json_schema.strict' must be a boolean", f + ".json_schema.strict");
     strict = s->get<bool>();
   }
-  const json* schema = present(*js, "schema");
+  const ojson* schema = present(*js, "schema");
   const std::string sf = f + ".json_schema.schema";
   // OpenAI's schema is optional: without one, any JSON object.
   if (!schema) return StructuredOutput{grammar::Grammar::any_json_object(), f};
@@ -91,7 +91,7 @@ std::optional<StructuredOutput> response_format(const json& rf) {
 }
 
 /// vLLM's structured_outputs object: exactly one of json, regex, grammar, choice, json_object.
-std::optional<StructuredOutput> structured_outputs(const json& so) {
+std::optional<StructuredOutput> structured_outputs(const ojson& so) {
   const std::string f = "structured_outputs";
   if (!so.is_object()) throw ApiError(400, "'structured_outputs' must be an object", f);
   bool strict = false;  // vLLM's default: JSON Schema's (further properties allowed)
@@ -109,20 +109,20 @@ std::optional<StructuredOutput> structured_outputs(const json& so) {
     else if (key == "regex") g = StructuredOutput{build(kf, [&, &val = v] { return grammar::Grammar::regex(need_string(val, kf)); }), kf};
     else if (key == "grammar") g = StructuredOutput{build(kf, [&, &val = v] { return grammar::Grammar::ebnf(need_string(val, kf)); }), kf};
     else if (key == "choice") g = StructuredOutput{choice_grammar(v, kf), kf};
-    else if (key == "json_object" && v == json(true)) g = StructuredOutput{grammar::Grammar::any_json_object(), kf};
-    else if (key == "json_object" && v == json(false)) continue;
+    else if (key == "json_object" && v == ojson(true)) g = StructuredOutput{grammar::Grammar::any_json_object(), kf};
+    else if (key == "json_object" && v == ojson(false)) continue;
     else throw ApiError(400, fmt::format("'{}' is not supported", kf), kf);
     if (out) throw ApiError(400, fmt::format("'{}' and '{}' cannot both be given", out->field, kf), kf);
     out = std::move(g);
   }
   if (out && out->field == f + ".json") out->grammar = schema_grammar(so["json"], out->field, strict);
-  if (!out) throw ApiError(400, "'structured_outputs' names no constraint (json, regex, grammar, choice, json_object)", f);
+  if (!out) throw ApiError(400, "'structured_outputs' names no constraint (ojson, regex, grammar, choice, json_object)", f);
   return out;
 }
 
 /// The one field of `body` at `name` as a grammar (none when the field is absent).
-std::optional<StructuredOutput> one_field(const json& body, const std::string& name) {
-  const json* v = present(body, name.c_str());
+std::optional<StructuredOutput> one_field(const ojson& body, const std::string& name) {
+  const ojson* v = present(body, name.c_str());
   if (!v) return std::nullopt;
   if (name == "response_format") return response_format(*v);
   if (name == "structured_outputs") return structured_outputs(*v);
@@ -143,7 +143,7 @@ std::optional<StructuredOutput> read_structured_output(const nlohmann::json& uno
   if (std::none_of(std::begin(kFields), std::end(kFields), [&](const char* f) { return unordered.contains(f); }))
     return std::nullopt;
   // The body again in its own key order (it parsed once already, so it parses again).
-  const json body = raw_body.empty() ? json::parse(unordered.dump()) : json::parse(raw_body);
+  const ojson body = raw_body.empty() ? ojson::parse(unordered.dump()) : ojson::parse(raw_body);
   std::optional<StructuredOutput> out;
   std::string first;
   for (const char* name : kFields) {

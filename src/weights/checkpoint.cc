@@ -18,10 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-[[noreturn]] void fail(const fs::path& path, const std::string& msg) {
-  throw WeightsError(fmt::format("{}: {}", path.string(), msg));
-}
-
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
   std::replace(s.begin(), s.end(), '\r', ' ');

@@ -1,5 +1,6 @@
 #pragma once
 // The one exception type of the weights library.
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -12,5 +13,10 @@ class WeightsError : public std::runtime_error {
  public:
   explicit WeightsError(const std::string& what) : std::runtime_error(what) {}
 };
+
+/// Throws WeightsError("<path>: <msg>"): the readers' one way to refuse a file.
+[[noreturn]] inline void fail(const std::filesystem::path& path, const std::string& msg) {
+  throw WeightsError(path.string() + ": " + msg);
+}
 
 }  // namespace fuselm::weights

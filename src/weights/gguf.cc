@@ -35,10 +35,6 @@ constexpr GgmlTypeInfo kGgmlTypes[] = {
     {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},
 };
 
-[[noreturn]] void fail(const std::filesystem::path& path, const std::string& msg) {
-  throw WeightsError(fmt::format("{}: {}", path.string(), msg));
-}
-
 /// Printable form of a name read from the file (control bytes escaped, long names cut), so that
 /// an error stays one line whatever the file holds.
 std::string printable(std::string_view s) {

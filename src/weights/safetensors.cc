@@ -20,10 +20,6 @@ namespace {
 /// levels. Deeper JSON is no header, and would overflow the stack of dump() in our messages.
 constexpr int kMaxHeaderDepth = 8;
 
-[[noreturn]] void fail(const std::filesystem::path& path, const std::string& msg) {
-  throw WeightsError(fmt::format("{}: {}", path.string(), msg));
-}
-
 /// nlohmann's messages are one line already; make sure, since ours must be.
 std::string one_line(std::string s) {
   for (char& c : s)
