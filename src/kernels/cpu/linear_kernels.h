@@ -24,6 +24,9 @@ struct LinearProblem {
   const PackedLinearWeights* packed;  // or nullptr
   /// GEMV over an [n, k] W reads it in memory order, one row at a time (CpuTuning::gemv_memory_order).
   bool gemv_memory_order;
+  /// Bytes of W ahead of the memory-order GEMV's reads prefetched into L2 (0: none;
+  /// CpuTuning::gemv_prefetch).
+  int64_t gemv_prefetch = 0;
 };
 
 struct LinearKernels {

@@ -33,6 +33,7 @@ CpuTuning tuning_for(CpuVendor vendor) {
   t.vendor = vendor;
   t.gemv_memory_order = vendor == CpuVendor::amd;
   t.packed_decode_prefetch = vendor == CpuVendor::amd ? 1024 : 0;
+  t.gemv_prefetch = vendor == CpuVendor::amd ? 1024 : 0;
   return t;
 }
 

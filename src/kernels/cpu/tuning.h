@@ -31,6 +31,11 @@ struct CpuTuning {
   /// SmolLM2 Q4_0 / Q8_0 linears of one token, 1 thread: 1024 cut the CPU time by 10-15 % against
   /// none (512: half that; 2048 and 4096 no better; session 19). Not measured on Intel: 0 there.
   int packed_decode_prefetch = 0;
+  /// The memory-order decode GEMV over bf16 and f16 weights (gemv_memory_order): bytes of W ahead
+  /// of its reads prefetched into L2 (0: none). Zen 3, 2 threads, an LFM2-700M-shaped BF16 model:
+  /// tg64 15.2 -> 16.0 tok/s with 1024 (3 alternated rounds; 2048 no better in bench_kernels). f32
+  /// rows stream at 83-89 % of the bandwidth without it and are left alone (session 20).
+  int gemv_prefetch = 0;
 };
 
 /// The table for `vendor`.
