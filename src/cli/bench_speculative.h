@@ -21,7 +21,7 @@ struct SpecBenchArgs {
   int64_t n_gen = 128;      // tokens to generate at most (-n, its first value)
   int reps = 3;
   FuserArgs fusers;
-  std::string kv_cache_dtype = "f32";
+  std::string kv_cache_dtype = "auto";
 };
 
 /// Runs the comparison for every dtype and thread count and prints a markdown table (one row

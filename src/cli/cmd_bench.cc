@@ -47,7 +47,7 @@ struct BenchArgs {
   int64_t bandwidth_mib = 0;  // 0: max(1 GiB, 4 x the last-level cache)
   FuserArgs fusers;
   int tensor_parallel_size = 1;  // under mpirun -np N: rank 0 benches, the others follow its steps
-  std::string kv_cache_dtype = "f32";  // --kv-cache-dtype: K and V alike (llama-bench's -ctk and -ctv)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: K and V alike (llama-bench's -ctk and -ctv)
   SpeculativeArgs speculative;  // with --speculative-method: plain vs speculative decoding of --prompt-file
   std::string prompt_file;
   bool chat = false;
@@ -210,7 +210,8 @@ void bench_dtype(const BenchArgs& a, const std::string& dtype, bool first, Bench
   ma.fusers = a.fusers;
   ma.tensor_parallel_size = a.tensor_parallel_size;
   ma.max_context = longest + 16;  // the KV cache holds the longest test only
-  ma.kv_dtype = kv::parse_kv_dtype(a.kv_cache_dtype);
+  ma.kv_dtype_auto = a.kv_cache_dtype == "auto";
+  if (!ma.kv_dtype_auto) ma.kv_dtype = kv::parse_kv_dtype(a.kv_cache_dtype);
   auto loaded = load_model(ma);
   if (first) out.header();
   engine::Model& m = *loaded.model;
@@ -237,7 +238,7 @@ void bench_dtype(const BenchArgs& a, const std::string& dtype, bool first, Bench
         row.n_batch = std::max(np, int64_t{1});
         row.n_ubatch = a.n_ubatch;
         row.n_threads = t;
-        row.type_k = row.type_v = a.kv_cache_dtype;
+        row.type_k = row.type_v = kv::kv_dtype_name(m.kv_cache().dtype());
         row.n_prompt = np;
         row.n_gen = ng;
         row.n_depth = d;
@@ -290,9 +291,11 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--ub,--ubatch-size", a->n_ubatch, "tokens per prefill forward")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV cache storage: f32, bf16 or q8_0 (K and V alike)")
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "KV cache storage, K and V alike: auto (as generate and serve: f32 for an fp32 model, bf16 for bf16, f16 or "
+                  "quantized weights; llama-bench's default is f16), f32, bf16 or q8_0")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "q8_0"}));
   cmd->add_option("-o,--output", a->output, "output format: md, json, jsonl or csv")->capture_default_str();
   cmd->add_flag("--no-warmup", a->no_warmup, "skip the warm-up run before each test");
   cmd->add_flag("--no-bandwidth", a->no_bandwidth, "do not measure memory bandwidth (no ceiling)");

@@ -84,15 +84,18 @@ def test_json_figures_consistent(rows):
 def test_bytes_per_token_from_the_model(rows, tiny):
     _, n_params, streamed = tiny
     cfg = tiny_models.make_config("llama")
-    # KV bytes per position: layers x (K and V) x kv heads x head dim x f32.
-    kv_per_pos = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    # KV elements per position: layers x (K and V) x kv heads x head dim.
+    kv_per_pos = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
     for r in rows:
         assert r["model_n_params"] == n_params
         if r["weight_dtype"] == "f32":  # every parameter in f32
             assert r["model_size"] == 4 * n_params
             assert r["weight_bytes_per_token"] == 4 * streamed
+        # The cache follows the weights by default, as in generate and serve (--kv-cache-dtype auto).
+        assert (r["type_k"], r["type_v"]) == ((r["weight_dtype"],) * 2), r
         if r["n_gen"] > 0:  # read at the test's mean depth
-            assert r["kv_bytes_per_token"] == kv_per_pos * (r["n_depth"] + r["n_gen"] // 2)
+            elem = 4 if r["type_k"] == "f32" else 2
+            assert r["kv_bytes_per_token"] == elem * kv_per_pos * (r["n_depth"] + r["n_gen"] // 2)
     f32 = [r for r in rows if r["weight_dtype"] == "f32"]
     bf16 = [r for r in rows if r["weight_dtype"] == "bf16"]
     assert bf16[0]["model_size"] < 0.6 * f32[0]["model_size"]
