@@ -85,8 +85,7 @@ void bench_speculative(const SpecBenchArgs& a, const SpeculativeArgs& spec) {
     ma.model_dir = a.model_dir;
     ma.dtype = dtype;
     ma.fusers = a.fusers;
-    ma.kv_dtype_auto = a.kv_cache_dtype == "auto";
-    if (!ma.kv_dtype_auto) ma.kv_dtype = kv::parse_kv_dtype(a.kv_cache_dtype);
+    set_kv_cache_dtype(ma, a.kv_cache_dtype);
     auto loaded = load_model(ma);
     engine::GenerateRequest plain;
     plain.prompt_ids = prompt_ids(a, loaded);

@@ -210,8 +210,7 @@ void bench_dtype(const BenchArgs& a, const std::string& dtype, bool first, Bench
   ma.fusers = a.fusers;
   ma.tensor_parallel_size = a.tensor_parallel_size;
   ma.max_context = longest + 16;  // the KV cache holds the longest test only
-  ma.kv_dtype_auto = a.kv_cache_dtype == "auto";
-  if (!ma.kv_dtype_auto) ma.kv_dtype = kv::parse_kv_dtype(a.kv_cache_dtype);
+  set_kv_cache_dtype(ma, a.kv_cache_dtype);
   auto loaded = load_model(ma);
   if (first) out.header();
   engine::Model& m = *loaded.model;

@@ -95,8 +95,7 @@ int64_t parse_bytes(const std::string& s) {
 void apply_pool_sizing(const EngineArgs& e, ModelArgs& m) {
   if (!e.kv_cache_memory.empty()) m.kv_cache_bytes = parse_bytes(e.kv_cache_memory);
   m.kv_max_seqs = e.max_num_seqs;
-  m.kv_dtype_auto = e.kv_cache_dtype == "auto";
-  if (!m.kv_dtype_auto) m.kv_dtype = kv::parse_kv_dtype(e.kv_cache_dtype);
+  set_kv_cache_dtype(m, e.kv_cache_dtype);
 }
 
 }  // namespace fuselm::cli

@@ -89,6 +89,11 @@ fs::path gguf_model_dir(const fs::path& gguf) {
   return dir;
 }
 
+void set_kv_cache_dtype(ModelArgs& a, const std::string& name) {
+  a.kv_dtype_auto = name == "auto";
+  if (!a.kv_dtype_auto) a.kv_dtype = kv::parse_kv_dtype(name);
+}
+
 fs::path model_dir_of(const std::string& model) {
   if (model.empty()) return default_model_dir();
   const fs::path p(model);

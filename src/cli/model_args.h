@@ -37,6 +37,10 @@ struct ModelArgs {
   int threads = 0;  // -t/--threads: the kernels' compute threads (OpenMP); 0 = OMP_NUM_THREADS or the cores
 };
 
+/// Sets a.kv_dtype / a.kv_dtype_auto from a --kv-cache-dtype value: "auto" (the cache follows the
+/// weights, engine::kv_dtype_for_weights) or a name kv::parse_kv_dtype takes (which throws otherwise).
+void set_kv_cache_dtype(ModelArgs& a, const std::string& name);
+
 struct LoadedModel {
   /// This process's part in the TP job (one rank of 1 without TP). Declared first so it dies last:
   /// rank 0 stops the other ranks when the command is done with the model.

@@ -187,13 +187,12 @@ FUSELM_INLINE void gemv_nk_row(const LinearProblem& p, int64_t m0, int64_t j) {
   const void* w = w_at<D>(p.w, j * p.ldw);
   R acc[U] = {V::zero(), V::zero(), V::zero(), V::zero()};
   const int64_t k = p.k, kfull = k - k % (U * W);
-  constexpr int64_t kElemBytes = D == DType::f32 ? 4 : 2;
   const char* ahead = static_cast<const char*>(w) + p.gemv_prefetch;
   int64_t kk = 0;
   for (; kk < kfull; kk += U * W) {
-    if (D != DType::f32 && p.gemv_prefetch > 0) {  // the lines U·W weights span (W rows are contiguous)
-      FUSELM_UNROLL(4)
-      for (int64_t b = 0; b < U * W * kElemBytes; b += 64) FUSELM_PREFETCH_L2(ahead + kk * kElemBytes + b);
+    if constexpr (D != DType::f32) {  // 2-byte weights: the lines U·W of them span (W rows are contiguous)
+      if (p.gemv_prefetch > 0)
+        for (int64_t b = 0; b < U * W * 2; b += 64) FUSELM_PREFETCH_L2(ahead + kk * 2 + b);
     }
     FUSELM_UNROLL(4)
     for (int u = 0; u < U; ++u) acc[u] = V::fma(load_w<V, D>(w_at<D>(w, kk + u * W)), V::load(x + kk + u * W), acc[u]);
