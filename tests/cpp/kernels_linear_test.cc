@@ -169,6 +169,25 @@ TEST_P(KernelsLinear, DecodeSizedShapesOfTheDefaultModel) {
   }
 }
 
+// The memory-order GEMV with every stream count (CpuTuning::gemv_streams): rows that do not split
+// evenly into the streams, fewer rows than streams, k below a cache line and with a line's tail.
+TEST_P(KernelsLinear, MemoryOrderStreams) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  for (int streams : {1, 2, 4, 8}) {
+    SCOPED_TRACE(fmt::format("gemv_streams {}", streams));
+    CpuTuning t = tuning_for(CpuVendor::amd);
+    t.gemv_memory_order = true;
+    t.gemv_streams = streams;
+    ScopedCpuTuning tuning(t);
+    uint32_t seed = 100;
+    for (DType d : {DType::f32, DType::bf16, DType::f16})
+      for (int64_t n : {1, 3, 8, 37, 130})
+        for (int64_t k : {5, 16, 40, 576, 577}) check_linear({1, n, k, d, WeightLayout::nk, n % 2 == 1, k % 3}, seed += 3);
+    check_linear({1, 333, 200, DType::bf16, WeightLayout::nk, true, 0, 3}, 7);  // 3 threads
+  }
+}
+
 TEST_P(KernelsLinear, RejectsInconsistentArguments) {
   FUSELM_REQUIRE_ISA(GetParam());
   float x[4] = {}, w[4] = {}, y[4] = {};

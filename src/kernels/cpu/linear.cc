@@ -31,7 +31,7 @@ LinearProblem resolve(const LinearArgs& a) {
   const bool nk = a.w_layout == WeightLayout::nk;
   LinearProblem p{a.x,    a.lda, a.w,   a.w_dtype, a.w_layout, a.ldw,
                   a.bias, a.y,   a.ldy, a.m,       a.n,        a.k, a.packed, cpu_tuning().gemv_memory_order,
-                  cpu_tuning().gemv_prefetch};
+                  cpu_tuning().gemv_prefetch, cpu_tuning().gemv_streams};
   if (p.lda == 0) p.lda = a.k;
   if (p.ldy == 0) p.ldy = a.n;
   if (p.ldw == 0) p.ldw = nk ? a.k : a.n;

@@ -205,12 +205,79 @@ FUSELM_INLINE void gemv_nk_row(const LinearProblem& p, int64_t m0, int64_t j) {
   p.y[m0 * p.ldy + j] = V::hsum(V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3]))) + b;
 }
 
+// Memory-order variant over S rows at once: rows j, j + part, ..., j + (S-1)·part, one cache line
+// of each in turn (CpuTuning::gemv_streams). Each row is still read front to back; S of them far
+// apart keep S prefetch streams and DRAM pages busy where one stream leaves bandwidth unused.
+template <Isa I, DType D, int S>
+FUSELM_INLINE void gemv_nk_row_streams(const LinearProblem& p, int64_t m0, int64_t j, int64_t part) {
+  using V = Vec<I>;
+  using R = typename V::R;
+  constexpr int W = V::W;
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(dtype_size(D));
+  constexpr int64_t STEP = kLine > W ? kLine : W;  // elements of one row per step: a line or a vector
+  constexpr int VS = static_cast<int>(STEP / W);  // vectors per step
+  constexpr int A = VS < (8 + S - 1) / S ? VS : (8 + S - 1) / S;  // accumulators per row
+  const float* x = p.x + m0 * p.lda;
+  const char* w[S];
+  R acc[S][A];
+  FUSELM_UNROLL(8)
+  for (int s = 0; s < S; ++s) {
+    w[s] = static_cast<const char*>(w_at<D>(p.w, (j + s * part) * p.ldw));
+    FUSELM_UNROLL(8)
+    for (int a = 0; a < A; ++a) acc[s][a] = V::zero();
+  }
+  const int64_t k = p.k, kfull = k - k % STEP;
+  int64_t kk = 0;
+  for (; kk < kfull; kk += STEP) {
+    R xv[VS];
+    FUSELM_UNROLL(8)
+    for (int u = 0; u < VS; ++u) xv[u] = V::load(x + kk + u * W);
+    FUSELM_UNROLL(8)
+    for (int s = 0; s < S; ++s) {
+      const char* ws = w[s] + kk * static_cast<int64_t>(dtype_size(D));
+      if constexpr (D != DType::f32)  // as gemv_nk_row: f32 rows stream as fast without
+        if (p.gemv_prefetch > 0) FUSELM_PREFETCH_L2(ws + p.gemv_prefetch);
+      FUSELM_UNROLL(8)
+      for (int u = 0; u < VS; ++u) acc[s][u % A] = V::fma(load_w<V, D>(w_at<D>(ws, u * W)), xv[u], acc[s][u % A]);
+    }
+  }
+  for (; kk < k; kk += W) {
+    const int rem = clamp_lanes(k - kk, W);
+    const R xv = V::loadn(x + kk, rem);
+    FUSELM_UNROLL(8)
+    for (int s = 0; s < S; ++s) acc[s][0] = V::fma(loadn_w<V, D>(w_at<D>(w[s], kk), rem), xv, acc[s][0]);
+  }
+  FUSELM_UNROLL(8)
+  for (int s = 0; s < S; ++s) {
+    R t = acc[s][0];
+    FUSELM_UNROLL(8)
+    for (int a = 1; a < A; ++a) t = V::add(t, acc[s][a]);
+    const int64_t row = j + s * part;
+    p.y[m0 * p.ldy + row] = V::hsum(t) + (p.bias ? p.bias[row] : 0.f);
+  }
+}
+
+// Rows [n0, n1) at one row of x in memory order, S streams (gemv_nk_row_streams); the rows left
+// over after S equal parts one at a time.
+template <Isa I, DType D, int S>
+void gemv_nk_streams(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
+  const int64_t part = (n1 - n0) / S;
+  for (int64_t j = n0; j < n0 + part; ++j) gemv_nk_row_streams<I, D, S>(p, m0, j, part);
+  for (int64_t j = n0 + S * part; j < n1; ++j) gemv_nk_row<I, D>(p, m0, j);
+}
+
 template <Isa I, DType D, int M>
 void gemv_nk(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1) {
   constexpr int NB = LinearTuning<I>::gemv_nb(M);
   int64_t j = n0;
   if constexpr (M == 1) {  // batched decode keeps interleaving (CpuTuning::gemv_memory_order)
     if (p.gemv_memory_order) {
+      switch (p.gemv_streams) {
+        case 2: return gemv_nk_streams<I, D, 2>(p, m0, n0, n1);
+        case 4: return gemv_nk_streams<I, D, 4>(p, m0, n0, n1);
+        case 8: return gemv_nk_streams<I, D, 8>(p, m0, n0, n1);
+        default: break;
+      }
       for (; j < n1; ++j) gemv_nk_row<I, D>(p, m0, j);
       return;
     }

@@ -27,6 +27,9 @@ struct LinearProblem {
   /// Bytes of W ahead of the memory-order GEMV's reads prefetched into L2 (0: none;
   /// CpuTuning::gemv_prefetch).
   int64_t gemv_prefetch = 0;
+  /// Rows the memory-order GEMV reads at once, each from its own part of the thread's rows (1, 2,
+  /// 4 or 8; CpuTuning::gemv_streams).
+  int gemv_streams = 1;
 };
 
 struct LinearKernels {

@@ -34,6 +34,7 @@ CpuTuning tuning_for(CpuVendor vendor) {
   t.gemv_memory_order = vendor == CpuVendor::amd;
   t.packed_decode_prefetch = vendor == CpuVendor::amd ? 1024 : 0;
   t.gemv_prefetch = vendor == CpuVendor::amd ? 1024 : 0;
+  t.gemv_streams = vendor == CpuVendor::amd ? 4 : 1;
   return t;
 }
 

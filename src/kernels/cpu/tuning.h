@@ -36,6 +36,14 @@ struct CpuTuning {
   /// tg64 15.2 -> 16.0 tok/s with 1024 (3 alternated rounds; 2048 no better in bench_kernels). f32
   /// rows stream at 83-89 % of the bandwidth without it and are left alone (session 20).
   int gemv_prefetch = 0;
+  /// The memory-order decode GEMV reads this many W rows at once (1, 2, 4 or 8), each from its own
+  /// contiguous part of the thread's rows, one cache line of each in turn: S sequential streams far
+  /// apart instead of one, so that more DRAM pages and prefetch streams are busy at once. Zen 3
+  /// (avx2), 2 threads, bench_kernels' SmolLM2 decode token, 3 alternated rounds: 1 stream 50 / 95
+  /// tok/s (f32 / bf16), 4 streams 67-76 / 124-143, 8 streams 53-73 / 94-136; an LFM2-700M-shaped
+  /// BF16 model, tg48: 18.1-21.3 -> 19.3-27.2 tok/s (session 21). The avx512bf16 path's vdpbf16ps
+  /// GEMV (Zen 4) keeps one stream: not measured there.
+  int gemv_streams = 1;
 };
 
 /// The table for `vendor`.
