@@ -325,10 +325,15 @@ TEST_P(KernelsAttention, BatchOfSequencesEqualsEachAlone) {
 // A bf16 cache (--kv-cache-dtype bf16): new rows are stored rounded to nearest even, and the result
 // equals fp32 attention over a cache (and new K/V) holding exactly those rounded values; alone and
 // in a batch.
-TEST_P(KernelsAttention, Bf16CacheEqualsF32OverTheRoundedRows) {
-  FUSELM_REQUIRE_ISA(GetParam());
-  ScopedCpuIsa isa(GetParam());
-  const int64_t hq = 4, hkv = 2, dqk = 40, dv = 24, ctx = 150, t = 3, slots_n = 200;
+// Shapes: heads too narrow for the decode kernel of small groups (attend_group_pairs), and decode
+// through it: groups of 1, 3, 6, 7 and 8 heads (8: two p·V passes), Dqk != Dv, a context split into
+// key segments over threads.
+struct Bf16Case {
+  int64_t hq, hkv, dqk, dv, ctx, t;
+};
+
+void check_bf16_cache(const Bf16Case& c) {
+  const int64_t hq = c.hq, hkv = c.hkv, dqk = c.dqk, dv = c.dv, ctx = c.ctx, t = c.t, slots_n = ctx + 50;
   auto round = [](std::vector<float> x) {
     for (float& f : x) f = bf16_to_f32(f32_to_bf16(f));
     return x;
@@ -373,6 +378,17 @@ TEST_P(KernelsAttention, Bf16CacheEqualsF32OverTheRoundedRows) {
   attention_batch(batch);
   for (const auto& o : outs)
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(o[i], want[i], 1e-5f * (1.f + std::fabs(want[i]))) << i;
+}
+
+TEST_P(KernelsAttention, Bf16CacheEqualsF32OverTheRoundedRows) {
+  FUSELM_REQUIRE_ISA(GetParam());
+  ScopedCpuIsa isa(GetParam());
+  for (const Bf16Case& c : {Bf16Case{4, 2, 40, 24, 150, 3}, Bf16Case{9, 3, 64, 64, 300, 1}, Bf16Case{5, 5, 32, 32, 70, 2},
+                            Bf16Case{12, 2, 128, 64, 100, 1}, Bf16Case{14, 2, 64, 64, 1100, 1},
+                            Bf16Case{8, 1, 32, 96, 130, 1}}) {
+    SCOPED_TRACE(fmt::format("hq{} hkv{} dqk{} dv{} ctx{} t{}", c.hq, c.hkv, c.dqk, c.dv, c.ctx, c.t));
+    check_bf16_cache(c);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(, KernelsAttention, ::testing::ValuesIn(testing::all_isas()),

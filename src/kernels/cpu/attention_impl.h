@@ -1,8 +1,11 @@
 // Attention body over Vec<Isa> (internal; included like norm_impl.h: it brings simd_math.h).
 //
-// Per (token, KV group, key range): keys in chunks of 64. Per chunk: the logits of every q head of
-// the group from K blocks transposed in registers (for heads wider than 256, dot products, four
-// heads per K load), then
+// Per (token, KV group, key range): keys in chunks of 64. A group of at most 8 q heads whose sizes
+// are multiples of 2·W (decode of GQA models: a few heads per K/V row) takes attend_group_pairs:
+// per chunk the logits key by key, each K row loaded once for all heads, then one p·V pass for all
+// heads per V load; the next chunk's rows are prefetched. Otherwise per chunk: the logits of every
+// q head of the group from K blocks transposed in registers (for heads wider than 256, dot
+// products, four heads per K load), then
 // per head softcap, one online-softmax rescale, exponentials, and acc += p·V (the accumulator row
 // in registers over the chunk, in slabs of 4 vectors).
 //
@@ -40,6 +43,23 @@ FUSELM_INLINE RowPtr<T> cache_row(const void* cache, int64_t slot, int64_t strid
   } else {
     return static_cast<const T*>(cache) + slot * stride + kvh * head;
   }
+}
+
+// The `head` values of a cache row (cache_row), prefetched into L2: a chunk's rows lie in blocks
+// scattered by the block table, which the hardware prefetchers cannot follow.
+template <class T>
+FUSELM_INLINE void prefetch_row(RowPtr<T> row, int64_t head) {
+  const char* p;
+  int64_t bytes;
+  if constexpr (std::is_same_v<T, Q8Row>) {
+    p = reinterpret_cast<const char*>(row.blk);
+    bytes = (head + 31) / 32 * 34;
+  } else {
+    p = reinterpret_cast<const char*>(row);
+    bytes = head * static_cast<int64_t>(sizeof(T));
+  }
+  for (int64_t b = 0; b < bytes; b += 64) FUSELM_PREFETCH_L2(p + b);
+  FUSELM_PREFETCH_L2(p + bytes - 1);  // the last line, where the row does not start on one
 }
 
 // Cache rows as fp32 vectors: an f32 cache loads them, a bf16 cache widens them, a q8_0 cache
@@ -256,11 +276,11 @@ FUSELM_INLINE void chunk_logits(const AttentionArgs& a, int64_t ti, int64_t h0, 
 }
 
 // One head h over n keys of a chunk: s[0, n) its unscaled logits (overwritten with exp), dist
-// the keys' ALiBi distances (or null), vr their V rows; scale, softcap and ALiBi, the online
-// softmax rescale of (out, m, l), then out += p·V.
-template <Isa I, class P>
-FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const float* dist, const P* vr,
-                              int n, float* out, float& m, float& l) {
+// the keys' ALiBi distances (or null); scale, softcap and ALiBi, then the online softmax update
+// of (m, l). Returns the factor by which the head's accumulated p·V must be rescaled.
+template <Isa I>
+FUSELM_INLINE float softmax_chunk(const AttentionArgs& a, int64_t h, float* s, const float* dist, int n, float& m,
+                                  float& l) {
   using V = Vec<I>;
   using R = typename V::R;
   constexpr int W = V::W;
@@ -304,8 +324,174 @@ FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const
     sum = V::add(sum, e);
   }
   l += V::hsum(sum);
+  return alpha;
+}
 
-  pv_accumulate<V>(out, alpha, s, vr, n, a.dv);
+// softmax_chunk, then out = out·alpha + p·V over the chunk's V rows vr.
+template <Isa I, class P>
+FUSELM_INLINE void softmax_pv(const AttentionArgs& a, int64_t h, float* s, const float* dist, const P* vr,
+                              int n, float* out, float& m, float& l) {
+  const float alpha = softmax_chunk<I>(a, h, s, dist, n, m, l);
+  pv_accumulate<Vec<I>>(out, alpha, s, vr, n, a.dv);
+}
+
+// ---------------------------------------------------------------- decode for small head groups
+
+// Two vectors (2·W values) of a cache row from element d (a multiple of 2·W) in pair order: a
+// bf16 row split into its even and odd elements (one load and two bit operations, no widening
+// shuffle), f32 and q8_0 rows in memory order. Dot products and p·V sums do not depend on the
+// order of the elements as long as q and the accumulated output use the same one (pair_order).
+template <class V, class P>
+FUSELM_INLINE void ld_pair(P row, typename V::R& a, typename V::R& b) {
+  if constexpr (std::is_same_v<P, const uint16_t*>) {
+    V::load_bf16_pairs(row, a, b);
+  } else {
+    a = ld<V>(row);
+    b = ld<V>(row + V::W);
+  }
+}
+
+// n floats (n a multiple of 2·W) from memory order into ld_pair's order (back = false), or back.
+template <class V, class P>
+FUSELM_INLINE void pair_order(const float* src, float* dst, int64_t n, bool back) {
+  constexpr int W = V::W;
+  if constexpr (!std::is_same_v<P, const uint16_t*>) {
+    std::copy(src, src + n, dst);
+  } else {
+    for (int64_t b = 0; b < n; b += 2 * W)
+      for (int e = 0; e < W; ++e) {
+        if (back) {
+          dst[b + 2 * e] = src[b + e];
+          dst[b + 2 * e + 1] = src[b + W + e];
+        } else {
+          dst[b + e] = src[b + 2 * e];
+          dst[b + W + e] = src[b + 2 * e + 1];
+        }
+      }
+  }
+}
+
+// Logits of the NH heads for keys [c0, c0 + nk) (nk <= W) of a chunk: each K row is loaded once
+// (ld_pair) for all heads, each head's products summed into one vector per key, and W keys' vectors
+// transposed and added so that one vector holds W logits (no horizontal sum per key).
+template <class V, int NH, class P>
+FUSELM_INLINE void pair_logits(const float* qp, int64_t dqk, const P* kr, int nk, float* s, int stride) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  alignas(64) float lanes[NH][W][W];
+  for (int i = 0; i < nk; ++i) {
+    R acc[NH];
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < NH; ++r) acc[r] = V::zero();
+    for (int64_t d = 0; d < dqk; d += 2 * W) {
+      R ka, kb;
+      ld_pair<V>(kr[i] + d, ka, kb);
+      FUSELM_UNROLL(8)
+      for (int r = 0; r < NH; ++r)
+        acc[r] = V::fma(kb, V::load(qp + r * dqk + d + W), V::fma(ka, V::load(qp + r * dqk + d), acc[r]));
+    }
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < NH; ++r) V::store(lanes[r][i], acc[r]);
+  }
+  FUSELM_UNROLL(8)
+  for (int r = 0; r < NH; ++r) {
+    R t[W];
+    FUSELM_UNROLL(16)
+    for (int i = 0; i < W; ++i) t[i] = i < nk ? V::load(lanes[r][i]) : V::zero();
+    V::transpose(t);
+    R sum = t[0];
+    FUSELM_UNROLL(16)
+    for (int i = 1; i < W; ++i) sum = V::add(sum, t[i]);
+    V::storen(s + r * stride, sum, nk);
+  }
+}
+
+// op[r] = op[r]·alpha[r] + Σ_c p[r][c]·v_c for NH heads (op in pair order, rows dv apart; p rows
+// CH apart): each V row is loaded once per 2·W slab for all NH heads.
+template <class V, int NH, int CH, class P>
+FUSELM_INLINE void pair_pv(float* op, int64_t dv, const float* alpha, const float* p, const P* vr, int n) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  for (int64_t d = 0; d < dv; d += 2 * W) {
+    R ea[NH], eb[NH];
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < NH; ++r) {
+      const R al = V::set1(alpha[r]);
+      ea[r] = V::mul(V::load(op + r * dv + d), al);
+      eb[r] = V::mul(V::load(op + r * dv + d + W), al);
+    }
+    for (int c = 0; c < n; ++c) {
+      R va, vb;
+      ld_pair<V>(vr[c] + d, va, vb);
+      FUSELM_UNROLL(8)
+      for (int r = 0; r < NH; ++r) {
+        const R pr = V::set1(p[r * CH + c]);
+        ea[r] = V::fma(pr, va, ea[r]);
+        eb[r] = V::fma(pr, vb, eb[r]);
+      }
+    }
+    FUSELM_UNROLL(8)
+    for (int r = 0; r < NH; ++r) {
+      V::store(op + r * dv + d, ea[r]);
+      V::store(op + r * dv + d + W, eb[r]);
+    }
+  }
+}
+
+// The widest head dimension and group of attend_group_pairs.
+inline constexpr int64_t kPairMaxD = 256;
+inline constexpr int kPairMaxHeads = 8;
+
+// Whether attend_group_pairs takes nh heads of these sizes.
+template <Isa I>
+FUSELM_INLINE bool pairs_fit(const AttentionArgs& a, int64_t nh) {
+  constexpr int64_t W2 = 2 * Vec<I>::W;
+  return nh >= 1 && nh <= kPairMaxHeads && a.dqk % W2 == 0 && a.dv % W2 == 0 && a.dqk <= kPairMaxD &&
+         a.dv <= kPairMaxD;
+}
+
+// attend_group_impl for a group of NH <= 8 heads whose sizes are multiples of 2·W (pairs_fit): the
+// logits key by key (pair_logits) instead of through a transposed K chunk, and p·V for all heads
+// per V load (pair_pv). A decoded token of a small GQA group does a few heads' work per K/V row,
+// so the transpose and per-head V widening cost more than the products (bf16, 3 heads of 64:
+// 40 ns per key and group on Zen 3 with the transpose).
+template <Isa I, class T, int NH>
+void attend_group_pairs(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t lo, int64_t hi, float* const* o,
+                        float* m, float* l) {
+  using V = Vec<I>;
+  using P = RowPtr<T>;
+  constexpr int W = V::W, CH = 64;
+  constexpr int G = NH < 4 ? NH : 4;  // heads per pair_pv pass: 2·G accumulators stay in registers
+  const int64_t dqk = a.dqk, dv = a.dv, kvh = h0 / (a.hq / a.hkv);
+  alignas(64) float qp[NH * kPairMaxD];
+  alignas(64) float op[NH * kPairMaxD];
+  alignas(64) float s[NH * CH];
+  alignas(64) float dist[CH];
+  float alpha[NH];
+  P kr[CH], vr[CH];
+  for (int r = 0; r < NH; ++r) {
+    pair_order<V, P>(a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride, qp + r * dqk, dqk, false);
+    pair_order<V, P>(o[r], op + r * dv, dv, false);
+  }
+  for (int64_t j0 = lo; j0 < hi; j0 += CH) {
+    const int n = static_cast<int>(std::min<int64_t>(CH, hi - j0));
+    for (int c = 0; c < n; ++c) {
+      kr[c] = cache_row<T>(a.k_cache, a.slots[j0 + c], a.k_row_stride, kvh, dqk);
+      vr[c] = cache_row<T>(a.v_cache, a.slots[j0 + c], a.v_row_stride, kvh, dv);
+    }
+    for (int64_t c = j0 + CH; c < std::min(j0 + 2 * CH, hi); ++c) {  // the next chunk, while this one computes
+      prefetch_row<T>(cache_row<T>(a.k_cache, a.slots[c], a.k_row_stride, kvh, dqk), dqk);
+      prefetch_row<T>(cache_row<T>(a.v_cache, a.slots[c], a.v_row_stride, kvh, dv), dv);
+    }
+    for (int c0 = 0; c0 < n; c0 += W) pair_logits<V, NH>(qp, dqk, kr + c0, std::min(W, n - c0), s + c0, CH);
+    if (a.alibi_slopes)
+      for (int c = 0; c < n; ++c) dist[c] = static_cast<float>(j0 + c - (a.ctx_len - a.t + ti));
+    for (int r = 0; r < NH; ++r)
+      alpha[r] = softmax_chunk<I>(a, h0 + r, s + r * CH, a.alibi_slopes ? dist : nullptr, n, m[r], l[r]);
+    pair_pv<V, G, CH>(op, dv, alpha, s, vr, n);
+    if constexpr (NH > G) pair_pv<V, NH - G, CH>(op + G * dv, dv, alpha + G, s + G * CH, vr, n);
+  }
+  for (int r = 0; r < NH; ++r) pair_order<V, P>(op + r * dv, o[r], dv, true);
 }
 
 // The q heads [h0, h0 + nh) (nh <= 64) of one KV group, new token ti, against context keys
@@ -322,6 +508,18 @@ void attend_group_impl(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t n
   RowPtr<T> kr[CH];
   RowPtr<T> vr[CH];
 
+  if (pairs_fit<I>(a, nh)) {
+    switch (nh) {
+      case 1: return attend_group_pairs<I, T, 1>(a, ti, h0, lo, hi, o, m, l);
+      case 2: return attend_group_pairs<I, T, 2>(a, ti, h0, lo, hi, o, m, l);
+      case 3: return attend_group_pairs<I, T, 3>(a, ti, h0, lo, hi, o, m, l);
+      case 4: return attend_group_pairs<I, T, 4>(a, ti, h0, lo, hi, o, m, l);
+      case 5: return attend_group_pairs<I, T, 5>(a, ti, h0, lo, hi, o, m, l);
+      case 6: return attend_group_pairs<I, T, 6>(a, ti, h0, lo, hi, o, m, l);
+      case 7: return attend_group_pairs<I, T, 7>(a, ti, h0, lo, hi, o, m, l);
+      default: return attend_group_pairs<I, T, 8>(a, ti, h0, lo, hi, o, m, l);
+    }
+  }
   const int64_t kvh = h0 / (a.hq / a.hkv);
   const int64_t k_row = a.k_row_stride, v_row = a.v_row_stride;
 
