@@ -188,6 +188,8 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
     if engine == "llama.cpp":
         binary = (setup.bin_noamx if gguf in setup.no_amx else setup.bin) / "llama-bench"
         cmd = [binary, "-m", gguf, *tests, "-d", ",".join(map(str, depths)), "-fa", a.flash_attn, "-o", "json"]
+        if a.kv_cache_dtype != "auto":
+            cmd += ["-ctk", a.kv_cache_dtype, "-ctv", a.kv_cache_dtype]
         if gguf in setup.no_repack:
             cmd += ["--repack", "0"]
         proc = run(cmd, check=False)
@@ -218,6 +220,8 @@ def run_engine(setup: Setup, engine: str, gguf: Path, fsrc: tuple[Path, str | No
         cmd = [binary, "bench", src, *tests, "-d", ",".join(map(str, depths)), "-o", "json"]
         if dtype:
             cmd += ["--dtype", dtype]
+        if a.kv_cache_dtype != "auto":
+            cmd += ["--kv-cache-dtype", a.kv_cache_dtype]
         return json_out(run(cmd).stdout)
     cmd = [setup.python, HERE / "hf_bench.py", hf_dir, "--dtype", wtype, *tests]
     return json_out(run(cmd, env={"OMP_NUM_THREADS": str(threads)}).stdout)
@@ -382,7 +386,14 @@ def main() -> None:
     ap.add_argument("--flash-attn", default="0,1",
                     help="llama-bench's -fa values; each row takes llama.cpp's fastest (issue 31: its best of -fa 0/1)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (engine order rotates)")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "f32", "bf16", "q8_0"],
+                    help="KV cache storage: auto (each engine's default: llama.cpp f16, fuselm as its generate), "
+                         "or this type in both (llama-bench -ctk/-ctv, fuselm bench --kv-cache-dtype); llama.cpp "
+                         "needs flash attention for a quantized V cache, so q8_0 runs it with -fa 1 only")
     args = ap.parse_args()
+    if args.kv_cache_dtype == "q8_0" and args.flash_attn != "1":
+        log(f"--kv-cache-dtype q8_0: llama-bench runs with -fa 1 only (not -fa {args.flash_attn})")
+        args.flash_attn = "1"
     if not Path(args.fuselm).exists():
         raise SystemExit(f"compare: error: {args.fuselm} is missing (scripts/setup.sh builds it)")
     setup = Setup(args)
@@ -408,6 +419,7 @@ def main() -> None:
                                "results": results, "table": rows}, indent=1))
     print(f"\nfuselm vs llama.cpp (llama-bench from the llama-cpp-python 0.3.36 sdist) vs transformers "
           f"eager; {args.rounds} interleaved rounds x {args.reps} repetitions; tokens/s, mean ± stddev")
+    print(f"KV cache: {'each engine its default (llama.cpp f16; fuselm auto)' if args.kv_cache_dtype == 'auto' else args.kv_cache_dtype + ' in both'}")
     print(f"machine at start: {start}\nmachine at end:   {machine_line()}\n")
     print_table(rows, len(args.threads) > 1)
     print_scaling(rows)
