@@ -242,6 +242,24 @@ FUSELM_INLINE typename V::R transposed_logits(const float* q, const float* kt, i
   return V::add(V::add(acc0, acc1), V::add(acc2, acc3));
 }
 
+// Logits of 8 vectors of keys, columns [c, c + 8·W) of a transposed chunk, for one q row: each
+// q[d] broadcast once for all 8 (transposed_logits broadcasts it per vector), 8 chains over d.
+template <class V, int CH>
+FUSELM_INLINE void transposed_logits8(const float* q, const float* kt, int c, int64_t dqk, float* s) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R acc[8];
+  FUSELM_UNROLL(8)
+  for (int u = 0; u < 8; ++u) acc[u] = V::zero();
+  for (int64_t d = 0; d < dqk; ++d) {
+    const R qb = V::set1(q[d]);
+    FUSELM_UNROLL(8)
+    for (int u = 0; u < 8; ++u) acc[u] = V::fma(qb, V::load(kt + d * CH + c + u * W), acc[u]);
+  }
+  FUSELM_UNROLL(8)
+  for (int u = 0; u < 8; ++u) V::store(s + c + u * W, acc[u]);
+}
+
 // Logits of one chunk for the q heads [h0, h0 + nh): s[r*CH + c] = q_r · k_c (unscaled). The
 // chunk's keys are transposed once (transpose_chunk) and serve every head of the group.
 template <class V, int CH, int kMaxD, class P>
@@ -561,32 +579,49 @@ void attend_block_impl(const AttentionArgs& a, int64_t i0, int64_t nb, int64_t h
   alignas(64) float dist[CH];
   RowPtr<T> kr[CH];
   RowPtr<T> vr[CH];
-  const int64_t kvh = h0 / (a.hq / a.hkv), dqk = a.dqk;
+  // bf16 and q8_0 V rows widened once per chunk (as K is transposed once): every (token, head)
+  // of the block then reads fp32 rows instead of widening each row again
+  constexpr bool kWidenV = !std::is_same_v<T, float>;
+  alignas(64) float vf[kWidenV ? kMaxD * CH : 1];
+  const float* vfr[CH];
+  const bool widen_v = kWidenV && a.dv <= kMaxD && a.dv % W == 0;
+  const int64_t kvh = h0 / (a.hq / a.hkv), dqk = a.dqk, dv = a.dv;
   const int64_t lo_all = *std::min_element(lo, lo + nb), hi_all = *std::max_element(hi, hi + nb);
 
   for (int64_t j0 = lo_all; j0 < hi_all; j0 += CH) {
     const int n = static_cast<int>(std::min<int64_t>(CH, hi_all - j0));
     for (int c = 0; c < n; ++c) {
       kr[c] = cache_row<T>(a.k_cache, a.slots[j0 + c], a.k_row_stride, kvh, dqk);
-      vr[c] = cache_row<T>(a.v_cache, a.slots[j0 + c], a.v_row_stride, kvh, a.dv);
+      vr[c] = cache_row<T>(a.v_cache, a.slots[j0 + c], a.v_row_stride, kvh, dv);
     }
     transpose_chunk<V, CH>(kr, n, dqk, kt);
+    if (widen_v)
+      for (int c = 0; c < n; ++c) {
+        float* row = vf + c * dv;
+        for (int64_t d = 0; d < dv; d += W) V::store(row + d, ld<V>(vr[c] + d));
+        vfr[c] = row;
+      }
     for (int64_t b = 0; b < nb; ++b) {
       const int c0 = static_cast<int>(std::max(lo[b], j0) - j0), c1 = static_cast<int>(std::min<int64_t>(hi[b], j0 + n) - j0);
       if (c0 >= c1) continue;  // this token sees none of the chunk
       const int64_t ti = i0 + b;
-      for (int c = c0 / W * W; c < c1; c += W) {
-        const int nk = std::min(W, c1 - c);
-        for (int64_t r = 0; r < nh; ++r) {
-          const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
-          V::storen(s_all + r * CH + c, transposed_logits<V, CH>(q, kt, c, dqk), nk);
-        }
+      for (int64_t r = 0; r < nh; ++r) {
+        const float* q = a.q + ti * a.q_token_stride + (h0 + r) * a.q_head_stride;
+        int c = c0 / W * W;
+        for (; c + 8 * W <= c1; c += 8 * W) transposed_logits8<V, CH>(q, kt, c, dqk, s_all + r * CH);
+        for (; c < c1; c += W) V::storen(s_all + r * CH + c, transposed_logits<V, CH>(q, kt, c, dqk), std::min(W, c1 - c));
       }
       if (a.alibi_slopes)
         for (int c = c0; c < c1; ++c) dist[c] = static_cast<float>(j0 + c - (a.ctx_len - a.t + ti));
-      for (int64_t r = 0; r < nh; ++r)
-        softmax_pv<I>(a, h0 + r, s_all + r * CH + c0, a.alibi_slopes ? dist + c0 : nullptr, vr + c0, c1 - c0,
-                      o[b * nh + r], m[b * nh + r], l[b * nh + r]);
+      for (int64_t r = 0; r < nh; ++r) {
+        float* s_r = s_all + r * CH + c0;
+        const float* dist_r = a.alibi_slopes ? dist + c0 : nullptr;
+        float* o_r = o[b * nh + r];
+        if (widen_v)
+          softmax_pv<I>(a, h0 + r, s_r, dist_r, vfr + c0, c1 - c0, o_r, m[b * nh + r], l[b * nh + r]);
+        else
+          softmax_pv<I>(a, h0 + r, s_r, dist_r, vr + c0, c1 - c0, o_r, m[b * nh + r], l[b * nh + r]);
+      }
     }
   }
 }
