@@ -7,7 +7,8 @@
 // q head of the group from K blocks transposed in registers (for heads wider than 256, dot
 // products, four heads per K load), then
 // per head softcap, one online-softmax rescale, exponentials, and acc += p·V (the accumulator row
-// in registers over the chunk, in slabs of 4 vectors).
+// in registers over the chunk, in slabs of 4 vectors). Prefill blocks of tokens (attend_block_impl)
+// transpose each chunk's K and widen its bf16/q8_0 V rows once for all their tokens and heads.
 //
 // attention.cc includes it for the generic table; CMake writes the avx2 and avx512 tables from the
 // line below (build/isa/attention_<isa>.cc from isa_table.cc.in).
