@@ -319,6 +319,17 @@ TEST(QuantLinear, RejectsPartialBlocks) {
   EXPECT_THROW(quantize_row(QuantType::q4_k, x.data(), w.data(), 256), std::invalid_argument);
 }
 
+// q8_0 rounds as ggml's reference (roundf: ties away from zero): a block whose scale is exactly 1
+// (amax 127) puts x·(1/d) on exact ties, where rounding to even would differ.
+TEST(QuantLinear, Q8_0RoundsTiesAwayFromZero) {
+  std::vector<float> x = {127.f, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, -1.5f, 126.5f, -126.5f, 0.49999997f, -0.49999997f, 0.f};
+  x.resize(32, 3.25f);
+  std::vector<unsigned char> q(static_cast<size_t>(quant_row_bytes(QuantType::q8_0, 32)));
+  quantize_row(QuantType::q8_0, x.data(), q.data(), 32);
+  const auto* codes = reinterpret_cast<const int8_t*>(q.data() + 2);  // after the fp16 scale
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(codes[j], static_cast<int8_t>(std::roundf(x[j]))) << "x = " << x[j];
+}
+
 // The quantizers invert dequantization up to half a step per element.
 TEST(QuantLinear, QuantizeRoundTrip) {
   const auto x = random_floats(256, 5);
