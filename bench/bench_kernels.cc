@@ -11,6 +11,11 @@
 //
 // Usage: bench_kernels [--quick]   (FUSELM_CPU_ISA=generic|avx2|avx512|avx512vnni|avx512bf16|amx picks the kernel path;
 // OMP_NUM_THREADS the threads.)
+//        bench_kernels --tuning-ab SPEC... [--tokens N]
+//                     the decode token (f32 and bf16 weights) under each FUSELM_CPU_TUNING spec
+//                     (kernels/cpu/tuning.h, e.g. amd,gemv_streams=2), one token of each in turn
+//                     N times (default 60), so that a shared host's drifting bandwidth slows every
+//                     spec alike: median tokens/s per spec and its ratio to the first spec's.
 #include <omp.h>
 
 #include <algorithm>
@@ -25,6 +30,7 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/tuning.h"
 #include "bench/probe.h"
 
 namespace {
@@ -96,25 +102,62 @@ Result time_linear(const Shape& s, DType d, int64_t m, double min_seconds, size_
 }
 
 // One decode token's linears (30 layers + LM head), distinct weights per layer.
-Result time_decode_token(DType d, double min_seconds) {
-  const Shape layer[] = {kQkv, kO, kGateUp, kDown};
+struct DecodeToken {
   std::vector<WeightBuffer> ws;
   std::vector<std::pair<Shape, const void*>> calls;
+  std::vector<float> x = std::vector<float>(1536, 0.5f), y = std::vector<float>(49152);
   double bytes = 0;
-  ws.reserve(kLayers * 4 + 1);
-  for (int l = 0; l < kLayers; ++l)
-    for (const Shape& s : layer) {
-      ws.emplace_back(static_cast<size_t>(s.n * s.k * dtype_size(d)), d);
-      calls.emplace_back(s, ws.back().bytes.data());
-    }
-  ws.emplace_back(static_cast<size_t>(kLmHead.n * kLmHead.k * dtype_size(d)), d);
-  calls.emplace_back(kLmHead, ws.back().bytes.data());
-  for (auto& [s, p] : calls) bytes += static_cast<double>(s.n * s.k * dtype_size(d));
-  std::vector<float> x(1536, 0.5f), y(49152);
-  auto token = [&] {
+  DType d;
+
+  explicit DecodeToken(DType dtype) : d(dtype) {
+    const Shape layer[] = {kQkv, kO, kGateUp, kDown};
+    ws.reserve(kLayers * 4 + 1);
+    for (int l = 0; l < kLayers; ++l)
+      for (const Shape& s : layer) {
+        ws.emplace_back(static_cast<size_t>(s.n * s.k * dtype_size(d)), d);
+        calls.emplace_back(s, ws.back().bytes.data());
+      }
+    ws.emplace_back(static_cast<size_t>(kLmHead.n * kLmHead.k * dtype_size(d)), d);
+    calls.emplace_back(kLmHead, ws.back().bytes.data());
+    for (auto& [s, p] : calls) bytes += static_cast<double>(s.n * s.k * dtype_size(d));
+  }
+  void run() {
     for (auto& [s, p] : calls)
       linear({.x = x.data(), .w = p, .w_dtype = d, .y = y.data(), .m = 1, .n = s.n, .k = s.k});
-  };
+  }
+};
+
+// --tuning-ab: one token per spec in turn, `tokens` times; the median seconds per spec.
+void tuning_ab(const std::vector<std::string>& specs, int tokens) {
+  const CpuVendor vendor = cpu_tuning().vendor;
+  std::vector<CpuTuning> tunings;
+  for (const std::string& spec : specs) tunings.push_back(parse_tuning(spec, vendor));
+  for (DType d : {DType::f32, DType::bf16}) {
+    DecodeToken token(d);
+    std::vector<std::vector<double>> seconds(specs.size());
+    for (int t = -1; t < tokens; ++t)
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const size_t k = (i + static_cast<size_t>(t + 1)) % specs.size();  // rotate who goes first
+        ScopedCpuTuning scoped(tunings[k]);
+        const double t0 = now_s();
+        token.run();
+        if (t >= 0) seconds[k].push_back(now_s() - t0);
+      }
+    double first = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<double>& v = seconds[i];
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      const double tps = 1 / v[v.size() / 2];
+      if (i == 0) first = tps;
+      fmt::print("{:<5} {:<48} {:>9.1f} tok/s {:>7.1f} GB/s {:>6.2f}x\n", dtype_name(d), specs[i], tps,
+                 token.bytes * tps / 1e9, tps / first);
+    }
+  }
+}
+
+Result time_decode_token(DType d, double min_seconds) {
+  DecodeToken decode(d);
+  auto token = [&] { decode.run(); };
   token();
   int64_t n = 0;
   const double t0 = now_s();
@@ -124,12 +167,33 @@ Result time_decode_token(DType d, double min_seconds) {
     ++n;
     t = now_s();
   }
-  return {(t - t0) / static_cast<double>(n), bytes};
+  return {(t - t0) / static_cast<double>(n), decode.bytes};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--tuning-ab") {
+    std::vector<std::string> specs;
+    int tokens = 60;
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) == "--tokens" && i + 1 < argc) tokens = std::max(1, std::atoi(argv[++i]));
+      else specs.emplace_back(argv[i]);
+    }
+    if (specs.empty()) {
+      fmt::print(stderr, "bench_kernels --tuning-ab: name at least one FUSELM_CPU_TUNING spec\n");
+      return 2;
+    }
+    fmt::print("decode token under each tuning, {} threads, isa {}, {} tokens each, interleaved\n",
+               omp_get_max_threads(), isa_name(cpu_isa()), tokens);
+    try {
+      tuning_ab(specs, tokens);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bench_kernels: {}\n", e.what());
+      return 2;
+    }
+    return 0;
+  }
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const double min_s = quick ? 0.1 : 0.4;
   const size_t cycle = quick ? (size_t{256} << 20) : (size_t{1} << 30);

@@ -121,5 +121,38 @@ TEST(KernelsTuningDeathTest, EnvironmentPicksTheTableAndScopesRestore) {
   EXPECT_EQ(cpu_tuning().gemv_memory_order, before.gemv_memory_order);
 }
 
+// FUSELM_CPU_TUNING's settings: a table's name, single fields over it or over the detected table,
+// and every malformed item named in the error.
+TEST(KernelsTuning, ParsesSettingsOverATable) {
+  const CpuTuning amd = tuning_for(CpuVendor::amd);
+  CpuTuning t = parse_tuning("amd,gemv_streams=2,gemv_prefetch=0", CpuVendor::intel);
+  EXPECT_EQ(t.vendor, CpuVendor::amd);
+  EXPECT_EQ(t.gemv_streams, 2);
+  EXPECT_EQ(t.gemv_prefetch, 0);
+  EXPECT_EQ(t.gemv_memory_order, amd.gemv_memory_order);
+  EXPECT_EQ(t.packed_decode_prefetch, amd.packed_decode_prefetch);
+  t = parse_tuning("gemv_memory_order=1,packed_decode_prefetch=512", CpuVendor::intel);
+  EXPECT_EQ(t.vendor, CpuVendor::intel);
+  EXPECT_TRUE(t.gemv_memory_order);
+  EXPECT_EQ(t.packed_decode_prefetch, 512);
+  EXPECT_EQ(t.gemv_streams, tuning_for(CpuVendor::intel).gemv_streams);
+  EXPECT_EQ(parse_tuning("intel", CpuVendor::amd).gemv_streams, tuning_for(CpuVendor::intel).gemv_streams);
+  const auto message = [](const char* spec) {
+    try {
+      parse_tuning(spec, CpuVendor::amd);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("gemv_streams=3"), "FUSELM_CPU_TUNING='gemv_streams=3': gemv_streams must be 1, 2, 4 or 8");
+  EXPECT_NE(message("amd,gemv_stream=2").find("unknown setting 'gemv_stream'"), std::string::npos) << message("amd,gemv_stream=2");
+  EXPECT_NE(message("amd,gemv_prefetch=-1").find("'gemv_prefetch=-1' needs a whole number"), std::string::npos) << message("amd,gemv_prefetch=-1");
+  EXPECT_NE(message("amd,gemv_prefetch=1k").find("'gemv_prefetch=1k' needs a whole number"), std::string::npos) << message("amd,gemv_prefetch=1k");
+  EXPECT_NE(message("gemv_streams=2,amd").find("expected intel or amd"), std::string::npos) << message("gemv_streams=2,amd");
+  EXPECT_NE(message("amd,,gemv_streams=2").find("expected intel or amd"), std::string::npos) << message("amd,,gemv_streams=2");
+  EXPECT_NE(message("").find("expected intel or amd"), std::string::npos) << message("");
+}
+
 }  // namespace kernels_isa_test
 }  // namespace fuselm::kernels

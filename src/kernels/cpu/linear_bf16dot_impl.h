@@ -97,26 +97,58 @@ FUSELM_INLINE void dot_gemv_block(const LinearProblem& p, int64_t m0, int64_t j0
   }
 }
 
-// Memory-order variant (LinearProblem::gemv_memory_order), one row of x: one W row at a time,
-// kRowSums partial sums (as gemv_nk_row in linear_impl.h).
-FUSELM_INLINE void dot_gemv_row(const LinearProblem& p, int64_t m0, int64_t j, const uint16_t* xb) {
-  constexpr int U = kRowSums;
-  const uint16_t* w = static_cast<const uint16_t*>(p.w) + j * p.ldw;
-  __m512 acc[U] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  const int64_t k = p.k, kfull = k - k % (32 * U);
-  int64_t kk = 0;
-  for (; kk < kfull; kk += 32 * U) {
+// S rows at once, row j + s * part for s < S, one cache line (32 weights) of each in turn
+// (CpuTuning::gemv_streams; as gemv_nk_row_streams in linear_impl.h): S sequential streams far
+// apart keep more DRAM pages and prefetch streams busy than one.
+template <int S>
+FUSELM_INLINE void dot_gemv_row_streams(const LinearProblem& p, int64_t m0, int64_t j, int64_t part,
+                                        const uint16_t* xb) {
+  constexpr int A = S >= 4 ? 1 : 4 / S;  // accumulators per row: at least 4 chains in flight
+  const uint16_t* w[S];
+  __m512 acc[S][A];
+  FUSELM_UNROLL(8)
+  for (int s = 0; s < S; ++s) {
+    w[s] = static_cast<const uint16_t*>(p.w) + (j + s * part) * p.ldw;
     FUSELM_UNROLL(4)
-    for (int u = 0; u < U; ++u)
-      acc[u] = _mm512_dpbf16_ps(acc[u], as_bh(_mm512_loadu_si512(w + kk + 32 * u)),
-                                as_bh(_mm512_loadu_si512(xb + kk + 32 * u)));
+    for (int a = 0; a < A; ++a) acc[s][a] = _mm512_setzero_ps();
   }
-  for (; kk < k; kk += 32)  // masked weights; x is zero-padded to 32
-    acc[0] = _mm512_dpbf16_ps(acc[0], as_bh(_mm512_maskz_loadu_epi16(mask32(k - kk), w + kk)),
-                              as_bh(_mm512_loadu_si512(xb + kk)));
-  const float b = p.bias ? p.bias[j] : 0.f;
-  const __m512 t = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-  p.y[m0 * p.ldy + j] = _mm512_reduce_add_ps(t) + b;
+  const int64_t k = p.k, kfull = k - k % (32 * A), ahead = p.gemv_prefetch / 2;
+  int64_t kk = 0;
+  for (; kk < kfull; kk += 32 * A) {
+    __m512bh xv[A];
+    FUSELM_UNROLL(4)
+    for (int a = 0; a < A; ++a) xv[a] = as_bh(_mm512_loadu_si512(xb + kk + 32 * a));
+    FUSELM_UNROLL(8)
+    for (int s = 0; s < S; ++s) {
+      if (ahead > 0) FUSELM_PREFETCH_L2(w[s] + kk + ahead);
+      FUSELM_UNROLL(4)
+      for (int a = 0; a < A; ++a)
+        acc[s][a] = _mm512_dpbf16_ps(acc[s][a], as_bh(_mm512_loadu_si512(w[s] + kk + 32 * a)), xv[a]);
+    }
+  }
+  for (; kk < k; kk += 32) {  // masked weights; x is zero-padded to 32
+    const __m512bh xv = as_bh(_mm512_loadu_si512(xb + kk));
+    FUSELM_UNROLL(8)
+    for (int s = 0; s < S; ++s)
+      acc[s][0] = _mm512_dpbf16_ps(acc[s][0], as_bh(_mm512_maskz_loadu_epi16(mask32(k - kk), w[s] + kk)), xv);
+  }
+  FUSELM_UNROLL(8)
+  for (int s = 0; s < S; ++s) {
+    __m512 t = acc[s][0];
+    FUSELM_UNROLL(4)
+    for (int a = 1; a < A; ++a) t = _mm512_add_ps(t, acc[s][a]);
+    const int64_t row = j + s * part;
+    p.y[m0 * p.ldy + row] = _mm512_reduce_add_ps(t) + (p.bias ? p.bias[row] : 0.f);
+  }
+}
+
+// Rows [n0, n1) at one row of x in memory order, S streams; the rows left over after S equal parts
+// one at a time.
+template <int S>
+void dot_gemv_streams(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1, const uint16_t* xb) {
+  const int64_t part = (n1 - n0) / S;
+  for (int64_t j = n0; j < n0 + part; ++j) dot_gemv_row_streams<S>(p, m0, j, part, xb);
+  for (int64_t j = n0 + S * part; j < n1; ++j) dot_gemv_row_streams<1>(p, m0, j, 0, xb);
 }
 
 template <int M>
@@ -126,8 +158,12 @@ void dot_gemv_rows(const LinearProblem& p, int64_t m0, int64_t n0, int64_t n1, c
   int64_t j = n0;
   if constexpr (M == 1) {  // batched decode keeps interleaving (CpuTuning::gemv_memory_order)
     if (p.gemv_memory_order) {
-      for (; j < n1; ++j) dot_gemv_row(p, m0, j, xb);
-      return;
+      switch (p.gemv_streams) {
+        case 2: return dot_gemv_streams<2>(p, m0, n0, n1, xb);
+        case 4: return dot_gemv_streams<4>(p, m0, n0, n1, xb);
+        case 8: return dot_gemv_streams<8>(p, m0, n0, n1, xb);
+        default: return dot_gemv_streams<1>(p, m0, n0, n1, xb);
+      }
     }
   }
   for (; j + NB <= n1; j += NB) dot_gemv_block<M, NB>(p, m0, j, xb, ldb);

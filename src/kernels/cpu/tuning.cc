@@ -1,5 +1,6 @@
 #include "kernels/cpu/tuning.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -16,9 +17,24 @@ CpuVendor detect_vendor() { return cpu_vendor() == "AuthenticAMD" ? CpuVendor::a
 CpuTuning decide() {
   const char* env = std::getenv("FUSELM_CPU_TUNING");
   if (!env || !*env) return tuning_for(detect_vendor());
-  const std::optional<CpuVendor> asked = parse_vendor(env);
-  if (!asked) throw std::invalid_argument(fmt::format("FUSELM_CPU_TUNING='{}': expected intel or amd", env));
-  return tuning_for(*asked);
+  return parse_tuning(env, detect_vendor());
+}
+
+// One "key=value" of a FUSELM_CPU_TUNING spec applied to t; false when the key is unknown.
+bool apply_setting(CpuTuning& t, std::string_view key, int value) {
+  if (key == "gemv_memory_order") t.gemv_memory_order = value != 0;
+  else if (key == "packed_decode_prefetch") t.packed_decode_prefetch = value;
+  else if (key == "gemv_prefetch") t.gemv_prefetch = value;
+  else if (key == "gemv_streams") t.gemv_streams = value;
+  else return false;
+  return true;
+}
+
+std::optional<int> parse_int(std::string_view text) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < 0 || value > (1 << 20)) return std::nullopt;
+  return value;
 }
 
 CpuTuning& current() {
@@ -35,6 +51,34 @@ CpuTuning tuning_for(CpuVendor vendor) {
   t.packed_decode_prefetch = vendor == CpuVendor::amd ? 1024 : 0;
   t.gemv_prefetch = vendor == CpuVendor::amd ? 1024 : 0;
   t.gemv_streams = vendor == CpuVendor::amd ? 4 : 1;
+  return t;
+}
+
+CpuTuning parse_tuning(std::string_view spec, CpuVendor detected) {
+  const auto fail = [&](std::string_view why) {
+    return std::invalid_argument(fmt::format("FUSELM_CPU_TUNING='{}': {}", spec, why));
+  };
+  CpuTuning t = tuning_for(detected);
+  bool first = true;
+  for (std::string_view rest = spec; first || !rest.empty(); first = false) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      const std::optional<CpuVendor> vendor = parse_vendor(item);
+      if (!vendor || !first) throw fail("expected intel or amd, then key=value settings separated by commas");
+      t = tuning_for(*vendor);
+      continue;
+    }
+    const std::optional<int> value = parse_int(item.substr(eq + 1));
+    if (!value) throw fail(fmt::format("'{}' needs a whole number from 0 to 1048576", item));
+    if (!apply_setting(t, item.substr(0, eq), *value))
+      throw fail(fmt::format("unknown setting '{}' (known: gemv_memory_order, packed_decode_prefetch, gemv_prefetch, "
+                             "gemv_streams)", item.substr(0, eq)));
+  }
+  if (t.gemv_streams != 1 && t.gemv_streams != 2 && t.gemv_streams != 4 && t.gemv_streams != 8)
+    throw fail("gemv_streams must be 1, 2, 4 or 8");
   return t;
 }
 

@@ -7,7 +7,9 @@
 //
 // The table is picked once per process from cpuid's vendor (GenuineIntel → intel, AuthenticAMD →
 // amd, anything else → intel's, the choices earlier sessions measured), or by the environment
-// variable FUSELM_CPU_TUNING=intel|amd (an unknown name throws std::invalid_argument).
+// variable FUSELM_CPU_TUNING (parse_tuning): a table's name and/or single settings, so that a
+// choice can be measured on a new CPU with the shipped binary, e.g.
+// FUSELM_CPU_TUNING=amd,gemv_streams=2 or FUSELM_CPU_TUNING=gemv_prefetch=0.
 #include <optional>
 #include <string_view>
 
@@ -41,14 +43,22 @@ struct CpuTuning {
   /// apart instead of one, so that more DRAM pages and prefetch streams are busy at once. Zen 3
   /// (avx2), 2 threads, bench_kernels' SmolLM2 decode token, 3 alternated rounds: 1 stream 50 / 95
   /// tok/s (f32 / bf16), 4 streams 67-76 / 124-143, 8 streams 53-73 / 94-136; an LFM2-700M-shaped
-  /// BF16 model, tg48: 18.1-21.3 -> 19.3-27.2 tok/s (session 21). The avx512bf16 path's vdpbf16ps
-  /// GEMV (Zen 4) keeps one stream: not measured there.
+  /// BF16 model, tg48: 18.1-21.3 -> 19.3-27.2 tok/s (session 21). Zen 4 (avx512bf16, the
+  /// vdpbf16ps GEMV for bf16), bench_kernels --tuning-ab, 100 interleaved tokens: 4 streams
+  /// 1.02-1.06x (f32) and 1.06x (bf16) at ~35 GB/s, 1.08x and 1.29x in a ~45 GB/s burst; 8 streams
+  /// about the same (session 22).
   int gemv_streams = 1;
 };
 
 /// The table for `vendor`.
 CpuTuning tuning_for(CpuVendor vendor);
 const char* vendor_name(CpuVendor vendor);
+
+/// A FUSELM_CPU_TUNING spec: "[intel|amd][,key=value...]" (items separated by commas; the table's
+/// name, if any, first; without it the `detected` vendor's table). Keys are CpuTuning's fields,
+/// values whole numbers (gemv_memory_order: 0 or 1; gemv_streams: 1, 2, 4 or 8).
+/// Throws std::invalid_argument naming the variable, the spec and the item at fault.
+CpuTuning parse_tuning(std::string_view spec, CpuVendor detected);
 std::optional<CpuVendor> parse_vendor(std::string_view name);
 
 /// The tuning the kernels use: decided on first call (cpuid + FUSELM_CPU_TUNING), then fixed unless
