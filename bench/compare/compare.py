@@ -391,6 +391,9 @@ def main() -> None:
                          "or this type in both (llama-bench -ctk/-ctv, fuselm bench --kv-cache-dtype); llama.cpp "
                          "needs flash attention for a quantized V cache, so q8_0 runs it with -fa 1 only")
     args = ap.parse_args()
+    if args.kv_cache_dtype == "f32" and "llama.cpp" in args.engines:
+        raise SystemExit("compare: error: --kv-cache-dtype f32: llama-bench's -ctk/-ctv take no f32 cache "
+                         "(f16, bf16 and quantized types); use bf16, or --engines fuselm")
     if args.kv_cache_dtype == "q8_0" and args.flash_attn != "1":
         log(f"--kv-cache-dtype q8_0: llama-bench runs with -fa 1 only (not -fa {args.flash_attn})")
         args.flash_attn = "1"
