@@ -99,14 +99,17 @@ nlohmann::json state_json(const ir::Graph& g) {
   return j;
 }
 
-void print_state(const nlohmann::json& st) {
+// Under tensor parallelism the stateful ops have no tensor-parallel rule (ir::OpTraits::tp), so no
+// split value reaches them: every rank runs each recurrent mixer whole and holds its whole state.
+void print_state(const nlohmann::json& st, int64_t tp_size) {
   if (st.contains("error")) {
     std::printf("state: %s\n", st["error"].get<std::string>().c_str());
     return;
   }
   if (st["ops"].empty()) return;
-  std::printf("state: %zu stateful ops, %lld bytes per sequence (f32)\n", st["ops"].size(),
-              static_cast<long long>(st["bytes_per_sequence"].get<int64_t>()));
+  std::printf("state: %zu stateful ops, %lld bytes per sequence (f32)%s\n", st["ops"].size(),
+              static_cast<long long>(st["bytes_per_sequence"].get<int64_t>()),
+              tp_size > 1 ? "; tensor parallel: each op and its state whole on every rank (replicated)" : "");
   for (const auto& op : st["ops"])
     std::printf("  state %lld: %s in %s: %lld bytes\n", static_cast<long long>(op["state_idx"].get<int64_t>()),
                 op["op"].get<std::string>().c_str(), op["module"].get<std::string>().c_str(),
@@ -128,6 +131,8 @@ void run(const InspectArgs& a) {
     j["ir"] = (ir_dir / "ir.json").string();
     j["kv_cache"] = kv;
     j["state"] = state;
+    if (a.tensor_parallel_size > 1 && !state.contains("error") && !state["ops"].empty())
+      j["state"]["tensor_parallel"] = "replicated";
     if (!tp.empty()) j["tensor_parallel"] = tp;
     std::puts(j.dump(1).c_str());
   } else {
@@ -150,7 +155,7 @@ void run(const InspectArgs& a) {
                     static_cast<long long>(padded), static_cast<double>(padded) / static_cast<double>(bytes));
       }
     }
-    print_state(state);
+    print_state(state, a.tensor_parallel_size);
   }
   if (!plan.report.errors.empty() || state.contains("error")) set_exit_code(1);
 }

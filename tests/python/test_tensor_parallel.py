@@ -89,6 +89,19 @@ def test_tp2_matches_tp1_and_transformers(family, fuselm_bin, model_cache, tmp_p
 
 
 @needs_mpirun
+@pytest.mark.parametrize("family", ["qwen3_5_text", "lfm2"])
+def test_tp2_hybrid_keeps_recurrent_mixers_whole(family, fuselm_bin, model_cache, tmp_path):
+    """Hybrids (gated delta rule, short convolutions): the MLPs and the vocabulary split, the
+    recurrent mixers run whole on every rank with their whole state, and inspect says so; TP=2
+    gives TP=1's tokens and logits and transformers' tokens."""
+    check_family(family, 2, fuselm_bin, model_cache, tmp_path)
+    proc = inspect_tp(fuselm_bin, build(family, model_cache), 2)
+    assert proc.returncode == 0, proc.stderr
+    assert "tensor parallel: each op and its state whole on every rank (replicated)" in proc.stdout
+    assert "down_proj.weight: row parallel" in proc.stdout or "w2.weight: row parallel" in proc.stdout, proc.stdout
+
+
+@needs_mpirun
 @pytest.mark.skipif(os.environ.get("FUSELM_LONG") != "1", reason="long mode: scripts/test.sh --long (FUSELM_LONG=1)")
 @pytest.mark.parametrize("family", ["diffllama", "zamba2"])
 def test_long_tp2_attention_called_twice_per_layer(family, fuselm_bin, model_cache, tmp_path):
