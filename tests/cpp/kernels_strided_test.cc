@@ -124,6 +124,31 @@ TEST_P(KernelsStrided, CopyTransposesAndConverts) {
       ASSERT_EQ(y[r * C + c], x[c * R + r]);
       ASSERT_EQ(h[r * C + c], f32_to_bf16(x[c * R + r]));
     }
+  // Contiguous f32 <-> bf16 / f16 (convert_dtype), and a transposed bf16 / f16 view into f32 (the
+  // row loop): the values the double path gives.
+  std::vector<uint16_t> hb(R * C), hf(R * C), back16(R * C);
+  std::vector<float> wide(R * C), from_view(R * C);
+  copy_strided(contiguous(x.data(), DType::f32, {R, C}), contiguous(hb.data(), DType::bf16, {R, C}));
+  copy_strided(contiguous(x.data(), DType::f32, {R, C}), contiguous(hf.data(), DType::f16, {R, C}));
+  copy_strided(contiguous(hf.data(), DType::f16, {R, C}), contiguous(back16.data(), DType::bf16, {R, C}));
+  copy_strided(contiguous(hb.data(), DType::bf16, {R, C}), contiguous(wide.data(), DType::f32, {R, C}));
+  for (int64_t i = 0; i < R * C; ++i) {
+    ASSERT_EQ(hb[i], f32_to_bf16(x[i]));
+    ASSERT_EQ(hf[i], f32_to_f16(x[i]));
+    ASSERT_EQ(back16[i], f32_to_bf16(f16_to_f32(hf[i])));
+    ASSERT_EQ(wide[i], bf16_to_f32(hb[i]));
+  }
+  for (DType half : {DType::bf16, DType::f16}) {
+    Strided ht = contiguous(half == DType::bf16 ? hb.data() : hf.data(), half, {C, R});  // read as [C, R]
+    std::swap(ht.shape[0], ht.shape[1]);
+    std::swap(ht.strides[0], ht.strides[1]);
+    copy_strided(ht, contiguous(from_view.data(), DType::f32, {R, C}));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        const uint16_t v = (half == DType::bf16 ? hb : hf)[c * R + r];
+        ASSERT_EQ(from_view[r * C + c], half == DType::bf16 ? bf16_to_f32(v) : f16_to_f32(v));
+      }
+  }
   std::vector<int32_t> ints(R * C);
   fill(contiguous(ints.data(), DType::i32, {R, C}), 7.0);
   for (int32_t v : ints) ASSERT_EQ(v, 7);

@@ -1,5 +1,7 @@
 #include "kernels/cpu/copy.h"
 
+#include "kernels/cpu/dtype.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -18,15 +20,24 @@ void copy_strided(const Strided& src, const Strided& dst) {
     });
     return;
   }
+  // Between f32, bf16 and f16 (a hybrid's bf16 conv weight widened per call, a .float()) the
+  // conversions give the values the double path would: bf16/f16 -> f32 is exact, and f32 ->
+  // bf16/f16 rounds to nearest even either way.
+  const bool storage = storage_dtype(src.dtype) && storage_dtype(dst.dtype);
+  if (storage && src.contiguous() && dst.contiguous()) return convert_dtype(src.data, src.dtype, dst.data, dst.dtype, n);
   const int nd = dst.ndim;
   const int64_t inner = dst.inner();
   const int64_t s_in = nd ? src.strides[nd - 1] : 0, d_in = nd ? dst.strides[nd - 1] : 0;
-  const bool f32 = src.dtype == DType::f32 && dst.dtype == DType::f32;
+  const bool to_f32 = storage && dst.dtype == DType::f32;
   parallel_rows<2>(dst.shape, nd, {&src.strides, &dst.strides}, [&](int64_t, const std::array<int64_t, 2>& off) {
-    if (f32) {
-      const float* s = src.ptr<float>() + off[0];
+    if (to_f32) {
       float* o = dst.ptr<float>() + off[1];
-      for (int64_t k = 0; k < inner; ++k) o[k * d_in] = s[k * s_in];
+      if (src.dtype == DType::f32) {
+        const float* s = src.ptr<float>() + off[0];
+        for (int64_t k = 0; k < inner; ++k) o[k * d_in] = s[k * s_in];
+      } else {
+        for (int64_t k = 0; k < inner; ++k) o[k * d_in] = load_as_f32(src.data, src.dtype, off[0] + k * s_in);
+      }
     } else {
       for (int64_t k = 0; k < inner; ++k)
         store_double(dst, off[1] + k * d_in, load_double(src, off[0] + k * s_in));

@@ -4,7 +4,8 @@
 //
 //   copy_strided(src, dst):  dst[i...] = convert(src[i...]) over dst's shape (src has the same
 //     shape; any strides, any dtypes of strided.h, conversions as a C++ cast, bool: != 0). Equal
-//     dtypes and both contiguous: one memcpy. Parallel over rows for large copies.
+//     dtypes and both contiguous: one memcpy; f32/bf16/f16 both contiguous: convert_dtype (dtype.h);
+//     into f32 from those: a row loop without doubles. Parallel over rows for large copies.
 //   fill(dst, v):  every element of the contiguous dst set to v (converted as store_double).
 //   arange(dst, start, step):  dst[i] = start + i·step (computed in double) over the contiguous dst.
 //   gather_dim(x, dim, map, out):  out[.., j, ..] = x[.., map[j], ..] along `dim` (out contiguous,
