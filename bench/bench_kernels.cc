@@ -155,6 +155,29 @@ void tuning_ab(const std::vector<std::string>& specs, int tokens) {
   }
 }
 
+// bench_kernels --tuning-ab SPEC... [--tokens N]; exit status 2 on a bad spec or none.
+int tuning_ab_main(int argc, char** argv) {
+  std::vector<std::string> specs;
+  int tokens = 60;
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--tokens" && i + 1 < argc) tokens = std::max(1, std::atoi(argv[++i]));
+    else specs.emplace_back(argv[i]);
+  }
+  if (specs.empty()) {
+    fmt::print(stderr, "bench_kernels --tuning-ab: name at least one FUSELM_CPU_TUNING spec\n");
+    return 2;
+  }
+  fmt::print("decode token under each tuning, {} threads, isa {}, {} tokens each, interleaved\n",
+             omp_get_max_threads(), isa_name(cpu_isa()), tokens);
+  try {
+    tuning_ab(specs, tokens);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_kernels: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
 Result time_decode_token(DType d, double min_seconds) {
   DecodeToken decode(d);
   auto token = [&] { decode.run(); };
@@ -173,27 +196,7 @@ Result time_decode_token(DType d, double min_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "--tuning-ab") {
-    std::vector<std::string> specs;
-    int tokens = 60;
-    for (int i = 2; i < argc; ++i) {
-      if (std::string(argv[i]) == "--tokens" && i + 1 < argc) tokens = std::max(1, std::atoi(argv[++i]));
-      else specs.emplace_back(argv[i]);
-    }
-    if (specs.empty()) {
-      fmt::print(stderr, "bench_kernels --tuning-ab: name at least one FUSELM_CPU_TUNING spec\n");
-      return 2;
-    }
-    fmt::print("decode token under each tuning, {} threads, isa {}, {} tokens each, interleaved\n",
-               omp_get_max_threads(), isa_name(cpu_isa()), tokens);
-    try {
-      tuning_ab(specs, tokens);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "bench_kernels: {}\n", e.what());
-      return 2;
-    }
-    return 0;
-  }
+  if (argc > 1 && std::string(argv[1]) == "--tuning-ab") return tuning_ab_main(argc, argv);
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const double min_s = quick ? 0.1 : 0.4;
   const size_t cycle = quick ? (size_t{256} << 20) : (size_t{1} << 30);
