@@ -9,6 +9,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A compiler launcher named in the environment (CMake and the pip builds below read it) must exist,
+# or every compile fails deep inside a build log.
+launcher="${CMAKE_CXX_COMPILER_LAUNCHER:-}"
+if [ -n "$launcher" ] && ! command -v "$launcher" >/dev/null; then
+  echo "setup: error: CMAKE_CXX_COMPILER_LAUNCHER=$launcher is set but $launcher is not installed (apt-get install $launcher, or unset the variable)" >&2
+  exit 1
+fi
+
 APT_PACKAGES=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev libcpp-httplib-dev
               libfmt-dev libutf8proc-dev libopenmpi-dev openmpi-bin)
 missing=()
