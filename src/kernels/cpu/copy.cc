@@ -1,9 +1,9 @@
 #include "kernels/cpu/copy.h"
 
-#include "kernels/cpu/dtype.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "kernels/cpu/dtype.h"
 
 namespace fuselm::kernels {
 

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -20,14 +21,28 @@ CpuTuning decide() {
   return parse_tuning(env, detect_vendor());
 }
 
-// One "key=value" of a FUSELM_CPU_TUNING spec applied to t; false when the key is unknown.
-bool apply_setting(CpuTuning& t, std::string_view key, int value) {
-  if (key == "gemv_memory_order") t.gemv_memory_order = value != 0;
-  else if (key == "packed_decode_prefetch") t.packed_decode_prefetch = value;
-  else if (key == "gemv_prefetch") t.gemv_prefetch = value;
-  else if (key == "gemv_streams") t.gemv_streams = value;
-  else return false;
-  return true;
+// The settings a FUSELM_CPU_TUNING spec may name, one place for the parser and its error message.
+struct Setting {
+  std::string_view name;
+  void (*apply)(CpuTuning&, int);
+};
+constexpr Setting kSettings[] = {
+    {"gemv_memory_order", [](CpuTuning& t, int v) { t.gemv_memory_order = v != 0; }},
+    {"packed_decode_prefetch", [](CpuTuning& t, int v) { t.packed_decode_prefetch = v; }},
+    {"gemv_prefetch", [](CpuTuning& t, int v) { t.gemv_prefetch = v; }},
+    {"gemv_streams", [](CpuTuning& t, int v) { t.gemv_streams = v; }},
+};
+
+const Setting* find_setting(std::string_view name) {
+  for (const Setting& s : kSettings)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string setting_names() {
+  std::string names;
+  for (const Setting& s : kSettings) names += std::string(names.empty() ? "" : ", ") + std::string(s.name);
+  return names;
 }
 
 std::optional<int> parse_int(std::string_view text) {
@@ -73,9 +88,9 @@ CpuTuning parse_tuning(std::string_view spec, CpuVendor detected) {
     }
     const std::optional<int> value = parse_int(item.substr(eq + 1));
     if (!value) throw fail(fmt::format("'{}' needs a whole number from 0 to 1048576", item));
-    if (!apply_setting(t, item.substr(0, eq), *value))
-      throw fail(fmt::format("unknown setting '{}' (known: gemv_memory_order, packed_decode_prefetch, gemv_prefetch, "
-                             "gemv_streams)", item.substr(0, eq)));
+    const Setting* setting = find_setting(item.substr(0, eq));
+    if (!setting) throw fail(fmt::format("unknown setting '{}' (known: {})", item.substr(0, eq), setting_names()));
+    setting->apply(t, *value);
   }
   if (t.gemv_streams != 1 && t.gemv_streams != 2 && t.gemv_streams != 4 && t.gemv_streams != 8)
     throw fail("gemv_streams must be 1, 2, 4 or 8");
