@@ -2,11 +2,12 @@
 // that grows with the depth, for each cache dtype (f32, bf16, q8_0) and thread count, as
 // microseconds per layer and GB/s of KV bytes read (the figure decode at depth follows).
 //
-//   shape    SmolLM2-135M's: 9 q heads, 3 KV heads of 64; a cache of `depth` positions in
+//   shape    SmolLM2-135M's by default: 9 q heads, 3 KV heads of 64 (--heads 32:4: TinyLlama's,
+//            8 q heads per KV head); a cache of `depth` positions in
 //            shuffled slots of 16-token blocks, one copy per layer (30 layers, cycled) so that the
 //            last-level cache does not hold the rows between repetitions
 //
-// Usage: bench_attention [--depth N] [--reps N] [--threads 1,2] [--isa NAME]
+// Usage: bench_attention [--depth N] [--heads HQ:HKV] [--reps N] [--threads 1,2] [--isa NAME]
 #include <omp.h>
 
 #include <algorithm>
@@ -30,7 +31,8 @@ namespace {
 
 using fuselm::kernels::AttentionArgs;
 
-constexpr int64_t kHq = 9, kHkv = 3, kD = 64, kLayers = 30, kBlock = 16;
+int64_t kHq = 9, kHkv = 3;  // --heads
+constexpr int64_t kD = 64, kLayers = 30, kBlock = 16;
 
 struct Cache {
   std::string name;
@@ -115,6 +117,11 @@ int main(int argc, char** argv) {
     if (f == "--depth") depth = std::stoll(v);
     else if (f == "--reps") reps = std::stoi(v);
     else if (f == "--threads") threads = parse_list(v);
+    else if (f == "--heads") {
+      const std::vector<int> h = parse_list(std::string(v).replace(v.find(':') == std::string::npos ? v.size() : v.find(':'), 1, ","));
+      if (h.size() != 2 || h[1] <= 0 || h[0] % h[1] != 0) return fmt::print(stderr, "--heads HQ:HKV, HQ a multiple of HKV\n"), 2;
+      kHq = h[0], kHkv = h[1];
+    }
     else if (f == "--isa") setenv("FUSELM_CPU_ISA", v.c_str(), 1);
     else return fmt::print(stderr, "unknown option {}\n", f), 2;
   }

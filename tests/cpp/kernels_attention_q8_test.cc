@@ -135,6 +135,8 @@ TEST_P(KernelsAttentionQ8, EqualsDoubleAttentionOverTheBlocksItWrites) {
       {8, 1, 80, 128, 1, 1},              // the first token
       {4, 4, 64, 128, 700, 3, 2},         // MHA, several new tokens over a long context
       {2, 1, 320, 48, 70, 2},             // a head wider than 256: plain dot products
+      {16, 2, 64, 64, 203, 1},            // decode, groups of 8: one p·V pass, keys in pairs, a tail
+      {14, 2, 64, 64, 1100, 1, 2},        // groups of 7 (an odd one out), key segments
   };
   uint32_t seed = 71;
   for (const auto& c : cases) {

@@ -89,6 +89,7 @@ struct Vec<Isa::generic> {
   static M lt(R a, R b) { return a < b; }
   static R select(M m, R a, R b) { return m ? a : b; }  // m ? a : b
   static R exp(R a) { return std::exp(a); }
+  static R sum_rows(const R (&r)[W]) { return r[0]; }  // lane i: the sum of r[i]'s lanes
   static void transpose(R (&)[W]) {}
 };
 

@@ -99,6 +99,19 @@ struct Vec<Isa::avx2> {
     return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
   }
 
+  // Lane i: the sum of r[i]'s lanes (W horizontal sums at once): a tree of unpacks and adds, 14
+  // shuffles where transpose() takes 24.
+  static R sum_rows(const R (&r)[W]) {
+    R u[2];  // u[g], 128-bit lane L: the sums of lane L's 4 values of r[4g], .., r[4g + 3]
+    for (int g = 0; g < 2; ++g) {
+      const R* v = r + 4 * g;
+      const __m256d a = _mm256_castps_pd(_mm256_add_ps(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1])));
+      const __m256d b = _mm256_castps_pd(_mm256_add_ps(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3])));
+      u[g] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+  }
+
   static void transpose(R (&r)[W]) {
     const R t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     const R t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);

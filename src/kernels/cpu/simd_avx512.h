@@ -98,6 +98,23 @@ struct Vec<Isa::avx512> {
     return _mm512_scalef_ps(p, n);
   }
 
+  // Lane i: the sum of r[i]'s lanes (W horizontal sums at once). A tree of unpacks and adds: 30
+  // shuffles, where transpose() and 15 adds take 48.
+  static R sum_rows(const R (&r)[W]) {
+    R u[4];  // u[g], 128-bit lane L: the sums of lane L's 4 values of r[4g], .., r[4g + 3]
+    FUSELM_UNROLL(4)
+    for (int g = 0; g < 4; ++g) {
+      const R* v = r + 4 * g;
+      const __m512d a = _mm512_castps_pd(_mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1])));
+      const __m512d b = _mm512_castps_pd(_mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3])));
+      u[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    // 128-bit lanes (L0 + L1, L2 + L3) of u[0], u[1], then of u[2], u[3]
+    const R w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+    const R w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xdd));
+  }
+
   static void transpose(R (&r)[W]) {
     R t[16];
     FUSELM_UNROLL(8)
