@@ -82,6 +82,7 @@ class Setup:
                 out["SmolLM2-135M"] = Path(d)
             elif name == "tinyllama":
                 d = self.cache / "models" / "tinyllama-1.1b-random"
+                self.drop_if_too_short(d, "TinyLlama-1.1B-random")
                 if not (d / "model.safetensors.index.json").exists() and not (d / "model.safetensors").exists():
                     log(f"writing the random-weight TinyLlama-shaped model to {d}")
                     run([self.python, HERE / "make_random_llama.py", d])
@@ -103,6 +104,22 @@ class Setup:
             else:
                 out[Path(name).name.removesuffix(".gguf")] = Path(name)
         return out
+
+    def drop_if_too_short(self, model_dir: Path, label: str) -> None:
+        """Removes a cached random model, and its GGUF files, whose config stops short of the depth this
+        run asks for (a cache written before make_random_llama.py raised its positions), so that it is
+        written again."""
+        config = model_dir / "config.json"
+        if not config.exists():
+            return
+        need = self.args.depth + max(self.args.n_prompt, self.args.n_gen) + 1
+        have = json.loads(config.read_text()).get("max_position_embeddings", 0)
+        if have >= need:
+            return
+        log(f"{model_dir} stops at {have} positions and -d {self.args.depth} needs {need}: writing it again")
+        shutil.rmtree(model_dir)
+        for f in (self.cache / "gguf").glob(f"{label}-*.gguf"):
+            f.unlink()
 
     def converter_env(self) -> dict:
         # sentencepiece: convert_hf_to_gguf.py imports it on the Llama vocabulary path; it lives in

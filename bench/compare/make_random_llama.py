@@ -51,6 +51,9 @@ def make_tokenizer(vocab_size: int):
     return tok
 
 
+MAX_POSITIONS = 32768
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
@@ -63,9 +66,9 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     shape = dict(SHAPE, num_hidden_layers=args.layers)
-    # max_position_embeddings 8192 (TinyLlama has 2048) lets `fuselm bench -d 4096` run; it does not
-    # change the weights or the speed at a given depth.
-    cfg = LlamaConfig(**shape, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=10000.0,
+    # max_position_embeddings 32768 (TinyLlama has 2048) lets `-d 4096,16384` run; it does not change
+    # the weights (plain RoPE, no scaling) or the speed at a given depth.
+    cfg = LlamaConfig(**shape, max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-5, rope_theta=10000.0,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, torch_dtype="bfloat16")
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
