@@ -506,11 +506,16 @@ void attend_group_pairs(const AttentionArgs& a, int64_t ti, int64_t h0, int64_t 
       kr[c] = cache_row<T>(a.k_cache, a.slots[j0 + c], a.k_row_stride, kvh, dqk);
       vr[c] = cache_row<T>(a.v_cache, a.slots[j0 + c], a.v_row_stride, kvh, dv);
     }
-    for (int64_t c = j0 + CH; c < std::min(j0 + 2 * CH, hi); ++c) {  // the next chunk, while this one computes
-      prefetch_row<T>(cache_row<T>(a.k_cache, a.slots[c], a.k_row_stride, kvh, dqk), dqk);
-      prefetch_row<T>(cache_row<T>(a.v_cache, a.slots[c], a.v_row_stride, kvh, dv), dv);
+    // The next chunk's rows, while this one computes: W keys' rows per W keys' logits, so that the
+    // misses are spread over the chunk instead of one burst at its start.
+    const int64_t next_end = std::min(j0 + 2 * CH, hi);
+    for (int c0 = 0; c0 < n; c0 += W) {
+      for (int64_t c = j0 + CH + c0; c < std::min<int64_t>(j0 + CH + c0 + W, next_end); ++c) {
+        prefetch_row<T>(cache_row<T>(a.k_cache, a.slots[c], a.k_row_stride, kvh, dqk), dqk);
+        prefetch_row<T>(cache_row<T>(a.v_cache, a.slots[c], a.v_row_stride, kvh, dv), dv);
+      }
+      pair_logits<V, NH>(qp, dqk, kr + c0, std::min(W, n - c0), s + c0, CH);
     }
-    for (int c0 = 0; c0 < n; c0 += W) pair_logits<V, NH>(qp, dqk, kr + c0, std::min(W, n - c0), s + c0, CH);
     if (a.alibi_slopes)
       for (int c = 0; c < n; ++c) dist[c] = static_cast<float>(j0 + c - (a.ctx_len - a.t + ti));
     for (int r = 0; r < NH; ++r)
