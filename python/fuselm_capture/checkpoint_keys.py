@@ -44,6 +44,7 @@ def checkpoint_tensors(model_dir: Path) -> dict[str, dict]:
 def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, dict]:
     """model key -> {"keys": [checkpoint keys], "converter": str|None} for every key found."""
     stack_of: dict[str, tuple] = {}  # matched source pattern -> (part index, parts, operations)
+    chunk_of: dict[str, tuple] = {}  # source pattern of a Chunk converter -> (target patterns, dim)
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
@@ -53,6 +54,9 @@ def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, di
         for conv in converters:
             for i, pattern in enumerate(conv.source_patterns):
                 stack_of[pattern] = (i, len(conv.source_patterns), list(getattr(conv, "operations", [])))
+            chunk = _chunk_split(conv)
+            if chunk is not None:
+                chunk_of.update({pattern: chunk for pattern in conv.source_patterns})
     except Exception:  # a plain nn.Module or an older transformers: names are the checkpoint keys
         renamings, converters, rename_source_key = [], [], None
     wanted = set(model_keys)
@@ -65,6 +69,13 @@ def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, di
         elif rename_source_key is not None:
             target, converter = rename_source_key(key, renamings, converters, prefix, meta_state_dict)
         else:
+            continue
+        if converter in chunk_of:  # one tensor holding several parameters: each reads its chunk
+            for index, part in enumerate(_chunk_targets(target, chunk_of[converter][0])):
+                if part in wanted:
+                    found[part] = {"keys": [key], "converter": None,
+                                   "chunk": {"index": index, "count": len(chunk_of[converter][0]),
+                                             "dim": chunk_of[converter][1]}}
             continue
         if target not in wanted:
             continue
@@ -80,6 +91,25 @@ def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, di
             if stack is not None:
                 entry["keys"], entry["stack"] = stack
     return found
+
+
+def _chunk_split(conv):
+    """(target patterns, dim) of a converter that splits one checkpoint tensor into its targets
+    (transformers' Chunk(dim=d) alone: a packed gate/q/k/v weight read as separate parameters),
+    else None."""
+    ops = list(getattr(conv, "operations", []))
+    targets = list(getattr(conv, "target_patterns", []))
+    if len(conv.source_patterns) != 1 or len(targets) < 2 or [type(o).__name__ for o in ops] != ["Chunk"]:
+        return None
+    return targets, int(getattr(ops[0], "dim", 0))
+
+
+def _chunk_targets(first: str, targets: list[str]) -> list[str]:
+    """Every target of a Chunk converter from the one rename_source_key returns (the first
+    pattern's), by putting each target pattern in its place."""
+    if targets[0] not in first:
+        return [first]
+    return [first.replace(targets[0], t) for t in targets]
 
 
 def _expert_stack(parts: list[tuple[str, str]], stack_of: dict[str, tuple]):

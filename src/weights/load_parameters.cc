@@ -45,6 +45,9 @@ struct ParamEntry {
   // false for "experts": 0, a plain concatenation of the parts along concat_dim - 1 of the
   // parameter itself (transformers' Concatenate alone: q/k/v convolution weights merged into one).
   bool expert_axis = true;
+  // One chunk of a checkpoint tensor that holds several parameters (capture's "chunk",
+  // transformers' Chunk(dim)): part `chunk_index` of `chunk_count` equal parts along `chunk_dim`.
+  int64_t chunk_index = -1, chunk_count = 0, chunk_dim = 0;
 };
 
 [[noreturn]] void bad_entry(const std::string& target, const std::string& what) {
@@ -122,6 +125,19 @@ void parse_single(const std::string& target, const nlohmann::json& ck, ParamEntr
   }
 }
 
+/// A chunked entry's {"index", "count", "dim"}: 0 <= index < count, dim one of the parameter's.
+void parse_chunk(const std::string& target, const nlohmann::json& chunk, ParamEntry& e) {
+  auto int_of = [&](const char* name) -> int64_t {
+    auto it = chunk.is_object() ? chunk.find(name) : chunk.end();
+    return it != chunk.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+  };
+  e.chunk_index = int_of("index"), e.chunk_count = int_of("count"), e.chunk_dim = int_of("dim");
+  if (e.chunk_count < 2 || e.chunk_index < 0 || e.chunk_index >= e.chunk_count || e.chunk_dim < 0 ||
+      e.chunk_dim >= static_cast<int64_t>(e.shape.size()))
+    bad_entry(target, fmt::format("has checkpoint chunk {} that does not fit shape {}", chunk.dump(),
+                                  format_shape(e.shape)));
+}
+
 ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
   ParamEntry e;
   if (!p.is_object()) bad_entry(target, "the entry is not an object");
@@ -138,6 +154,7 @@ ParamEntry parse_entry(const std::string& target, const nlohmann::json& p) {
     throw WeightsError(fmt::format("parameter {} needs checkpoint conversion '{}', which this engine does not support yet",
                                    target, conv->is_string() ? conv->get<std::string>() : conv->dump()));
   parse_single(target, *ck, e);
+  if (auto chunk = ck->find("chunk"); chunk != ck->end() && !chunk->is_null()) parse_chunk(target, *chunk, e);
   return e;
 }
 
@@ -204,6 +221,39 @@ WeightView load_concatenated(const std::string& target, const ParamEntry& e, con
                        inner);
     offset += inner;
   }
+  return v;
+}
+
+/// Copies chunk `chunk_index` of the entry's checkpoint tensor into an owned buffer in the target
+/// dtype: the tensor must have the parameter's shape but `chunk_count` times its size along
+/// `chunk_dim` (torch.chunk of equal parts, as transformers' Chunk splits it).
+WeightView load_chunk(const std::string& target, const ParamEntry& e, const Checkpoint& checkpoint,
+                      const LoadOptions& options, std::vector<AlignedBuffer>& buffers) {
+  std::optional<DType> file_dtype;
+  const auto [t, from] = part_tensor(target, e.key, checkpoint, file_dtype);
+  const int64_t cd = e.chunk_dim;
+  bool fits = t.shape.size() == e.shape.size();
+  for (size_t d = 0; fits && d < e.shape.size(); ++d)
+    fits = t.shape[d] == (static_cast<int64_t>(d) == cd ? e.chunk_count * e.shape[d] : e.shape[d]);
+  if (!fits)
+    throw WeightsError(fmt::format("tensor '{}' in {} has shape {}, not {} chunks of parameter '{}' {} along dim {} {}",
+                                   e.key, t.file->path().string(), format_shape(t.shape), e.chunk_count, target,
+                                   format_shape(e.shape), cd, kRecapture));
+  WeightView v;
+  v.shape = e.shape;
+  v.checkpoint_key = e.key;
+  v.owned = true;
+  v.dtype = target_dtype(from, options);
+  const size_t out_es = static_cast<size_t>(kernels::dtype_size(v.dtype));
+  const size_t in_es = static_cast<size_t>(kernels::dtype_size(from));
+  char* out = static_cast<char*>(buffers.emplace_back(static_cast<size_t>(v.numel()) * out_es).data());
+  v.data = out;
+  int64_t outer = 1, inner = 1;  // blocks before the chunk dim; elements of one chunk per block
+  for (int64_t d = 0; d < cd; ++d) outer *= e.shape[d];
+  for (size_t d = static_cast<size_t>(cd); d < e.shape.size(); ++d) inner *= e.shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    convert_elements(static_cast<const char*>(t.data) + static_cast<size_t>((o * e.chunk_count + e.chunk_index) * inner) * in_es,
+                     from, out + static_cast<size_t>(o * inner) * out_es, v.dtype, inner);
   return v;
 }
 
@@ -333,6 +383,10 @@ LoadedParameters load_parameters(const nlohmann::json& parameters, const Checkpo
     ParamEntry e = parse_entry(target, p);
     key_of[target] = e.key;
     if (!e.tied_to.empty()) tied.emplace_back(target, e.tied_to);
+    if (e.chunk_count > 0) {  // one of several parameters packed in one tensor: never a tie
+      out.views_.emplace(target, load_chunk(target, e, checkpoint, options, out.buffers_));
+      continue;
+    }
     if (auto it = by_key.find(e.key); it != by_key.end()) {
       if (e.shape != it->second.shape)
         throw WeightsError(fmt::format("IR parameter '{}' has shape {} but shares checkpoint key '{}' (shape {})",

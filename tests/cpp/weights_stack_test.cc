@@ -146,5 +146,44 @@ TEST(WeightsStack, ErrorsNameTheTensor) {
                   "does not fit 6 keys and shape [2, 6, 4]");
 }
 
+// transformers' Chunk(dim=d): one checkpoint tensor holding several parameters (hrm_text's packed
+// gate/q/k/v), each reading its equal part ("chunk": index of count along dim), in the target dtype.
+nlohmann::json chunk_of(std::vector<int64_t> shape, int index, int count, int dim, const char* dtype = "f32") {
+  return {{"shape", shape},
+          {"dtype", dtype},
+          {"checkpoint", {{"keys", {"packed"}}, {"chunk", {{"index", index}, {"count", count}, {"dim", dim}}}}}};
+}
+
+TEST(WeightsStack, ChunksOfOnePackedTensor) {
+  std::vector<float> packed;  // [6, 4]: element (r, c) = 10r + c
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 4; ++c) packed.push_back(static_cast<float>(10 * r + c));
+  Fixture fx({bf16_tensor("packed", {6, 4}, packed)});
+  Checkpoint c = fx.open();
+  LoadedParameters p = load_parameters({{"a", chunk_of({2, 4}, 0, 3, 0)}, {"b", chunk_of({2, 4}, 1, 3, 0)},
+                                        {"c", chunk_of({2, 4}, 2, 3, 0)}, {"left", chunk_of({6, 2}, 0, 2, 1)},
+                                        {"right", chunk_of({6, 2}, 1, 2, 1)}},
+                                       c, LoadOptions{.dtype = DTypePolicy::f32});
+  int bad = 0;
+  const char* rows[] = {"a", "b", "c"};
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 8; ++i) bad += value(p.at(rows[k]), i) != packed[static_cast<size_t>(8 * k + i)];
+  for (int r = 0; r < 6; ++r)
+    for (int col = 0; col < 2; ++col) {
+      bad += value(p.at("left"), r * 2 + col) != packed[static_cast<size_t>(r * 4 + col)];
+      bad += value(p.at("right"), r * 2 + col) != packed[static_cast<size_t>(r * 4 + 2 + col)];
+    }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(p.at("b").dtype, DType::f32);
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"a", chunk_of({3, 4}, 0, 3, 0)}}, c); }),
+                  "tensor 'packed' in ");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"a", chunk_of({3, 4}, 0, 3, 0)}}, c); }),
+                  "has shape [6, 4], not 3 chunks of parameter 'a' [3, 4] along dim 0");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"a", chunk_of({2, 4}, 3, 3, 0)}}, c); }),
+                  "IR parameter 'a': has checkpoint chunk");
+  EXPECT_CONTAINS(error_of([&] { load_parameters({{"a", chunk_of({2, 4}, 0, 3, 2)}}, c); }),
+                  "does not fit shape [2, 4]");
+}
+
 }  // namespace weights_stack_test
 }  // namespace fuselm::weights

@@ -98,10 +98,6 @@ ATTENTION_CALLS: dict[str, tuple[str, dict]] = {
     "diffllama": ("DiffLlamaConfig", {}),
     "hrm_text": ("HrmTextConfig", dict(num_hidden_layers=1, head_dim=16)),
 }
-# Saved under the model's own parameter names: save_pretrained packs HRM-Text's gate, q, k, v
-# projections into one gqkv_proj (a Chunk conversion that capture does not map onto the four
-# parameters yet), and transformers loads the model's own names as they are.
-MODEL_KEYS = {"hrm_text"}
 
 
 def make_config(family: str):
@@ -133,8 +129,4 @@ def build(family: str, out_dir: Path, std: float = 0.15, seed: int = 0, dtype=to
                 b.copy_(torch.randn_like(b) * 0.1)
     model = model.to(dtype)
     model.save_pretrained(out_dir)
-    if family in MODEL_KEYS:
-        from safetensors.torch import save_file
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(Path(out_dir) / "model.safetensors"),
-                  metadata={"format": "pt"})
     return Path(out_dir)

@@ -7,7 +7,9 @@ and two halves of V: a one-layer tiny DiffLlama gets two KV layers (`fuselm insp
 kv_cache), the attention fuser reports both sites in call order, and fuselm's greedy tokens and
 logits equal transformers' on prompts of 1 and 7 tokens (parity.check_parity). The other families
 that call attention more than once per layer (hrm_text, zamba, zamba2) run in long mode:
-test_hybrid_parity.py.
+test_hybrid_parity.py; a one-layer hrm_text runs here at one prompt length for its checkpoint,
+which save_pretrained writes with the gate, q, k and v projections packed into one gqkv_proj
+(transformers' Chunk(dim=0) conversion): each parameter reads its chunk of that tensor.
 """
 from __future__ import annotations
 
@@ -42,3 +44,15 @@ def test_two_attention_calls_per_layer_get_two_kv_layers_and_match_transformers(
     for length in (1, 7):
         prompt = [int(x) for x in rng.integers(0, model.config.vocab_size, size=length)]
         check_parity(f"diffllama_1layer/{length}", fuselm_bin, d, prompt, tmp_path, model=model)
+
+
+def test_packed_checkpoint_tensor_is_read_in_chunks(fuselm_bin, model_cache, tmp_path):
+    d = model_cache / "hrm_text_packed"
+    if not (d / "config.json").exists():
+        hybrid_models.build("hrm_text", d)
+    from safetensors import safe_open
+    with safe_open(str(d / "model.safetensors"), "np") as f:
+        assert any(k.endswith("attn.gqkv_proj.weight") for k in f.keys())  # what transformers saved
+    model = hf_model(d)
+    prompt = [int(x) for x in np.random.default_rng(11).integers(0, model.config.vocab_size, size=7)]
+    check_parity("hrm_text_packed/7", fuselm_bin, d, prompt, tmp_path, model=model)
