@@ -41,24 +41,43 @@ def checkpoint_tensors(model_dir: Path) -> dict[str, dict]:
     return out
 
 
-def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, dict]:
-    """model key -> {"keys": [checkpoint keys], "converter": str|None} for every key found."""
-    stack_of: dict[str, tuple] = {}  # matched source pattern -> (part index, parts, operations)
-    chunk_of: dict[str, tuple] = {}  # source pattern of a Chunk converter -> (target patterns, dim)
+def _conversions(model):
+    """(renamings, converters, rename_source_key, stack_of, chunk_of) of the model's transformers
+    conversion mapping; stack_of: matched source pattern -> (part index, parts, operations);
+    chunk_of: source pattern of a Chunk converter -> (target patterns, dim). A plain nn.Module or
+    an older transformers: nothing to replay (names are the checkpoint keys)."""
+    stack_of: dict[str, tuple] = {}
+    chunk_of: dict[str, tuple] = {}
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
         transforms = get_model_conversion_mapping(model)
-        renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-        converters = [t for t in transforms if isinstance(t, WeightConverter)]
-        for conv in converters:
-            for i, pattern in enumerate(conv.source_patterns):
-                stack_of[pattern] = (i, len(conv.source_patterns), list(getattr(conv, "operations", [])))
-            chunk = _chunk_split(conv)
-            if chunk is not None:
-                chunk_of.update({pattern: chunk for pattern in conv.source_patterns})
-    except Exception:  # a plain nn.Module or an older transformers: names are the checkpoint keys
-        renamings, converters, rename_source_key = [], [], None
+    except Exception:  # noqa: BLE001
+        return [], [], None, stack_of, chunk_of
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    for conv in converters:
+        for i, pattern in enumerate(conv.source_patterns):
+            stack_of[pattern] = (i, len(conv.source_patterns), list(getattr(conv, "operations", [])))
+        chunk = _chunk_split(conv)
+        if chunk is not None:
+            chunk_of.update({pattern: chunk for pattern in conv.source_patterns})
+    return renamings, converters, rename_source_key, stack_of, chunk_of
+
+
+def _add_chunks(found: dict, wanted: set, key: str, first_target: str, chunk: tuple) -> None:
+    """One checkpoint tensor holding several parameters: each wanted one reads its chunk of `key`."""
+    targets, dim = chunk
+    for index, part in enumerate(_chunk_targets(first_target, targets)):
+        if part in wanted:
+            found[part] = {"keys": [key], "converter": None,
+                           "chunk": {"index": index, "count": len(targets), "dim": dim}}
+
+
+def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, dict]:
+    """model key -> {"keys": [checkpoint keys], "converter": str|None} for every key found; a
+    parameter read from part of a packed tensor also has "chunk" {index, count, dim}."""
+    renamings, converters, rename_source_key, stack_of, chunk_of = _conversions(model)
     wanted = set(model_keys)
     meta_state_dict = {k: None for k in model_keys}
     prefix = getattr(model, "base_model_prefix", None)
@@ -70,12 +89,8 @@ def resolve(model, model_keys: list[str], ckpt: dict[str, dict]) -> dict[str, di
             target, converter = rename_source_key(key, renamings, converters, prefix, meta_state_dict)
         else:
             continue
-        if converter in chunk_of:  # one tensor holding several parameters: each reads its chunk
-            for index, part in enumerate(_chunk_targets(target, chunk_of[converter][0])):
-                if part in wanted:
-                    found[part] = {"keys": [key], "converter": None,
-                                   "chunk": {"index": index, "count": len(chunk_of[converter][0]),
-                                             "dim": chunk_of[converter][1]}}
+        if converter in chunk_of:
+            _add_chunks(found, wanted, key, target, chunk_of[converter])
             continue
         if target not in wanted:
             continue
