@@ -179,9 +179,8 @@ MECHANISMS = [
     ("activation", "an activation outside the experts op's forms"),
     ("Cannot cast FakeTensor", "experts dispatch reading a data-dependent count that neither experts rule covers"),
     ("outside its subgraph", "a fuser's match error"),
-    ("positions counted from 0", "float data computed from arange(T), the step's positions counted from 0 "
-                                 "(attention temperature tuning): refused, wrong under a KV cache; with tuning off "
-                                 "llama4_text passes, tests/python/test_sweep_parity.py"),
+    ("positions counted from 0", "float data computed from arange(T), the step's positions counted from 0, "
+                                 "that the position input cannot replace (also an index, or no position input)"),
 ]
 
 

@@ -24,6 +24,8 @@ from .ir_writer import Writer, dtype_name
 from .meta_init import parameters_on_meta
 
 IR_DIR_NAME = "fuselm-ir"
+# The graph inputs that carry the tokens' absolute positions (forward_inputs passes one of them).
+POSITION_INPUTS = ("position_ids", "cache_position")
 
 
 class CaptureError(RuntimeError):
@@ -152,12 +154,18 @@ def decompose_for_engine(ep: torch.export.ExportedProgram, module: torch.nn.Modu
 
 
 def check_step_positions(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> None:
-    """CaptureError when the graph computes float data from arange(T) (step_positions.py)."""
-    from .step_positions import StepPositionsRefused, check_step_positions as check
+    """Float data the graph computes from arange(T) (step_positions.py) reads the position input
+    instead (position_ids or cache_position), or CaptureError names the op that cannot."""
+    from .step_positions import StepPositionsRefused, substitute_step_positions
+    positions = next((n for n in ep.graph.nodes if n.op == "placeholder" and n.name in POSITION_INPUTS), None)
     try:
-        check(ep.graph)
+        done = substitute_step_positions(ep.graph, positions)
     except StepPositionsRefused as e:
         raise CaptureError(f"{type(module).__name__}: {e}") from e
+    if done:
+        ep.graph_module.recompile()
+    for line in done:
+        _progress(f"positions counted from 0 read from {positions.name}: {line}")
 
 
 def _non_persistent_buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -70,6 +70,14 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
     # From scripts/family_sweep.py: its longrope table choice reads torch.max(position_ids) (a
     # whole-tensor max, decomposed at capture).
     "phimoe": ("PhimoeConfig", dict(num_local_experts=8, num_experts_per_tok=2)),
+    # Llama 4: chunked attention on the rope layers; on the no-rope layer a query temperature computed
+    # from arange(T) (its past_seen_tokens is 0 in capture's cacheless call), which capture reads from
+    # the position input (step_positions.py). floor_scale 4 and chunks of 16 make both act within a
+    # 7-token prompt and its 32 decoded tokens (the defaults, 8192, act only past 8 k tokens).
+    "llama4_text": ("Llama4TextConfig", dict(head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+                                             intermediate_size=32, intermediate_size_mlp=64,
+                                             attention_chunk_size=16, floor_scale=4, attn_scale=0.5,
+                                             no_rope_layers=[1, 0, 1])),
     "longcat_flash_routed": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,
                                                         expert_ffn_hidden_size=32, n_routed_experts=8,
                                                         zero_expert_num=0, moe_topk=2, routed_scaling_factor=2.0)),

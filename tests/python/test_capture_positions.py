@@ -1,7 +1,10 @@
 """Capture's rules on the token count (python/fuselm_capture/range_guards.py, step_positions.py):
 a shape guard true at every length of the range does not refuse the export; float data computed
-from arange(T) (the step's positions counted from 0) is refused, naming the op and module; an
-arange(T) used as an index is not."""
+from arange(T) (the step's positions counted from 0) reads the position input instead (the
+rewritten graph, run by torch at positions that do not start at 0, equals the module at those
+absolute positions), and is refused, naming the op and module, where the graph has no position
+input, the arange is also an index, or its values also derive from the position input; an arange(T)
+used only as an index is kept."""
 from __future__ import annotations
 
 import pytest
@@ -89,3 +92,51 @@ def test_float_data_from_step_positions_is_refused(tmp_path):
 
 def test_step_positions_as_an_index_are_captured(tmp_path):
     assert _capture(StepIndex(), tmp_path).exists()
+
+
+class TemperatureBeside(nn.Module):
+    """StepTemperature in a graph with a position input; `mixed` also indexes with the arange,
+    `offset` adds the position input to it (the rewrite would count it twice)."""
+
+    def __init__(self, variant=""):
+        super().__init__()
+        self.variant = variant
+
+    def forward(self, x, position_ids):
+        pos = torch.arange(x.shape[1], device=x.device)
+        if self.variant == "offset":
+            pos = pos + position_ids[0]
+        scale = torch.log1p(torch.floor((pos.float() + 1.0) / 4.0)).view(1, -1, 1)
+        y = x * scale + position_ids.unsqueeze(-1).float() * 0.0
+        return y[:, pos] if self.variant == "mixed" else y
+
+
+def _export_with_positions(module):
+    t = torch.export.Dim("num_tokens", min=2, max=512)
+    ep = torch.export.export(module, (torch.randn(1, 5, 6), torch.arange(5).unsqueeze(0)),
+                             dynamic_shapes=({1: t}, {1: t}), strict=False)
+    positions = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "position_ids")
+    return ep, positions
+
+
+def test_float_data_from_step_positions_reads_the_position_input():
+    from fuselm_capture.step_positions import substitute_step_positions
+    ep, positions = _export_with_positions(TemperatureBeside())
+    done = substitute_step_positions(ep.graph, positions)
+    assert len(done) == 1 and "(TemperatureBeside)" in done[0], done
+    ep.graph_module.recompile()
+    assert not any("arange" in str(n.target) for n in ep.graph.nodes)
+    x, absolute = torch.randn(1, 3, 6), torch.arange(10, 13).unsqueeze(0)  # a decode-like step at 10..12
+    got = ep.graph_module(x, absolute)[0]
+    want = x * torch.log1p(torch.floor((absolute[0].float() + 1.0) / 4.0)).view(1, -1, 1)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, TemperatureBeside()(x, absolute))  # the module itself restarts at 0
+
+
+@pytest.mark.parametrize("variant,why", [("mixed", "also reads it as an index"),
+                                         ("offset", "also derive from the position input")])
+def test_step_positions_that_cannot_be_replaced_are_refused(variant, why):
+    from fuselm_capture.step_positions import StepPositionsRefused, substitute_step_positions
+    ep, positions = _export_with_positions(TemperatureBeside(variant))
+    with pytest.raises(StepPositionsRefused, match=why):
+        substitute_step_positions(ep.graph, positions)
