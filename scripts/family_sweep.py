@@ -55,6 +55,19 @@ OVERRIDES: dict[str, dict] = {
     "openai-gpt": dict(n_embd=64, n_layer=3, n_head=4, n_positions=1024),
     "gpt-sw3": dict(n_embd=64, n_layer=3, n_head=4, n_positions=1024),
     "biogpt": dict(),
+    # Nested or per-layer-type fields the generic shrink does not reach, or defaults transformers
+    # itself cannot run (a clip of None, per-layer lists of the default depth).
+    "dbrx": dict(d_model=64, n_heads=4, n_layers=3, max_seq_len=1024,
+                 attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(hidden_size=64, ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2)),
+    "dots1": dict(n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32),
+    "cohere_compass_text": dict(rope_parameters={
+        kind: dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
+        for kind in ("full_attention", "sliding_attention")}),
+    "gemma4_text": dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=16, per_layer_config={}),
+    "gemma3n_text": dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=16, num_hidden_layers=4,
+                         layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+                         laurel_rank=8, activation_sparsity_pattern=[0.95, 0.95, 0.0, 0.0], intermediate_size=[128] * 4),
 }
 
 
@@ -122,6 +135,8 @@ def shrink(default: dict) -> dict:
             out[k] = 1
         elif "shared_expert_intermediate" in lk and v > 64:
             out[k] = 64
+    if "head_dim" in default and default["head_dim"] is None:  # no default: the model reads it as given
+        out["head_dim"] = COMMON["hidden_size"] // COMMON["num_attention_heads"]
     if "kv_lora_rank" in default:  # latent attention expands K/V to every query head; head_dim is the rope part
         out["num_key_value_heads"] = COMMON["num_attention_heads"]
         if "head_dim" in default and "qk_rope_head_dim" in default:

@@ -178,6 +178,8 @@ MECHANISMS = [
     ("attention written by hand in", "attention written by hand that capture cannot prove"),
     ("activation", "an activation outside the experts op's forms"),
     ("Cannot cast FakeTensor", "experts dispatch reading a data-dependent count that neither experts rule covers"),
+    ("GuardOnDataDependentSymNode", "experts dispatch reading a data-dependent count that neither experts rule "
+                                    "covers"),
     ("outside its subgraph", "a fuser's match error"),
     ("positions counted from 0", "float data computed from arange(T), the step's positions counted from 0, "
                                  "that the position input cannot replace (also an index, or no position input)"),

@@ -21,7 +21,7 @@ import torch
 
 from . import checkpoint_keys, messages, ops
 from .ir_writer import Writer, dtype_name
-from .meta_init import parameters_on_meta
+from .meta_init import parameters_on_meta, scalar_constants_on_cpu
 
 IR_DIR_NAME = "fuselm-ir"
 # The graph inputs that carry the tokens' absolute positions (forward_inputs passes one of them).
@@ -77,7 +77,8 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     from .range_guards import drop_proved_guards
     names = {id(m): n for n, m in module.named_modules()}
     try:
-        with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length, drop_proved_guards():
+        with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length, drop_proved_guards(), \
+                scalar_constants_on_cpu():
             ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except DispatchRefused as e:
         raise RecurrenceRefused(f"{type(module).__name__}: {e}") from e

@@ -9,6 +9,7 @@ no table decomposes is refused here, naming it and the module it comes from, ins
 """
 from __future__ import annotations
 
+import functools
 from functools import lru_cache
 from pathlib import Path
 
@@ -105,6 +106,39 @@ def _concatenate(tensors, dim=0):
     return torch.cat(tensors, dim)
 
 
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    """aten.var.correction (torch.var / torch.std) as the mean of squared deviations over dim, divided
+    by N - correction (default 1, Bessel's): PyTorch's table reaches prims.var, which the engine lacks."""
+    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else [d % x.dim() for d in dim]
+    n = 1
+    for d in dims:
+        n = n * x.shape[d]
+    deviations = x - torch.mean(x, dims, keepdim=True)
+    return torch.sum(deviations * deviations, dims, keepdim=keepdim) / (n - (1 if correction is None else correction))
+
+
+def _var_dim(x, dim=None, unbiased=True, keepdim=False):
+    return _var(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """aten.slice_scatter (functionalization's form of an in-place write into a slice, as
+    `t[1:] += u`) with step 1 as a cat of x's part before the slice, src, and x's part after it."""
+    if step != 1:
+        return NotImplemented
+    size = x.shape[dim]
+    start = 0 if start is None else (start + size if isinstance(start, int) and start < 0 else start)
+    end = size if end is None else (end + size if isinstance(end, int) and end < 0 else end)
+    if isinstance(end, int) and isinstance(size, int):
+        end = min(end, size)
+    return torch.cat([x.narrow(dim, 0, start), src.to(x.dtype), x.narrow(dim, end, size - end)], dim)
+
+
+def _copy(x, src, non_blocking=False):
+    """aten.copy (functional copy_): src broadcast to x's shape, in x's dtype."""
+    return src.to(x.dtype).expand(x.shape).clone()
+
+
 def _log1p(x):
     """aten.log1p by Kahan's rule: with u = 1 + x (rounded), log(u) * x / (u - 1), or x itself where
     u == 1. The rounding error of 1 + x cancels in the quotient, so small x keep their relative
@@ -141,13 +175,16 @@ def _scatter_src(x, dim, index, src):
     return torch.where(last >= 0, picked.to(x.dtype), x)
 
 
-# ATen ops no PyTorch table decomposes into ops the engine has (aten.index.Tensor, the
-# whole-tensor max/min and scatter.src have no entry, log1p's reaches prims.log1p; aten.rms_norm's and aten.concatenate's own definitions do not
-# terminate under run_decompositions).
+# ATen ops no PyTorch table decomposes into ops the engine has: aten.index.Tensor, the whole-tensor
+# max/min, scatter.src, slice_scatter and copy have no entry; log1p's reaches prims.log1p and var's
+# prims.var; aten.rms_norm's and aten.concatenate's own definitions do not terminate under
+# run_decompositions.
 _OWN = {torch.ops.aten.index.Tensor: _index_adjacent, torch.ops.aten.rms_norm.default: _rms_norm,
         torch.ops.aten.max.default: _max_all, torch.ops.aten.min.default: _min_all,
         torch.ops.aten.concatenate.default: _concatenate, torch.ops.aten.log1p.default: _log1p,
-        torch.ops.aten.scatter.src: _scatter_src}
+        torch.ops.aten.scatter.src: _scatter_src, torch.ops.aten.var.correction: _var,
+        torch.ops.aten.var.dim: _var_dim,
+        torch.ops.aten.slice_scatter.default: _slice_scatter, torch.ops.aten.copy.default: _copy}
 
 
 def _table(ops) -> dict:
@@ -157,9 +194,12 @@ def _table(ops) -> dict:
     for op in ops:
         fn = _OWN.get(op) or core.get(op) or decomposition_table.get(op)
         if fn is None and isinstance(op, torch._ops.OpOverload):
-            # CompositeImplicitAutograd ops decompose by their own definition.
+            # CompositeImplicitAutograd ops decompose by their own C++ definition. Not op.decompose:
+            # the table's entry becomes the op's Python kernel for that key, which op.decompose calls
+            # first, so it would call itself (RecursionError: aten.multiply, aten.broadcast_tensors).
+            key = torch._C.DispatchKey.CompositeImplicitAutograd
             try:
-                fn = op.decompose if op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd) else None
+                fn = functools.partial(op._op_dk, key) if op.has_kernel_for_dispatch_key(key) else None
             except Exception:  # noqa: BLE001 - no such kernel
                 fn = None
         if fn is not None:

@@ -27,3 +27,22 @@ def parameters_on_meta():
         yield
     finally:
         nn.Module.register_parameter = original
+
+
+class _ScalarConstantsOnCpu(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.tensor and args and isinstance(args[0], (bool, int, float)) and \
+                torch.device(kwargs.get("device") or "cpu").type == "meta":
+            kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def scalar_constants_on_cpu():
+    """torch.tensor(<a Python number>, device=<the input's device>) made inside forward is created on
+    the CPU, not on meta (where capture runs the model): export lifts it as a constant with its value
+    (the IR's constants need it; a meta one has none). A 0-d CPU tensor combines with tensors of any
+    device, so the traced graph is the same. Gemma 3n's activation sparsity makes its cut-off so."""
+    with _ScalarConstantsOnCpu():
+        yield

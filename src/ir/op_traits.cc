@@ -144,6 +144,7 @@ std::vector<OpTraits> elementwise_ops() {
       elementwise("aten.expm1.default"),
       elementwise("aten.log.default"),
       elementwise("aten.erf.default", T::pointwise),
+      elementwise("aten.erfinv.default"),
       elementwise("aten.sin.default", T::pointwise),
       elementwise("aten.cos.default", T::pointwise),
       elementwise("aten.tanh.default", T::pointwise),

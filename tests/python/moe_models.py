@@ -70,6 +70,13 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
     # From scripts/family_sweep.py: its longrope table choice reads torch.max(position_ids) (a
     # whole-tensor max, decomposed at capture).
     "phimoe": ("PhimoeConfig", dict(num_local_experts=8, num_experts_per_tok=2)),
+    # Gemma 4's MoE block beside its dense MLP, its router scaling each picked expert's weight by a
+    # learned per-expert factor.
+    "gemma4_text_moe": ("Gemma4TextConfig", dict(head_dim=16, sliding_window=16, num_hidden_layers=4,
+                                                 layer_types=["sliding_attention", "full_attention"] * 2,
+                                                 vocab_size_per_layer_input=512, hidden_size_per_layer_input=16,
+                                                 enable_moe_block=True, num_experts=4, top_k_experts=2,
+                                                 moe_intermediate_size=32)),
     # Llama 4: chunked attention on the rope layers; on the no-rope layer a query temperature computed
     # from arange(T) (its past_seen_tokens is 0 in capture's cacheless call), which capture reads from
     # the position input (step_positions.py). floor_scale 4 and chunks of 16 make both act within a

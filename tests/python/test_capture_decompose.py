@@ -189,6 +189,52 @@ def test_rms_norm_without_weight_runs_as_torch(tmp_path):
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
 
 
+class StatsAndSliceWrite(nn.Module):
+    """Gemma 3n's Gaussian top-k in general form: torch.std / torch.var over the last dim, a cut-off
+    from torch.distributions' Normal.icdf (broadcast_tensors, erfinv) of a constant made in forward,
+    torch.multiply (an alias whose own definition re-traced under the table recursed), and an
+    in-place add into a slice, which a decomposing re-trace turns into slice_scatter and copy."""
+
+    def forward(self, x):
+        std = torch.std(x, dim=-1, keepdim=True, unbiased=False)
+        cut = torch.distributions.normal.Normal(0, 1).icdf(torch.tensor(0.9, device=x.device))
+        y = torch.relu(x - (x.mean(-1, keepdim=True) + std * cut))
+        y = torch.multiply(y, torch.var(x, dim=-1, keepdim=True))
+        out = torch.stack([y, x, x * 2])
+        out[1:] += y
+        return out
+
+
+def test_statistics_and_a_slice_write_run_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from fuselm_capture.capture import capture_module
+    from fuselm_capture.decompose import engine_ops
+    model = Wrap(StatsAndSliceWrite()).eval()
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    case = tmp_path / "cases" / "stats"
+    case.mkdir(parents=True)
+    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
+    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
+    held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
+    assert held <= engine_ops(), sorted(held - engine_ops())
+    assert "aten.erfinv.default" in held
+    x = torch.randn(1, 9, 6)
+    inputs = {"x": x}
+    constants = load_file(str(case / "fuselm-ir" / "constants.safetensors"))  # 0.9, and Normal's 0 and 1
+    for n in ir["nodes"]:
+        if n["op"] == "placeholder" and n["kind"] == "constant":
+            n["kind"] = "input"
+            inputs[n["target"]] = constants[n["target"]]
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    with torch.no_grad():
+        want = model(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+
+
 class BranchesOnLength(nn.Module):
     def forward(self, x):
         return x * 2 if x.shape[1] == 3 else x + 1

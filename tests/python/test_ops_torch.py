@@ -257,6 +257,9 @@ CASES: dict[str, list[Case]] = {
     "aten.eq.Scalar": scalar_op(A.eq.Scalar, 0.0) + [Case(lambda a: A.eq.Scalar(a, 1), [r(3, 4, dtype=I64)], "i64")],
     "aten.eq.Tensor": compare(A.eq.Tensor),
     "aten.erf.default": unary(A.erf.default),
+    # Inside (-1, 1) and its edges: ±1 give ±inf, past them NaN (torch's values).
+    "aten.erfinv.default": unary(A.erfinv.default, gen=lambda *s: r(*s, lo=-0.999, hi=0.999)) + [
+        Case(lambda a: A.erfinv.default(a), [torch.tensor([-1.0, 1.0, 1.5, -2.0, 0.0, 0.9999999])], "edges")],
     "aten.exp.default": unary(A.exp.default),
     "aten.expand.default": [Case(lambda a: A.clone.default(A.expand.default(a, [4, 3, 5])), [r(3, 1)], "new dim, size 1"),
                             Case(lambda a: A.clone.default(A.expand.default(a, [-1, 6])), [r(2, 1, dtype=I64)], "-1")],

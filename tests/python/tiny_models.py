@@ -23,6 +23,22 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                  "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}),
     "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "sliding_window": 16, "query_pre_attn_scalar": 24,
                                          "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
+    # Gemma 3n: AltUp predict/correct around each layer, LAuReL, per-layer inputs from a second
+    # embedding, a Gaussian top-k activation sparsity on layers 0-1 (its cut-off from Normal.icdf
+    # of a constant made in forward: erfinv, std), and layers 2-3 attending over the K/V of the last
+    # earlier layer of their kind (KV sharing).
+    "gemma3n_text": ("Gemma3nTextConfig", {"head_dim": 16, "sliding_window": 16, "num_hidden_layers": 4,
+                                           "layer_types": ["sliding_attention", "full_attention"] * 2,
+                                           "vocab_size_per_layer_input": 512, "hidden_size_per_layer_input": 16,
+                                           "num_kv_shared_layers": 2, "laurel_rank": 8, "intermediate_size": [128] * 4,
+                                           "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0]}),
+    # Gemma 4: per-layer inputs, full-attention layers with their own head size and a proportional
+    # partial rope, values equal to keys (attention_k_eq_v), the last layer sharing the K/V of layer 1.
+    "gemma4_text": ("Gemma4TextConfig", {"head_dim": 16, "sliding_window": 16, "num_hidden_layers": 4,
+                                         "layer_types": ["sliding_attention", "full_attention"] * 2,
+                                         "vocab_size_per_layer_input": 512, "hidden_size_per_layer_input": 16,
+                                         "per_layer_config": {"01": {"head_dim": 32}, "03": {"head_dim": 32}},
+                                         "attention_k_eq_v": True, "num_kv_shared_layers": 1}),
     "phi3": ("Phi3Config", {"num_key_value_heads": 2, "pad_token_id": 0}),
     "gpt2": ("GPT2Config", {"n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 1024}),
     "gpt_bigcode_mqa": ("GPTBigCodeConfig", {"n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 1024,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/cpu/activation.h"
 
@@ -121,6 +122,29 @@ void unary_impl(F f, FastFn fast, const Strided& x, const Strided& out) {
     }
     for (int64_t k = 0; k < inner; ++k) store_double(out, row * inner + k, f(load_double(x, off[0] + k * ix)));
   });
+}
+
+double erfinv(double y) {
+  if (!(y >= -1.0 && y <= 1.0)) return std::numeric_limits<double>::quiet_NaN();
+  if (y == 1.0 || y == -1.0) return std::copysign(std::numeric_limits<double>::infinity(), y);
+  double w = -std::log((1.0 - y) * (1.0 + y)), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
+                     0.246640727, 1.50140941})
+      p = c + p * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+                     1.00167406, 2.83297682})
+      p = c + p * w;
+  }
+  double x = p * y;
+  const double two_over_sqrt_pi = 1.1283791670955126;
+  for (int i = 0; i < 2; ++i) x -= (std::erf(x) - y) / (two_over_sqrt_pi * std::exp(-x * x));
+  return x;
 }
 
 void unary(UnaryFn fn, const Strided& x, const Strided& out, double p0, double p1) {

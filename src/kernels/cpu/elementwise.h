@@ -21,6 +21,11 @@
 
 namespace fuselm::kernels {
 
+/// The inverse error function in double (torch.erfinv): x with erf(x) = y for y in [-1, 1]; ±inf at
+/// ±1, NaN outside [-1, 1] and for NaN. Giles' single-precision approximation ("Approximating the
+/// erfinv function", GPU Computing Gems, 2011) refined by two Newton steps on std::erf.
+double erfinv(double y);
+
 // The binary functions, one entry each: X(name, fp32 path, value). `value` is fn(x, y) with x and
 // y both float (the fp32 path, where it is allowed) or both double, and `alpha` a double. Only
 // elementwise.cc expands the values.
@@ -59,6 +64,7 @@ namespace fuselm::kernels {
   X(sin, std::sin(x), nullptr)                                                                        \
   X(cos, std::cos(x), nullptr)                                                                        \
   X(erf, std::erf(x), nullptr)                                                                        \
+  X(erfinv, erfinv(x), nullptr)                                                                       \
   X(floor, std::floor(x), nullptr)                                                                    \
   X(logical_not, x == 0.0, nullptr)                                                                   \
   X(bool_not, x == 0.0 ? 1.0 : 0.0, nullptr)                                                          \

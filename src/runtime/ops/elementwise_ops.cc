@@ -99,7 +99,7 @@ void register_elementwise_ops(OpRegistry& r) {
       {"aten.log.default", U::log},   {"aten.sin.default", U::sin},         {"aten.cos.default", U::cos},
       {"aten.erf.default", U::erf},   {"aten.floor.default", U::floor},     {"aten.logical_not.default", U::logical_not},
       {"aten.tanh.default", U::tanh}, {"aten.sigmoid.default", U::sigmoid}, {"aten.silu.default", U::silu},
-      {"aten.relu.default", U::relu},
+      {"aten.relu.default", U::relu}, {"aten.erfinv.default", U::erfinv},
   };
   for (const auto& [op, fn] : unaries) r.add(op, [fn](OpCall& c) { unary(c, fn); });
   r.add("aten.bitwise_not.default", [](OpCall& c) {  // logical for bools, ~x for integers
