@@ -145,13 +145,17 @@ def _recurrence(module, kwargs, dynamic_shapes, first: Exception, refusal: str):
 
 
 def decompose_for_engine(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> torch.export.ExportedProgram:
-    """Ops the engine lacks become ops it has (decompose.py), or capture stops naming them."""
+    """Ops the engine lacks become ops it has (decompose.py), or capture stops naming them; then
+    the ops fusers anchor on take one form (canonical.py)."""
+    from .canonical import canonical_forms
     from .decompose import UnsupportedOpError, decompose_missing
     from .ir_writer import DROPPED_OPS
     try:
-        return decompose_missing(ep, set(DROPPED_OPS))
+        ep = decompose_missing(ep, set(DROPPED_OPS))
     except UnsupportedOpError as e:
         raise CaptureError(f"{type(module).__name__}: {e}") from e
+    canonical_forms(ep)
+    return ep
 
 
 def check_step_positions(ep: torch.export.ExportedProgram, module: torch.nn.Module) -> None:

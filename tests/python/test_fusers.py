@@ -111,6 +111,17 @@ class RmsNoCast(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 3e-5) * self.w
 
 
+class RmsPow(nn.Module):  # Gemma 3n / 4: pow(·, -0.5) for rsqrt (capture's canonical.py rewrites it)
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(H) + 0.1 * torch.randn(H))
+
+    def forward(self, x):
+        y = x.float()
+        y = y * torch.pow(y.pow(2).mean(-1, keepdim=True) + 1e-6, -0.5)
+        return (y * self.weight.float()).type_as(x)
+
+
 class HandLayerNorm(nn.Module):
     def __init__(self):
         super().__init__()
@@ -143,7 +154,8 @@ class GatedRmsAfter(nn.Module):  # Qwen3-Next-style: the norm, then · silu(gate
 
 
 @pytest.mark.parametrize("cls,weight", [(RmsLlama, "weight=w"), (RmsGemma, "weight=1+w"),
-                                        (RmsNoWeight, "weight=none"), (RmsNoCast, "weight=w")])
+                                        (RmsNoWeight, "weight=none"), (RmsNoCast, "weight=w"),
+                                        (RmsPow, "weight=w")])
 def test_rms_norm_variants_fuse(cls, weight, fuselm_bin, tmp_path):
     d = capture_toy(Wrap(cls()), tmp_path / cls.__name__)
     e = entry(inspect(fuselm_bin, d), "block", "rms_norm")
