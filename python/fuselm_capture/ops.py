@@ -344,25 +344,61 @@ def _layer_mask(module, attention_mask, sliding_window) -> tuple[int, int, str]:
     return -1, -1, m.describe()
 
 
+_SAME_VALUES = frozenset({"to", "_to_copy", "alias", "clone", "contiguous", "detach", "lift_fresh_copy"})
+
+
+def _same_values(node):
+    """node, or the node it copies or views unchanged (a `.to(device)` of the same dtype and shape)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.args and \
+            isinstance(node.args[0], torch.fx.Node):
+        packet = getattr(getattr(node.target, "_overloadpacket", None), "__name__", "")
+        src, val = node.args[0], node.meta.get("val")
+        sval = src.meta.get("val")
+        if packet not in _SAME_VALUES or not isinstance(val, torch.Tensor) or not isinstance(sval, torch.Tensor) or \
+                val.dtype != sval.dtype or val.shape != sval.shape:
+            break
+        node = src
+    return node
+
+
 def number_attention_calls(ep) -> int:
     """Sets each fuselm.attention op's layer_idx to its order in the graph (0, 1, ...); returns how
-    many there are. Each call is its own KV layer: a module that calls attention twice (differential
-    attention: two value sets over one K) gets two, and one module shared by several layers (a
-    shared transformer block, a recurrent stack run in cycles) gets one per call, which is what
-    transformers' cache does too (the layer index is passed at the call there). The module's
-    layer_idx attribute is not the KV layer: a hybrid's attention at layers 1 and 3 holds KV
-    layers 0 and 1."""
+    many KV layers there are. Each call is its own KV layer: a module that calls attention twice
+    (differential attention: two value sets over one K) gets two, and one module shared by several
+    layers (a shared transformer block, a recurrent stack run in cycles) gets one per call, which is
+    what transformers' cache does too (the layer index is passed at the call there). The module's
+    layer_idx attribute is not the KV layer: a hybrid's attention at layers 1 and 3 holds KV layers
+    0 and 1. A call over the very same k and v values as an earlier call, under the same window,
+    chunk and mask (KV sharing: Gemma 3n's and 4's last layers attend over an earlier layer's K/V),
+    takes the earlier call's layer, its k and v read past unchanged copies (`.to(device)`), so the
+    engine sees the same values and holds that cache once (fusers/kv_layers.cc)."""
     target = torch.ops.fuselm.attention.default
-    at = [a.name for a in target._schema.arguments].index("layer_idx")
-    n = 0
+    names = [a.name for a in target._schema.arguments]
+
+    def get(node, name):
+        i = names.index(name)
+        return node.args[i] if len(node.args) > i else node.kwargs.get(name, target._schema.arguments[i].default_value)
+
+    def put(node, name, value):
+        i = names.index(name)
+        if len(node.args) > i:
+            node.args = (*node.args[:i], value, *node.args[i + 1:])
+        else:
+            node.kwargs = {**node.kwargs, name: value}
+
+    layers: dict[tuple, int] = {}
     for node in ep.graph.nodes:
-        if node.op == "call_function" and node.target is target:
-            if len(node.args) > at:
-                node.args = (*node.args[:at], n, *node.args[at + 1:])
-            else:
-                node.kwargs = {**node.kwargs, "layer_idx": n}
-            n += 1
-    return n
+        if node.op != "call_function" or node.target is not target:
+            continue
+        k, v = _same_values(get(node, "k")), _same_values(get(node, "v"))
+        key = (k, v, get(node, "sliding_window"), get(node, "chunk_size"), get(node, "mask"))
+        if key in layers:
+            put(node, "k", k)
+            put(node, "v", v)
+        else:
+            layers[key] = len(layers)
+        put(node, "layer_idx", layers[key])
+    return len(layers)
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,

@@ -36,10 +36,38 @@ KvLayer rows_of(const ir::Graph& g, const ir::Node& n, const ir::OpDef& def, std
   return l;
 }
 
+bool same_arg(const ir::Arg& a, const ir::Arg& b) {
+  return a.kind == b.kind && a.i == b.i && a.f == b.f && a.s == b.s && a.ref == b.ref && a.list.empty() &&
+         b.list.empty();
+}
+
+// Whether two ops may share one cache layer: they write the same rows (the very same k and v
+// values, or latent and rope key) and read them under the same mask. Gemma 3n's and 4's last
+// layers attend over the K/V an earlier layer made (KV sharing): the second write stores the same
+// values again, and the layer's cache is held once.
+bool shares_rows(const ir::Node& a, const ir::Node& b, const ir::OpDef& def) {
+  if (a.op != b.op) return false;
+  const bool latent = def.kv == ir::KvRows::latent;
+  for (std::string_view name : {latent ? "latent" : "k", latent ? "k_rot" : "v"}) {
+    const size_t i = def.arg(name);
+    if (i >= a.args.size() || i >= b.args.size() || a.args[i].kind != ir::Arg::Kind::ref ||
+        !same_arg(a.args[i], b.args[i]))
+      return false;
+  }
+  for (std::string_view name : {"sliding_window", "chunk_size", "mask"}) {
+    if (std::find(def.args.begin(), def.args.end(), name) == def.args.end()) continue;
+    const size_t i = def.arg(name);
+    const ir::Arg none{};
+    if (!same_arg(i < a.args.size() ? a.args[i] : none, i < b.args.size() ? b.args[i] : none)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& errors) {
   std::map<int64_t, KvLayer> layers;
+  std::map<int64_t, const ir::Node*> writer;  // the first op of each layer index
   for (const auto& n : g.nodes) {
     const ir::OpDef* def = ir::find_op_def(n.op);
     if (!def || def->kv == ir::KvRows::none) continue;
@@ -51,6 +79,8 @@ std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& err
     }
     KvLayer l = rows_of(g, n, *def, errors);
     auto [it, fresh] = layers.emplace(la.i, l);
+    if (fresh) writer[la.i] = &n;
+    else if (shares_rows(*writer[la.i], n, *def)) continue;
     if (!fresh && it->second.module != l.module)
       errors.push_back(fmt::format("layer index {} is claimed by two attention modules: {} and {}", la.i,
                                    it->second.module, l.module));

@@ -63,8 +63,10 @@ struct Plan {
 Plan apply(const ir::Graph& g, const Options& options = {});
 
 /// The KV layers of g: one per layer index of the ops that write the cache (ir::OpDef::kv),
-/// with their row widths. A layer index that is negative, claimed by two modules, served twice by
-/// one module, or (in a graph without stateful ops) missing between 0 and the highest is appended
+/// with their row widths. Ops of one index that read the very same k and v values (or latent and
+/// rope key) under the same mask share that layer (KV sharing: a later layer attends over the K/V
+/// an earlier one made). A layer index that is negative, otherwise claimed by two modules, served
+/// twice by one module, or (in a graph without stateful ops) missing between 0 and the highest is appended
 /// to `errors` (one line naming the modules). In a graph with stateful ops (a hybrid) a missing
 /// index gets a layer of no rows (widths 0, module "").
 std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& errors);

@@ -16,6 +16,7 @@
 
 #include "fusers/plan.h"
 #include "ir/load.h"
+#include "ir/op_defs.h"
 
 namespace fuselm::fusers {
 namespace fusers_test {
@@ -538,6 +539,38 @@ TEST(AttentionFuser, DuplicateAndMissingIndicesAreErrors) {
     SCOPED_TRACE(c.fixture);
     const Plan p = apply(fixture(c.fixture));
     EXPECT_EQ(p.report.errors, std::vector<std::string>{c.error});
+  }
+}
+
+// Two attention ops of one layer index that read the very same k and v (KV sharing, Gemma 3n / 4):
+// one cache layer, before and after fusion. Another v, or another window, is still two K/V sets.
+TEST(AttentionFuser, OpsWritingTheSameRowsShareOneLayer) {
+  auto shared = [](bool same_v, int64_t window_b) {
+    ir::Graph g = fixture("attn_duplicate");
+    std::vector<size_t> att;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::OpDef* def = ir::find_op_def(g.nodes[i].op);
+      if (def && def->kv != ir::KvRows::none) att.push_back(i);
+    }
+    EXPECT_EQ(att.size(), 2u);
+    const ir::OpDef& def = *ir::find_op_def(g.nodes[att[0]].op);
+    ir::Node &a = g.nodes[att[0]], &b = g.nodes[att[1]];
+    b.args[def.arg("k")] = a.args[def.arg("k")];
+    if (same_v) b.args[def.arg("v")] = a.args[def.arg("v")];
+    b.args[def.arg("sliding_window")].i = window_b;
+    return g;
+  };
+  const int64_t window = -1;  // the fixture's
+  std::vector<std::string> errors;
+  EXPECT_EQ(kv_layers(shared(true, window), errors).size(), 1u);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  const Plan p = apply(shared(true, window));
+  EXPECT_TRUE(p.report.errors.empty());
+  EXPECT_EQ(p.kv.size(), 1u);
+  for (const auto& g : {shared(false, window), shared(true, 16)}) {
+    errors.clear();
+    kv_layers(g, errors);
+    EXPECT_EQ(errors, std::vector<std::string>{"layer index 0 is claimed by two attention modules: attns.0 and attns.1"});
   }
 }
 

@@ -414,7 +414,7 @@ void add_binary_cases(Cases& m) {
 
 // ---- elementwise unary ----------------------------------------------------------------------
 
-enum class Domain { any, positive, nonzero };
+enum class Domain { any, positive, nonzero, unit };  // unit: inside (-1, 1)
 
 struct UnSpec {
   std::string op;
@@ -429,6 +429,7 @@ Host un_operand(const UnSpec& s, DType d, std::vector<int64_t> shape, uint32_t s
   if (!is_float(d)) return grid(d, std::move(shape), seed, s.domain == Domain::any ? -9 : 1, 9);
   if (s.domain == Domain::positive) return rand_host(d, std::move(shape), seed, 0.05, 4.0);
   if (s.domain == Domain::nonzero) return nonzero(d, std::move(shape), seed);
+  if (s.domain == Domain::unit) return rand_host(d, std::move(shape), seed, -0.99, 0.99);
   return rand_host(d, std::move(shape), seed, -4.0, 4.0);
 }
 
@@ -453,6 +454,15 @@ void check_unary(const UnSpec& s) {
 }
 
 double erf_ref(double x) { return std::erf(x); }
+// erfinv by bisection on std::erf (independent of the kernel's approximation and Newton steps).
+double erfinv_ref(double y) {
+  double lo = -6.0, hi = 6.0;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (std::erf(mid) < y ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
 double gelu_ref(double x) { return 0.5 * x * (1.0 + erf_ref(x / std::sqrt(2.0))); }
 double gelu_tanh_ref(double x) {
   const double k = std::sqrt(2.0 / 3.14159265358979323846);
@@ -471,6 +481,7 @@ void add_unary_cases(Cases& m) {
       {"aten.sin.default", [](double x) { return std::sin(x); }},
       {"aten.cos.default", [](double x) { return std::cos(x); }},
       {"aten.erf.default", erf_ref},
+      {"aten.erfinv.default", erfinv_ref, Domain::unit, false, false},
       {"aten.floor.default", [](double x) { return std::floor(x); }, Domain::any, true},
       {"aten.tanh.default", [](double x) { return std::tanh(x); }},
       {"aten.sigmoid.default", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }},
