@@ -9,7 +9,9 @@ logits equal transformers' on prompts of 1 and 7 tokens (parity.check_parity). T
 that call attention more than once per layer (hrm_text, zamba, zamba2) run in long mode:
 test_hybrid_parity.py; a one-layer hrm_text runs here at one prompt length for its checkpoint,
 which save_pretrained writes with the gate, q, k and v projections packed into one gqkv_proj
-(transformers' Chunk(dim=0) conversion): each parameter reads its chunk of that tensor.
+(transformers' Chunk(dim=0) conversion): each parameter reads its chunk of that tensor. The other
+way round, calls over the very same K/V as an earlier call (Gemma 3n's KV sharing) share its KV
+layer.
 """
 from __future__ import annotations
 
@@ -56,3 +58,19 @@ def test_packed_checkpoint_tensor_is_read_in_chunks(fuselm_bin, model_cache, tmp
     model = hf_model(d)
     prompt = [int(x) for x in np.random.default_rng(11).integers(0, model.config.vocab_size, size=7)]
     check_parity("hrm_text_packed/7", fuselm_bin, d, prompt, tmp_path, model=model)
+
+
+def test_layers_attending_over_an_earlier_layers_kv_share_its_cache_layer(fuselm_bin, model_cache, tmp_path):
+    """KV sharing: Gemma 3n's layers 2 and 3 attend over the K/V of layers 0 (sliding) and 1 (full)
+    (num_kv_shared_layers=2 of 4): two KV layers, not four, and greedy tokens and logits equal
+    transformers' over a prompt longer than the sliding window, decode steps included."""
+    import tiny_models
+    d = model_cache / "gemma3n_text"
+    if not (d / "config.json").exists():
+        tiny_models.build("gemma3n_text", d)
+    proc = subprocess.run([str(fuselm_bin), "inspect", str(d), "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    layers = json.loads(proc.stdout)["kv_cache"]["layers"]
+    assert [(l["layer"], l["kind"]) for l in layers] == [(0, "kv"), (1, "kv")], layers
+    prompt = [int(x) for x in np.random.default_rng(40).integers(0, 512, size=40)]
+    check_parity("gemma3n_text/40", fuselm_bin, d, prompt, tmp_path, model=hf_model(d))
