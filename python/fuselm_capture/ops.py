@@ -401,6 +401,23 @@ def number_attention_calls(ep) -> int:
     return len(layers)
 
 
+# Tensors an attention call may carry that the op rightly ignores: the positions (the engine has
+# its own) and the packed-sequence offsets of flash-attention's varlen path (one sequence here).
+_IGNORED_TENSOR_KWARGS = frozenset({"position_ids", "cache_position", "cu_seq_lens_q", "cu_seq_lens_k"})
+
+
+def _refuse_unread_tensors(module, kwargs: dict) -> None:
+    """MaskCaptureError when the call passes a tensor the op would drop (a learned or relative
+    position bias added to the logits, as Inkling's `position_bias`): running without it would be
+    silently wrong, so capture refuses here and tries the model's eager attention instead."""
+    dropped = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k not in _IGNORED_TENSOR_KWARGS)
+    if dropped:
+        raise MaskCaptureError(
+            f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)}) passes "
+            f"{', '.join(dropped)} to the attention call, a tensor fuselm's attention op does not take; it is not "
+            "dropped silently")
+
+
 def attention_forward(module, query, key, value, attention_mask, scaling=None, sliding_window=None,
                       softcap=None, s_aux=None, dropout=0.0, **kwargs):
     """AttentionInterface entry: the module's call becomes one fuselm::attention op.
@@ -409,6 +426,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     None means the callee default head_dim**-0.5, which transformers' sdpa applies too.
     attention_mask is the masks.MaskKind the mask interface returned for this layer's mask.
     """
+    _refuse_unread_tensors(module, kwargs)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     # The KV layer is the call's order in the graph, set after export (number_attention_calls).

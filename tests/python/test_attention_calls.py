@@ -74,3 +74,26 @@ def test_layers_attending_over_an_earlier_layers_kv_share_its_cache_layer(fuselm
     assert [(l["layer"], l["kind"]) for l in layers] == [(0, "kv"), (1, "kv")], layers
     prompt = [int(x) for x in np.random.default_rng(40).integers(0, 512, size=40)]
     check_parity("gemma3n_text/40", fuselm_bin, d, prompt, tmp_path, model=hf_model(d))
+
+
+def test_an_attention_call_passing_a_tensor_the_op_does_not_take_is_refused():
+    """A relative position bias handed to the attention interface (Inkling's `position_bias`) would be
+    dropped by fuselm's attention op: capture refuses the call, naming it, instead of running it
+    without the bias (Inkling then falls back to its eager attention, which is refused by structure)."""
+    import pytest
+    import torch
+    from fuselm_capture import ops
+
+    class Attn(torch.nn.Module):
+        layer_idx = 3
+
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ops.MaskCaptureError, match=r"Attn \(layer 3\) passes position_bias"):
+        ops.attention_forward(Attn(), q, q, q, None, position_bias=torch.zeros(1, 2, 4, 4))
+    # The positions are the engine's own: passing them is no reason to refuse.
+    try:
+        ops.attention_forward(Attn(), q, q, q, None, position_ids=torch.arange(4)[None])
+    except ops.MaskCaptureError as e:
+        raise AssertionError(f"refused position_ids: {e}") from e
+    except Exception:  # noqa: BLE001 - the op itself outside export: not what this checks
+        pass
