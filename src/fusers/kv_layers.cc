@@ -63,6 +63,18 @@ bool shares_rows(const ir::Node& a, const ir::Node& b, const ir::OpDef& def) {
   return true;
 }
 
+// The error for a second op of layer index idx (first: the index's first op, whose layer is
+// `have`), or "" when it shares the first op's rows.
+std::string second_writer_error(const ir::Node& first, const ir::Node& n, const ir::OpDef& def, int64_t idx,
+                                const KvLayer& have, const KvLayer& l) {
+  if (shares_rows(first, n, def)) return "";
+  if (have.module != l.module)
+    return fmt::format("layer index {} is claimed by two attention modules: {} and {}", idx, have.module, l.module);
+  // differential attention and the like: two K/V sets would share one cache layer
+  return fmt::format("module {} calls attention twice for layer index {}: the KV cache holds one K/V per layer",
+                     l.module, idx);
+}
+
 }  // namespace
 
 std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& errors) {
@@ -79,14 +91,12 @@ std::vector<KvLayer> kv_layers(const ir::Graph& g, std::vector<std::string>& err
     }
     KvLayer l = rows_of(g, n, *def, errors);
     auto [it, fresh] = layers.emplace(la.i, l);
-    if (fresh) writer[la.i] = &n;
-    else if (shares_rows(*writer[la.i], n, *def)) continue;
-    if (!fresh && it->second.module != l.module)
-      errors.push_back(fmt::format("layer index {} is claimed by two attention modules: {} and {}", la.i,
-                                   it->second.module, l.module));
-    else if (!fresh)  // differential attention and the like: two K/V sets would share one cache layer
-      errors.push_back(fmt::format("module {} calls attention twice for layer index {}: the KV cache holds one "
-                                   "K/V per layer", l.module, la.i));
+    if (fresh) {
+      writer[la.i] = &n;
+      continue;
+    }
+    if (std::string e = second_writer_error(*writer[la.i], n, *def, la.i, it->second, l); !e.empty())
+      errors.push_back(std::move(e));
   }
   // A hybrid numbers its attention by the model's layer index (only layers 3, 7, 11 attend): an
   // index no attention serves is a recurrent layer and holds no KV rows. Without stateful ops a

@@ -160,8 +160,18 @@ class UnweightedRmsNorm(nn.Module):
         return self.norm(x) + 2 * self.affine(x * 3)
 
 
-def test_rms_norm_without_weight_runs_as_torch(tmp_path):
+def _run_case(tmp_path, case, ir: dict, inputs: dict) -> torch.Tensor:
+    """Writes ir (its weights and constants made graph inputs by the caller) and inputs into case,
+    runs build/fuselm_run_graph over tmp_path/cases and returns the graph's first output."""
     from safetensors.torch import load_file, save_file
+    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
+    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
+    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
+    return load_file(str(case / "outputs.safetensors"))["out0"]
+
+
+def test_rms_norm_without_weight_runs_as_torch(tmp_path):
     from fuselm_capture.capture import capture_module
     torch.manual_seed(0)
     model = Wrap(UnweightedRmsNorm()).eval()
@@ -179,11 +189,7 @@ def test_rms_norm_without_weight_runs_as_torch(tmp_path):
         if n["op"] == "placeholder" and n["kind"] == "parameter":
             n["kind"] = "input"
             inputs[n["target"]] = model.state_dict()[n["target"]]
-    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
-    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
-    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
-    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
-    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    got = _run_case(tmp_path, case, ir, inputs)
     with torch.no_grad():
         want = model(x)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
@@ -206,7 +212,7 @@ class StatsAndSliceWrite(nn.Module):
 
 
 def test_statistics_and_a_slice_write_run_as_torch(tmp_path):
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
     from fuselm_capture.capture import capture_module
     from fuselm_capture.decompose import engine_ops
     model = Wrap(StatsAndSliceWrite()).eval()
@@ -225,11 +231,7 @@ def test_statistics_and_a_slice_write_run_as_torch(tmp_path):
         if n["op"] == "placeholder" and n["kind"] == "constant":
             n["kind"] = "input"
             inputs[n["target"]] = constants[n["target"]]
-    (case / "fuselm-ir" / "ir.json").write_text(json.dumps(ir))
-    save_file({k: v.contiguous() for k, v in inputs.items()}, str(case / "inputs.safetensors"))
-    subprocess.run([str(RUNNER), str(tmp_path / "cases")], check=True, capture_output=True, timeout=300)
-    assert not (case / "error.txt").exists(), (case / "error.txt").read_text()
-    got = load_file(str(case / "outputs.safetensors"))["out0"]
+    got = _run_case(tmp_path, case, ir, inputs)
     with torch.no_grad():
         want = model(x)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
