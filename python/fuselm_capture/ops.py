@@ -349,9 +349,10 @@ _SAME_VALUES = frozenset({"to", "_to_copy", "alias", "clone", "contiguous", "det
 
 def _same_values(node):
     """node, or the node it copies or views unchanged (a `.to(device)` of the same dtype and shape)."""
+    from .step_positions import packet_name
     while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.args and \
             isinstance(node.args[0], torch.fx.Node):
-        packet = getattr(getattr(node.target, "_overloadpacket", None), "__name__", "")
+        packet = packet_name(node)
         src, val = node.args[0], node.meta.get("val")
         sval = src.meta.get("val")
         if packet not in _SAME_VALUES or not isinstance(val, torch.Tensor) or not isinstance(sval, torch.Tensor) or \

@@ -59,7 +59,8 @@ def _is_step_arange(node: torch.fx.Node) -> bool:
     return isinstance(end, torch.fx.Node)
 
 
-def _packet_name(node: torch.fx.Node) -> str:
+def packet_name(node: torch.fx.Node) -> str:
+    """The op's overload packet name ("add" for aten.add.Tensor), else its target's name."""
     packet = getattr(node.target, "_overloadpacket", None)
     return getattr(packet, "__name__", "") or getattr(node.target, "__name__", "")
 
@@ -83,9 +84,9 @@ def _value_closure(root: torch.fx.Node):
     ints, floats, others, stack = {root}, [], [], [root]
     while stack:
         for user in stack.pop().users:
-            if user.op == "call_function" and _packet_name(user).startswith("_assert"):
+            if user.op == "call_function" and packet_name(user).startswith("_assert"):
                 continue  # export's metadata checks read nothing's values
-            if user.op != "call_function" or _packet_name(user) not in _VALUE_OPS:
+            if user.op != "call_function" or packet_name(user) not in _VALUE_OPS:
                 others.append(user)
             elif _is_float(user):
                 floats.append(user)
@@ -135,18 +136,18 @@ def substitute_step_positions(graph: torch.fx.Graph, positions: torch.fx.Node | 
             continue
         node = floats[0]
         why = ("the graph has no position input" if positions is None else
-               f"{_packet_name(others[0])} also reads it as an index or mask" if others else
+               f"{packet_name(others[0])} also reads it as an index or mask" if others else
                "its values also derive from the position input" if any(n in from_positions for n in ints | set(floats))
                else None)
         if why is not None:
             raise StepPositionsRefused(
-                f"op {_packet_name(node)} in module {module_of(node)} computes float data from the step's token "
+                f"op {packet_name(node)} in module {module_of(node)} computes float data from the step's token "
                 "positions counted from 0 (an arange of the token count, not the position inputs), and they "
                 f"cannot be replaced by the position input: {why}; under a KV cache or a chunked prefill they "
                 "restart at 0 each step, so the model would run wrong")
         root.replace_all_uses_with(_positions_as(graph, positions, root))
         graph.erase_node(root)
-        done.append(f"op {_packet_name(node)} in module {module_of(node)}")
+        done.append(f"op {packet_name(node)} in module {module_of(node)}")
     return done
 
 

@@ -53,19 +53,26 @@ def test_engine_ops_list_is_read():
     assert "aten.linear.default" in ops and "aten.mish.default" not in ops
 
 
-def test_missing_ops_are_decomposed_and_run_as_torch(tmp_path):
-    from safetensors.torch import load_file, save_file
+def _capture_case(tmp_path, name: str, model, example: dict, dynamic: dict) -> tuple:
+    """(case dir, IR dict, ops it holds) of model captured under tmp_path/cases/name; asserts every
+    op it holds is one the engine has."""
     from fuselm_capture.capture import capture_module
     from fuselm_capture.decompose import engine_ops
-    torch.manual_seed(0)
-    model = Wrap(RareOps()).eval()
-    t = torch.export.Dim("num_tokens", min=2, max=64)
-    case = tmp_path / "cases" / "rare"
+    case = tmp_path / "cases" / name
     case.mkdir(parents=True)
-    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
+    capture_module(model, example, dynamic, case / "fuselm-ir")
     ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
     held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
     assert held <= engine_ops(), f"ops the engine lacks are left: {sorted(held - engine_ops())}"
+    return case, ir, held
+
+
+def test_missing_ops_are_decomposed_and_run_as_torch(tmp_path):
+    from safetensors.torch import load_file, save_file
+    torch.manual_seed(0)
+    model = Wrap(RareOps()).eval()
+    t = torch.export.Dim("num_tokens", min=2, max=64)
+    case, ir, held = _capture_case(tmp_path, "rare", model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}})
     assert "aten.linear.default" in held, "ops the engine has were decomposed too"
     # The module's weights are graph parameters; the runner takes every tensor as an input.
     x = torch.randn(1, 9, 6)
@@ -213,16 +220,9 @@ class StatsAndSliceWrite(nn.Module):
 
 def test_statistics_and_a_slice_write_run_as_torch(tmp_path):
     from safetensors.torch import load_file
-    from fuselm_capture.capture import capture_module
-    from fuselm_capture.decompose import engine_ops
     model = Wrap(StatsAndSliceWrite()).eval()
     t = torch.export.Dim("num_tokens", min=2, max=64)
-    case = tmp_path / "cases" / "stats"
-    case.mkdir(parents=True)
-    capture_module(model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}}, case / "fuselm-ir")
-    ir = json.loads((case / "fuselm-ir" / "ir.json").read_text())
-    held = {n["op"] for n in ir["nodes"]} - {"placeholder"}
-    assert held <= engine_ops(), sorted(held - engine_ops())
+    case, ir, held = _capture_case(tmp_path, "stats", model, {"x": torch.randn(1, 5, 6)}, {"x": {1: t}})
     assert "aten.erfinv.default" in held
     x = torch.randn(1, 9, 6)
     inputs = {"x": x}
