@@ -7,13 +7,14 @@ The IR is the contract with the C++ engine; docs/ir.md describes it. Entry point
 
 IR_FORMAT = "fuselm-ir"
 IR_VERSION = 1
-# The release names what an IR can hold (0.6.0: capture versions carry a source digest, and fuselm.attention's layer_idx is the
+# The release names what an IR can hold (0.7.0: fuselm.attention's key_select argument, always
+# null in an IR; 0.6.0: capture versions carry a source digest, and fuselm.attention's layer_idx is the
 # call's order in the graph, one KV layer per call; 0.5.0:
 # multimodal wrappers; 0.4.0: alibi_slopes; 0.3.0: attention chunk_size and mask; 0.2.0: experts
 # alpha/limit). The digest makes any change to this package's sources a new capture version, so a
 # cached IR written by other capture code is recaptured, never reused. CMakeLists.txt computes the
 # same string for the engine (ir::kCaptureVersion).
-CAPTURE_RELEASE = "0.6.0"
+CAPTURE_RELEASE = "0.7.0"
 
 
 def _source_digest() -> str:

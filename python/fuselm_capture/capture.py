@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint_keys, messages, ops
+from . import checkpoint_keys, key_selection, messages, ops
 from .ir_writer import Writer, dtype_name
 from .meta_init import parameters_on_meta, scalar_constants_on_cpu
 
@@ -106,7 +106,14 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
                 f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
             ) from e
     number_states(ep)
-    return decompose_for_engine(ep, module) if decompose else ep
+    try:
+        # The context up to which sparse attention's key selection is every key (None: no such op).
+        dense_context = key_selection.prove_dense(ep)
+    except key_selection.KeySelectionRefused as e:
+        raise CaptureError(f"{type(module).__name__}: {e}") from e
+    ep = decompose_for_engine(ep, module) if decompose else ep
+    ep.fuselm_dense_context = dense_context
+    return ep
 
 
 def _linear_attention(module, kwargs, dynamic_shapes, values, first: Exception, refusal: str):
@@ -507,6 +514,17 @@ def _capture_by_hand(config, kwargs: dict, max_pos, config_path: Path, first: Ex
     return model, constants, decompose_for_engine(attn_by_hand.bridge_decompositions(ep), model), context
 
 
+def _dense_context(ep, max_pos):
+    """The context the model is captured for: max_pos, lowered to the length up to which its sparse
+    attention's top-k key selection is proved to be every key (key_selection.py)."""
+    bound = getattr(ep, "fuselm_dense_context", None)
+    if bound is None or (max_pos is not None and bound >= max_pos):
+        return max_pos
+    _progress(f"sparse attention: its top-k key selection is every key up to {bound} tokens, so the context "
+              f"is {bound} tokens (the model's config allows {max_pos or 'any'})")
+    return bound
+
+
 def _check_proved_buffers(model, found: dict, ckpt: dict, model_dir: Path) -> None:
     """The checkpoint's copies of the buffers a linear attention was proved with must agree with
     them (linear_attn_by_hand.check_checkpoint_buffers): the model would load those copies."""
@@ -580,6 +598,7 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
         # The model may compute attention by hand: capture it through its eager implementation
         # (every transformers model accepts it) and find its attention by dataflow (attn_by_hand.py).
         model, constants, ep, max_pos = _capture_by_hand(config, kwargs, max_pos, config_path, e)
+    max_pos = _dense_context(ep, max_pos)
     check_step_positions(ep, model)
 
     model_keys = [s.target for s in ep.graph_signature.input_specs if s.target]

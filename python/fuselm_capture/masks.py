@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -49,12 +49,30 @@ def _read_as_tensor(what: str):
                            "taking a mask kind and not a mask tensor, cannot express")
 
 
+@torch.library.custom_op("fuselm::mask_tensor", mutates_args=())
+def mask_tensor(batch: int, q_length: int, kv_length: int, kind: str, device: torch.device) -> torch.Tensor:
+    """The mask of `kind` as a bool [batch, 1, q_length, kv_length] tensor, for a model that indexes
+    its mask. No engine runs it: capture proves every such tensor dead after export (a top-k key
+    selection as wide as the context, key_selection.py) or refuses the model, so its values never
+    matter; only its shape is traced."""
+    raise RuntimeError("fuselm::mask_tensor is never run: capture refuses a graph that keeps it")
+
+
+@mask_tensor.register_fake
+def _mask_tensor_fake(batch, q_length, kv_length, kind, device):
+    return torch.empty(batch, 1, q_length, kv_length, dtype=torch.bool, device=device)
+
+
 @dataclass(frozen=True)
 class MaskKind:
-    """What one mask function computes. size: the window W (sliding) or chunk C (chunked), else -1."""
+    """What one mask function computes. size: the window W (sliding) or chunk C (chunked), else -1.
+    _shape: (batch, q_length, kv_length, device) of the mask transformers asked for, when the mask builder
+    made it (the lengths are the export's symbolic token count); private, so that hasattr(mask,
+    "shape") stays False as model code expects of a mask that is no tensor."""
     kind: str
     size: int = -1
     why: str = ""
+    _shape: tuple | None = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         """kind, its size when it has one, and the reason after a colon: `bidirectional_prefix 3`,
@@ -70,7 +88,13 @@ class MaskKind:
         _read_as_tensor(f".{name}")
 
     def __getitem__(self, key):
-        _read_as_tensor("indexed")
+        # DeepSeek Sparse Attention's indexer scores keys under the mask; the scores only select
+        # keys, which key_selection.py proves to be every key (or refuses), so the tensor made here
+        # is dead by then. A model that computes anything else with it keeps it alive and is refused.
+        if self._shape is None:
+            _read_as_tensor("indexed")
+        batch, q_length, kv_length, device = self._shape
+        return mask_tensor(batch, q_length, kv_length, self.describe(), device)[key]
 
 
 class _Unprobeable(Exception):
@@ -253,4 +277,8 @@ def mask_forward(batch_size=1, q_length=None, kv_length=None, q_offset=0, kv_off
     if mask_function is None:
         from transformers.masking_utils import causal_mask_function
         mask_function = causal_mask_function
-    return classify(mask_function)
+    kind = classify(mask_function)
+    if q_length is None or kv_length is None:
+        return kind
+    device = torch.device(kwargs.get("device") or "meta")
+    return replace(kind, _shape=(batch_size, q_length, kv_length, device))

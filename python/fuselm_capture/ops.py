@@ -34,19 +34,23 @@ def attention(
     chunk_size: int = -1,
     mask: str = "causal",
     alibi_slopes: list[float] | None = None,
+    key_select: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [B,Hq,S,Dqk], k [B,Hkv,S,Dqk], v [B,Hkv,S,Dv] -> [B,S,Hq,Dv]. Runs only in the engine.
 
     mask: causal | sliding | chunked (with sliding_window / chunk_size) or a kind the engine
     refuses (bidirectional, unknown), with the reason after a colon (masks.MaskKind).
     alibi_slopes: Hq slopes of an ALiBi bias slope[h] · (key - query position) added to the
-    scaled (and capped) scores, or None."""
+    scaled (and capped) scores, or None.
+    key_select: [B, S, k] key positions each query may attend to (sparse attention's `indices`), or
+    None. Only capture sees it: key_selection.py proves the selection is every key and removes it,
+    or refuses the model."""
     raise RuntimeError("fuselm::attention runs only in the fuselm engine")
 
 
 @attention.register_fake
 def _attention_fake(q, k, v, sinks, scaling, sliding_window, softcap, layer_idx, chunk_size=-1, mask="causal",
-                    alibi_slopes=None):
+                    alibi_slopes=None, key_select=None):
     b, h, s, _ = q.shape
     return q.new_empty(b, s, h, v.shape[-1])
 
@@ -427,6 +431,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     None means the callee default head_dim**-0.5, which transformers' sdpa applies too.
     attention_mask is the masks.MaskKind the mask interface returned for this layer's mask.
     """
+    # Sparse attention's per-query key positions (transformers passes them as `indices` to kernels
+    # that take them): carried to the op so that key_selection.py can prove them, never dropped.
+    key_select = kwargs.pop("indices", None)
     _refuse_unread_tensors(module, kwargs)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
@@ -434,7 +441,8 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     window, chunk, mask = _layer_mask(module, attention_mask, sliding_window)
     out = torch.ops.fuselm.attention(
         query, key, value, s_aux, float(scaling), window,
-        float(_none_or(softcap, 0.0)), -1, chunk, mask)
+        float(_none_or(softcap, 0.0)), -1, chunk, mask, None,
+        key_select if isinstance(key_select, torch.Tensor) else None)
     return out, None
 
 

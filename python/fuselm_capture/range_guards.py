@@ -56,6 +56,33 @@ def holds_everywhere(expr, var_to_range) -> bool:
         return False
 
 
+def holds_up_to(expr, var_to_range) -> int | None:
+    """The largest N of the range of expr's one symbol such that boolean expr holds at every integer
+    from the range's start to N (found by bisection, each step a full evaluation), or None when it
+    fails at the start or cannot be evaluated."""
+    free = list(getattr(expr, "free_symbols", ()))
+    if len(free) != 1 or free[0] not in var_to_range or not isinstance(expr, sympy.logic.boolalg.Boolean):
+        return None
+    sym = free[0]
+    rng = var_to_range[sym]
+    if not (isinstance(rng.lower, sympy.Integer) and isinstance(rng.upper, sympy.Integer)):
+        return None
+    lo, hi = int(rng.lower), int(rng.upper)
+    if hi < lo or hi - lo + 1 > MAX_RANGE or not _true_over_range(expr, sym, lo, lo):
+        return None
+    good, bad = lo, hi + 1  # holds on lo..good; fails somewhere in lo..bad (bad = hi + 1: not yet seen)
+    if _true_over_range(expr, sym, lo, hi):
+        return hi
+    bad = hi
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if _true_over_range(expr, sym, lo, mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 @contextlib.contextmanager
 def drop_proved_guards():
     """Within: ShapeEnv.produce_guards (which export's constraint check calls) first drops the

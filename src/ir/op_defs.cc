@@ -99,7 +99,7 @@ std::span<const OpDef> op_defs() {
   static const std::vector<OpDef> kDefs = {
       {"fuselm.attention.default",  // attention_op.cc; capture: python/fuselm_capture/ops.py
        {"q", "k", "v", "sinks", "scaling", "sliding_window", "softcap", "layer_idx", "chunk_size", "mask",
-        "alibi_slopes"},
+        "alibi_slopes", "key_select"},
        OpSource::capture, KvRows::heads, "layer_idx", tp(TpRule::attention)},
       {"fuselm.experts.default",  // experts_op.cc; capture: python/fuselm_capture/ops.py
        {"hidden", "top_k_index", "top_k_weights", "gate_up", "down", "gate_up_bias", "down_bias", "activation",

@@ -136,7 +136,7 @@ void check_unused_tensors(const nlohmann::json& parameters, const nlohmann::json
   const UnusedTensors u = find_unused_tensors(parameters, checkpoint.keys(), unread_modules);
   const std::string where = checkpoint.path().string();
   if (const std::string modules = unread_summary(u.unread_modules); !modules.empty())
-    std::fprintf(stderr, "fuselm: note: %s: not loaded, the model does not read them on token ids alone: %s\n",
+    std::fprintf(stderr, "fuselm: note: %s: not loaded, the model's graph never reads them (on token ids alone, within its context): %s\n",
                  where.c_str(), modules.c_str());
   if (u.keys.empty()) return;
   if (!u.beyond_read.empty() && !allow)

@@ -3,7 +3,8 @@
 // its checkpoint captures and runs without them: the output is garbage and nothing says so. These
 // checks make that visible, and refuse it when the unread tensors look like whole missing blocks.
 // Tensors of modules the model itself never reads on token ids alone (a multimodal wrapper's vision
-// or audio tower and projector), which capture lists in the IR's model record, are a note instead.
+// or audio tower and projector) or within its context (a sparse attention's indexer, whose pick is
+// every key there), which capture lists in the IR's model record, are a note instead.
 #include <nlohmann/json.hpp>
 
 #include <string>

@@ -85,6 +85,17 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
                                              intermediate_size=32, intermediate_size_mlp=64,
                                              attention_chunk_size=16, floor_scale=4, attn_scale=0.5,
                                              no_rope_layers=[1, 0, 1])),
+    # DeepSeek Sparse Attention: an indexer picks each query's top index_topk keys. Up to that many
+    # keys the pick is every key (key_selection.py), so the context is capped at it: 512 here, past
+    # the 300-token prompt and its decoded tokens, under the config's 1024 positions.
+    "deepseek_v32": ("DeepseekV32Config", dict(MLA, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                               n_shared_experts=1, n_group=2, topk_group=1, first_k_dense_replace=1,
+                                               index_n_heads=4, index_head_dim=16, index_topk=512)),
+    # GLM's DSA with a layer that reuses the previous layer's top-k (indexer_types "shared").
+    "glm_moe_dsa": ("GlmMoeDsaConfig", dict(MLA, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                            n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1,
+                                            index_n_heads=4, index_head_dim=16, index_topk=512,
+                                            indexer_types=["full", "shared", "full"])),
     "longcat_flash_routed": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,
                                                         expert_ffn_hidden_size=32, n_routed_experts=8,
                                                         zero_expert_num=0, moe_topk=2, routed_scaling_factor=2.0)),

@@ -51,13 +51,14 @@ def missing_op(fuselm_bin, model_dir, tmp_path) -> str | None:
     return None
 
 
-# The default run: the 7-token prompt of five families whose routers and experts differ most
+# The default run: the 7-token prompt of the families whose routers and experts differ most
 # (softmax then top-k, top-k then softmax, grouped top-k with a bias, experts with biases, Llama 4's
-# sigmoid top-1 with its shared expert); long mode: all.
+# sigmoid top-1 with its shared expert), and GLM's sparse attention (DSA) with a shared-selection
+# layer; long mode: all.
 @pytest.mark.parametrize("lengths", long_mode.split(LENGTHS, default=["7"]))
 @pytest.mark.parametrize("family", long_mode.split(family_status.params(moe_models.MOE_FAMILIES),
                                                    default=["qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss",
-                                                            "glm4_moe_grouped", "llama4_text"]))
+                                                            "glm4_moe_grouped", "llama4_text", "glm_moe_dsa"]))
 def test_moe_family_parity(family, lengths, fuselm_bin, model_cache, tmp_path):
     model_dir = model_dir_of(family, model_cache)
     if family in NEEDS_OTHER_OPS:
@@ -163,6 +164,10 @@ ROUTER_DETAIL = {
     "qwen2_moe_sliding": "router=softmax top_k=3 groups=1 correction_bias=no renorm=no scaling=1 shared=gated(glu silu)",
     # GraniteMoE takes the top-k of the logits, then a softmax over those k (modeling_granitemoe.py)
     "granitemoe": "router=softmax_of_topk top_k=2 groups=1 correction_bias=no renorm=no scaling=1 shared=none",
+    "deepseek_v32": "router=sigmoid top_k=2 groups=1/2 by top2_sum correction_bias=yes renorm=yes scaling=2.5 "
+                    "fp32_upcast shared=ungated(glu silu)",
+    "glm_moe_dsa": "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=2.5 fp32_upcast "
+                   "shared=ungated(glu silu)",
     # the correction bias is added as unsqueeze(bias, 0) to scores viewed as [-1, E]
     "longcat_flash_routed": "router=softmax top_k=2 groups=1 correction_bias=yes renorm=no scaling=2 fp32_upcast "
                             "shared=none",
@@ -218,6 +223,32 @@ def test_inspect_reports_each_router(family, fuselm_bin, model_cache):
         return
     assert all(e["status"] == "fused" for e in entries), entries
     assert {e["detail"] for e in entries} == {ROUTER_DETAIL[family]}
+
+
+def test_sparse_attention_runs_dense_within_its_top_k_and_refuses_past_it(fuselm_bin, model_cache, tmp_path):
+    """DeepSeek-V3.2's indexer picks 512 keys per query (moe_models: index_topk 512 of 1024
+    positions): capture proves the pick is every key up to 512 keys (key_selection.py), so the
+    context is 512 tokens, the indexer is an unread module, and the tokens and logits of a prompt
+    that reaches 501 keys equal transformers' (whose eager path masks by the very top-k); a prompt
+    past 512 tokens is refused in one line, never run with keys the model would not attend to."""
+    import subprocess
+    model_dir = model_dir_of("deepseek_v32", model_cache)
+    cfg = moe_models.make_config("deepseek_v32")
+    proc = subprocess.run([str(fuselm_bin), "generate", str(model_dir), "--prompt-ids", "1", "--max-tokens", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    note = next(line for line in proc.stderr.splitlines() if "not loaded" in line)
+    assert all(f"model.layers.{i}.self_attn.indexer.*" in note for i in range(cfg.num_hidden_layers)), note
+    ir = json.loads((model_dir / "fuselm-ir" / "ir.json").read_text())
+    assert ir["model"]["max_position_embeddings"] == cfg.index_topk < cfg.max_position_embeddings
+    check_parity("deepseek_v32/470", fuselm_bin, model_dir, prompt_of(470, cfg.vocab_size, seed=9), tmp_path,
+                 model=hf_model(model_dir))
+    proc = subprocess.run([str(fuselm_bin), "generate", str(model_dir), "--prompt-ids",
+                           ",".join(map(str, prompt_of(cfg.index_topk + 1, cfg.vocab_size, seed=1))),
+                           "--max-tokens", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "513" in last and "512" in last, proc.stderr
 
 
 @pytest.mark.parametrize("family", ["qwen2_moe", "glm4_moe_grouped"])

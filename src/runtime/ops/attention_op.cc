@@ -1,10 +1,13 @@
 // fuselm.attention(q [1,Hq,T,Dqk], k [1,Hkv,T,Dqk], v [1,Hkv,T,Dv], sinks?, scaling,
-// sliding_window, softcap, layer_idx, chunk_size, mask, alibi_slopes?) -> [1, T, Hq, Dv]. The only op that knows
+// sliding_window, softcap, layer_idx, chunk_size, mask, alibi_slopes?, key_select?) -> [1, T, Hq, Dv]. The only op that knows
 // sequences: it writes each sequence's new K/V into its KV slots and attends over the sequence's
 // context. mask is the layer's mask kind read at capture (docs/ir.md): causal, sliding or chunked
 // run; any other kind (bidirectional, unknown) is refused, never run as causal attention.
 // alibi_slopes: Hq reals, the ALiBi bias slope[h] · (key - query position) on the scores (capture
 // proves a bias of that form on probes: python/fuselm_capture/attn_by_hand.py); none: no bias.
+// key_select: always none here. Capture proves a sparse attention's top-k key selection to be every
+// key within the model's context and removes it (python/fuselm_capture/key_selection.py); an IR
+// that still carries one is refused, never run over every key.
 #include <fmt/core.h>
 
 #include <string_view>
@@ -19,6 +22,10 @@ namespace {
 
 /// The mask kinds the kernel runs (kernels/cpu/attention.h); fails naming the kind otherwise.
 void check_mask(const OpCall& c) {
+  if (c.has("key_select"))
+    c.fail(fmt::format("layer {}: it attends to a selection of keys (key_select), which the engine cannot run; "
+                       "re-run capture, which proves a selection of every key or refuses the model",
+                       c.integer("layer_idx")));
   const Value& m = c.arg("mask");
   if (m.kind != Value::Kind::string || !m.s) c.fail("the mask kind is not a string");
   const std::string_view kind = m.s;
