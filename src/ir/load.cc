@@ -107,6 +107,20 @@ void check_op_schema(const std::string& op, const std::vector<std::string>& args
                                          fmt::join(args, ", "), fmt::join(def->args, ", ")));
 }
 
+// An argument only capture fills (a sparse attention's key selection, proved to be every key and
+// removed) must be none here: the engine would otherwise run the op over keys the model skips.
+void check_capture_only_args(const Node& n, const Parser& p) {
+  const OpDef* def = find_op_def(n.op);
+  if (!def) return;
+  for (std::string_view name : def->none_in_ir) {
+    const size_t i = def->arg(name);
+    if (i < n.args.size() && !n.args[i].is_none())
+      p.fail(fmt::format("{} has a value for {}, which only capture may hold (it proves a sparse attention's key "
+                         "selection to be every key and removes it); re-run capture",
+                         n.op, name));
+  }
+}
+
 }  // namespace
 
 int Graph::arg_index(const std::string& op, std::string_view name) const {
@@ -178,6 +192,7 @@ Graph load(const std::filesystem::path& path) {
         n.target = jn.at("target").get<std::string>();
       }
       for (const auto& a : jn.value("args", json::array())) n.args.push_back(p.arg(a));
+      check_capture_only_args(n, p);
       if (jn.contains("outputs")) {
         n.out_kind = Node::Out::tuple;
         for (const auto& o : jn["outputs"]) n.outs.push_back(p.meta(o));

@@ -90,6 +90,12 @@ OpDef recurrent(std::string_view name, std::vector<std::string_view> args, State
   return d;
 }
 
+/// d with arguments that only capture fills (OpDef::none_in_ir).
+OpDef capture_only(OpDef d, std::vector<std::string_view> args) {
+  d.none_in_ir = std::move(args);
+  return d;
+}
+
 }  // namespace
 
 std::span<const OpDef> op_defs() {
@@ -97,10 +103,11 @@ std::span<const OpDef> op_defs() {
   // without them is not row-wise and replicates a tensor-parallel split (what the ops the passes
   // put in, and the router, need).
   static const std::vector<OpDef> kDefs = {
-      {"fuselm.attention.default",  // attention_op.cc; capture: python/fuselm_capture/ops.py
-       {"q", "k", "v", "sinks", "scaling", "sliding_window", "softcap", "layer_idx", "chunk_size", "mask",
-        "alibi_slopes", "key_select"},
-       OpSource::capture, KvRows::heads, "layer_idx", tp(TpRule::attention)},
+      capture_only({"fuselm.attention.default",  // attention_op.cc; capture: python/fuselm_capture/ops.py
+                    {"q", "k", "v", "sinks", "scaling", "sliding_window", "softcap", "layer_idx", "chunk_size",
+                     "mask", "alibi_slopes", "key_select"},
+                    OpSource::capture, KvRows::heads, "layer_idx", tp(TpRule::attention)},
+                   {"key_select"}),
       {"fuselm.experts.default",  // experts_op.cc; capture: python/fuselm_capture/ops.py
        {"hidden", "top_k_index", "top_k_weights", "gate_up", "down", "gate_up_bias", "down_bias", "activation",
         "is_concatenated", "is_transposed", "has_gate", "alpha", "limit"},

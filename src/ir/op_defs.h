@@ -46,6 +46,9 @@ struct OpDef {
   /// the size of one sequence's state. "" / nullptr: the op keeps no state across steps.
   std::string_view state;
   StateSize state_size = nullptr;
+  /// Arguments only capture gives a value (it proves and removes them): an IR holds them as none,
+  /// and ir::load refuses one that does not (docs/ir.md: fuselm.attention's key_select).
+  std::vector<std::string_view> none_in_ir;
 
   /// Index of argument `name`; throws std::logic_error naming the op when it has none (a
   /// programming error: callers name arguments of this table).
