@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from . import masks  # noqa: F401 - registers fuselm::mask_tensor, which prove_dense looks for
+from .decompose import module_of
 
 # Ops that carry the indices unchanged but for their dtype (transformers casts them to int32).
 _CASTS = frozenset({"to", "_to_copy", "alias", "clone", "contiguous", "detach", "lift_fresh_copy", "long", "int"})
@@ -47,14 +48,6 @@ def _expr(value):
 def _same_size(a, b) -> bool:
     ea, eb = _expr(a), _expr(b)
     return ea is not None and eb is not None and sympy.simplify(ea - eb) == 0
-
-
-def _module_of(node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return "<root>"
-    path, cls = list(stack.values())[-1]
-    return f"{path} ({getattr(cls, '__name__', cls)})"
 
 
 def _topk_source(sel):
@@ -149,7 +142,7 @@ def prove_dense(ep) -> int | None:
             continue
         why, upto = _why_not_every_key(node, sel)
         if why is not None:
-            raise KeySelectionRefused(f"attention in module {_module_of(node)} attends to selected keys only ({why}); "
+            raise KeySelectionRefused(f"attention in module {module_of(node)} attends to selected keys only ({why}); "
                                       "fuselm runs attention over every key, so it refuses the model")
         bound = upto if bound is None else min(bound, upto)
         if len(node.args) > at:
@@ -164,6 +157,6 @@ def prove_dense(ep) -> int | None:
     for node in ep.graph.nodes:
         if node.op == "call_function" and node.target is mask:
             raise KeySelectionRefused(
-                f"module {_module_of(node)} reads its attention mask as a tensor (indexed) and computes with it, "
+                f"module {module_of(node)} reads its attention mask as a tensor (indexed) and computes with it, "
                 "which fuselm's attention op, taking a mask kind and not a mask tensor, cannot express")
     return bound
