@@ -125,38 +125,47 @@ def _eliminate_dead_code(graph) -> None:
             graph.erase_node(n)
 
 
+def _key_select_at(node, at: int):
+    return node.args[at] if len(node.args) > at else node.kwargs.get("key_select")
+
+
+def _drop_key_select(node, at: int) -> None:
+    if len(node.args) > at:
+        node.args = (*node.args[:at], None, *node.args[at + 1:])
+    else:
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "key_select"}
+
+
+def _refuse_live_masks(graph) -> None:
+    mask = torch.ops.fuselm.mask_tensor.default
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is mask:
+            raise KeySelectionRefused(
+                f"module {module_of(node)} reads its attention mask as a tensor (indexed) and computes with it, "
+                "which fuselm's attention op, taking a mask kind and not a mask tensor, cannot express")
+
+
 def prove_dense(ep) -> int | None:
     """Drops every fuselm.attention op's key_select proved to be every key, then the dead indexer.
     Returns the context (in tokens) up to which that holds for all of them, None when no op selects
     keys. Raises KeySelectionRefused naming the module otherwise, and when a mask tensor
     (masks.mask_tensor) is still read afterwards."""
     target = torch.ops.fuselm.attention.default
-    names = [a.name for a in target._schema.arguments]
-    at = names.index("key_select")
+    at = [a.name for a in target._schema.arguments].index("key_select")
     bound = None
     for node in list(ep.graph.nodes):
-        if node.op != "call_function" or node.target is not target:
+        if node.op != "call_function" or node.target is not target or _key_select_at(node, at) is None:
             continue
-        sel = node.args[at] if len(node.args) > at else node.kwargs.get("key_select")
-        if sel is None:
-            continue
-        why, upto = _why_not_every_key(node, sel)
+        why, upto = _why_not_every_key(node, _key_select_at(node, at))
         if why is not None:
             raise KeySelectionRefused(f"attention in module {module_of(node)} attends to selected keys only ({why}); "
                                       "fuselm runs attention over every key, so it refuses the model")
         bound = upto if bound is None else min(bound, upto)
-        if len(node.args) > at:
-            node.args = (*node.args[:at], None, *node.args[at + 1:])
-        else:
-            node.kwargs = {k: v for k, v in node.kwargs.items() if k != "key_select"}
+        _drop_key_select(node, at)
     mask = torch.ops.fuselm.mask_tensor.default
     if bound is None and not any(n.op == "call_function" and n.target is mask for n in ep.graph.nodes):
         return None  # nothing to prove: the graph stays as exported
     _eliminate_dead_code(ep.graph)
     ep.graph_module.recompile()
-    for node in ep.graph.nodes:
-        if node.op == "call_function" and node.target is mask:
-            raise KeySelectionRefused(
-                f"module {module_of(node)} reads its attention mask as a tensor (indexed) and computes with it, "
-                "which fuselm's attention op, taking a mask kind and not a mask tensor, cannot express")
+    _refuse_live_masks(ep.graph)
     return bound
