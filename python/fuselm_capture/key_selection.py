@@ -30,7 +30,7 @@ from . import masks  # noqa: F401 - registers fuselm::mask_tensor, which prove_d
 from .decompose import module_of
 
 # Ops that carry the indices unchanged but for their dtype (transformers casts them to int32).
-_CASTS = frozenset({"to", "_to_copy", "alias", "clone", "contiguous", "detach", "lift_fresh_copy", "long", "int"})
+_CASTS = frozenset({"to", "_to_copy", "alias", "clone", "contiguous", "detach", "lift_fresh_copy"})
 
 
 class KeySelectionRefused(RuntimeError):
@@ -162,8 +162,8 @@ def prove_dense(ep) -> int | None:
                                       "fuselm runs attention over every key, so it refuses the model")
         bound = upto if bound is None else min(bound, upto)
         _drop_key_select(node, at)
-    mask = torch.ops.fuselm.mask_tensor.default
-    if bound is None and not any(n.op == "call_function" and n.target is mask for n in ep.graph.nodes):
+    if bound is None and not any(n.op == "call_function" and n.target is torch.ops.fuselm.mask_tensor.default
+                                 for n in ep.graph.nodes):
         return None  # nothing to prove: the graph stays as exported
     _eliminate_dead_code(ep.graph)
     ep.graph_module.recompile()

@@ -35,19 +35,27 @@ def _true_over_range(expr, sym, lo: int, hi: int) -> bool | None:
         return None
 
 
-def holds_everywhere(expr, var_to_range) -> bool:
-    """Whether a boolean guard over one symbol with a finite range is true at every integer of it.
-    The vectorised evaluation is checked against sympy's own at the range's ends."""
+def _one_symbol_range(expr, var_to_range):
+    """(symbol, lo, hi) when boolean expr has one symbol whose range is finite and at most
+    MAX_RANGE wide, else None."""
     free = list(getattr(expr, "free_symbols", ()))
     if len(free) != 1 or free[0] not in var_to_range or not isinstance(expr, sympy.logic.boolalg.Boolean):
-        return False
+        return None
     sym = free[0]
     rng = var_to_range[sym]
     if not (isinstance(rng.lower, sympy.Integer) and isinstance(rng.upper, sympy.Integer)):  # torch's int_oo is not
-        return False
+        return None
     lo, hi = int(rng.lower), int(rng.upper)
-    if hi < lo or hi - lo + 1 > MAX_RANGE:
+    return (sym, lo, hi) if lo <= hi and hi - lo + 1 <= MAX_RANGE else None
+
+
+def holds_everywhere(expr, var_to_range) -> bool:
+    """Whether a boolean guard over one symbol with a finite range is true at every integer of it.
+    The vectorised evaluation is checked against sympy's own at the range's ends."""
+    found = _one_symbol_range(expr, var_to_range)
+    if found is None:
         return False
+    sym, lo, hi = found
     if not _true_over_range(expr, sym, lo, hi):
         return False
     try:
@@ -60,20 +68,15 @@ def holds_up_to(expr, var_to_range) -> int | None:
     """The largest N of the range of expr's one symbol such that boolean expr holds at every integer
     from the range's start to N (found by bisection, each step a full evaluation), or None when it
     fails at the start or cannot be evaluated."""
-    free = list(getattr(expr, "free_symbols", ()))
-    if len(free) != 1 or free[0] not in var_to_range or not isinstance(expr, sympy.logic.boolalg.Boolean):
+    found = _one_symbol_range(expr, var_to_range)
+    if found is None:
         return None
-    sym = free[0]
-    rng = var_to_range[sym]
-    if not (isinstance(rng.lower, sympy.Integer) and isinstance(rng.upper, sympy.Integer)):
+    sym, lo, hi = found
+    if not _true_over_range(expr, sym, lo, lo):
         return None
-    lo, hi = int(rng.lower), int(rng.upper)
-    if hi < lo or hi - lo + 1 > MAX_RANGE or not _true_over_range(expr, sym, lo, lo):
-        return None
-    good, bad = lo, hi + 1  # holds on lo..good; fails somewhere in lo..bad (bad = hi + 1: not yet seen)
     if _true_over_range(expr, sym, lo, hi):
         return hi
-    bad = hi
+    good, bad = lo, hi  # holds on lo..good; fails somewhere in lo..bad
     while bad - good > 1:
         mid = (good + bad) // 2
         if _true_over_range(expr, sym, lo, mid):
