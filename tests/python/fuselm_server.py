@@ -71,6 +71,19 @@ class Server:
             out[name.split("{")[0].removeprefix("fuselm:")] = float(value)
         return out
 
+    def wait_for_metrics(self, pred, what: str, limit_s: float = 300) -> dict[str, float]:
+        """The metrics once pred(metrics) holds (AssertionError naming what after limit_s). A finished
+        sequence's KV blocks and state slots go back to the pool after its last event is sent
+        (Engine::step frees them once the batch is done), so a count read right after a response may
+        still include them."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            m = self.metrics()
+            if pred(m):
+                return m
+            time.sleep(0.1)
+        raise AssertionError(f"{what}: metrics stayed {self.metrics()}")
+
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         try:

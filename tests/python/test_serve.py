@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import socket
-import time
 
 import numpy as np
 import openai
@@ -203,23 +202,10 @@ def _raw_stream_then_hang_up(server, tokens_to_read: int):
     s.close()
 
 
-def wait_for(server, pred, what: str):
-    """The metrics once pred holds (AssertionError after 300 s). A finished sequence's blocks go back to
-    the pool after its last event is sent (Engine::step frees them once the batch is done), so a
-    count read right after a response may still include them."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        m = server.metrics()
-        if pred(m):
-            return m
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: metrics stayed {server.metrics()}")
-
-
 def test_disconnect_mid_stream_frees_blocks(server):
     before = server.metrics()
     _raw_stream_then_hang_up(server, 3)
-    m = wait_for(server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
+    m = server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
                  and m["request_aborted_total"] > before["request_aborted_total"], "the hung-up stream")
     assert m["generation_tokens_total"] - before["generation_tokens_total"] < 400
 
@@ -231,10 +217,10 @@ def test_disconnect_before_a_non_streaming_answer_frees_blocks(server):
     s = socket.create_connection(("127.0.0.1", server.port))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
               b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    wait_for(server, lambda m: m["num_requests_running"] == 1 and m["kv_blocks_used"] > 0
+    server.wait_for_metrics(lambda m: m["num_requests_running"] == 1 and m["kv_blocks_used"] > 0
              and m["generation_tokens_total"] > before["generation_tokens_total"], "the request to start")
     s.close()
-    m = wait_for(server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
+    m = server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
                  and m["request_aborted_total"] > before["request_aborted_total"], "the hung-up request")
     assert m["generation_tokens_total"] - before["generation_tokens_total"] < 1500
 
@@ -304,7 +290,7 @@ def test_small_pool_preempts_and_completes_with_the_right_text(fuselm_bin, smoll
             together = list(pool.map(run, prompts))
         assert s.metrics()["num_preemptions_total"] > 0
         assert together == alone
-        wait_for(s, lambda m: m["kv_blocks_used"] == 0, "blocks after the last response")
+        s.wait_for_metrics(lambda m: m["kv_blocks_used"] == 0, "blocks after the last response")
     finally:
         assert s.stop() == 0
 
@@ -357,7 +343,7 @@ def test_smaller_kv_cache_holds_more_tokens_and_agrees_greedily(kv, share, logpr
         for (gt, gl), (wt, wl) in zip(got, want):
             assert gt[:4] == wt[:4]
             assert abs(gl[0] - wl[0]) < logprob_tol  # the first token's log-probability (same context)
-        wait_for(s, lambda m: m["kv_blocks_used"] == 0, "blocks after the last response")
+        s.wait_for_metrics(lambda m: m["kv_blocks_used"] == 0, "blocks after the last response")
     finally:
         assert s.stop() == 0
 
@@ -375,6 +361,6 @@ def test_kv_cache_dtype_auto_follows_the_weights(fuselm_bin, smollm2_dir, server
         r = c.completions.create(model=MODEL, prompt=QUESTIONS[0], max_tokens=4, temperature=0,
                                  extra_body={"ignore_eos": True})
         assert r.usage.completion_tokens == 4
-        wait_for(s, lambda m: m["kv_blocks_used"] == 0, "blocks after the last response")
+        s.wait_for_metrics(lambda m: m["kv_blocks_used"] == 0, "blocks after the last response")
     finally:
         assert s.stop() == 0

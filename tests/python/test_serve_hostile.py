@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 
 import pytest
 
@@ -28,13 +27,8 @@ def server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
 
 def settled(server, limit_s: float = 120) -> dict:
     """The metrics once no request runs or waits and no KV block is held (fails after limit_s)."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        m = server.metrics()
-        if m["num_requests_running"] == 0 and m["num_requests_waiting"] == 0 and m["kv_blocks_used"] == 0:
-            return m
-        time.sleep(0.1)
-    raise AssertionError(f"requests or blocks still held: {server.metrics()}")
+    return server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["num_requests_waiting"] == 0
+                                   and m["kv_blocks_used"] == 0, "requests or blocks still held", limit_s)
 
 
 def raw(server, data: bytes, read: bool = True) -> bytes:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import http.client
 import json
-import time
 
 import openai
 import pytest
@@ -114,16 +113,6 @@ def slow_server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
     assert s.stop() == 0, s.log_path.read_text()[-2000:]
 
 
-def wait_for(server, cond, what: str, limit_s: float = 120):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        m = server.metrics()
-        if cond(m):
-            return m
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: metrics stayed {server.metrics()}")
-
-
 LONG = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 5000, "ignore_eos": True}
 
 
@@ -132,7 +121,7 @@ def test_request_past_the_timeout_answers_504_and_frees_its_blocks(slow_server):
     status, err = slow_server.post_json("/v1/completions", LONG)
     assert status == 504, err
     assert "per-request timeout of 4 s" in err["error"]["message"]
-    m = wait_for(slow_server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0, "timed out request")
+    m = slow_server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0, "timed out request")
     assert m["generation_tokens_total"] < 5000
 
 
@@ -145,16 +134,16 @@ def test_stream_past_the_timeout_ends_with_an_error_event(slow_server):
             text += chunk.choices[0].text
     errors.append(str(e.value))
     assert "per-request timeout of 4 s" in errors[0]
-    wait_for(slow_server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0, "timed out stream")
+    slow_server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0, "timed out stream")
 
 
 def test_full_waiting_queue_answers_503(slow_server):
     # One running, one waiting: a third request finds the queue full.
     with cf.ThreadPoolExecutor(2) as pool:
         first = pool.submit(slow_server.post_json, "/v1/completions", LONG)
-        wait_for(slow_server, lambda m: m["num_requests_running"] == 1, "the first request running")
+        slow_server.wait_for_metrics(lambda m: m["num_requests_running"] == 1, "the first request running")
         second = pool.submit(slow_server.post_json, "/v1/completions", LONG)
-        wait_for(slow_server, lambda m: m["num_requests_waiting"] == 1, "the second request waiting")
+        slow_server.wait_for_metrics(lambda m: m["num_requests_waiting"] == 1, "the second request waiting")
         status, err = slow_server.post_json("/v1/completions", dict(LONG, max_tokens=4))
         assert status == 503, err
         assert "queue is full" in err["error"]["message"]

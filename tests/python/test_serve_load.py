@@ -14,7 +14,6 @@ import socket
 import subprocess
 import threading
 
-import time
 
 import openai
 import pytest
@@ -33,15 +32,6 @@ def server(fuselm_bin, smollm2_dir, tmp_path_factory):  # noqa: F811
                tmp_path_factory.mktemp("serve_load") / "serve.log")
     yield s
     assert s.stop() == 0, s.log_path.read_text()[-2000:]
-
-
-def wait_for(server, pred, what: str):
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if pred(server.metrics()):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: metrics stayed {server.metrics()}")
 
 
 def _health_over_a_fresh_connection(port: int, barrier: threading.Barrier) -> str:
@@ -117,7 +107,7 @@ def test_64_concurrent_streams_with_preemption_and_hang_ups_all_finish_right(ser
     m = server.metrics()
     assert m["num_preemptions_total"] > 0  # the pool was too small for the load
     assert m["request_success_total"] - before["request_success_total"] == n
-    wait_for(server, lambda m: m["num_requests_running"] == 0 and m["num_requests_waiting"] == 0
+    server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["num_requests_waiting"] == 0
              and m["kv_blocks_used"] == 0 and m["request_aborted_total"] - before["request_aborted_total"] == hang_ups,
              "after the load")
 

@@ -207,17 +207,6 @@ def test_unknown_fields_are_accepted_and_logged_once_per_name(server, client):
     assert log.count(f'"{name}_r" on /v1/responses') == 1
 
 
-def _metrics_wait(server, pred, what: str):
-    import time
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        m = server.metrics()
-        if pred(m):
-            return m
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: metrics stayed {server.metrics()}")
-
-
 def _raw_post(server, path, body: dict):
     import socket
     data = json.dumps(body).encode()
@@ -242,8 +231,8 @@ def test_a_responses_client_that_hangs_up_cancels_the_request(server, stream):
             assert chunk, got
             got += chunk
     else:
-        _metrics_wait(server, lambda m: m["generation_tokens_total"] > before["generation_tokens_total"] + 3, "the request to start")
+        server.wait_for_metrics(lambda m: m["generation_tokens_total"] > before["generation_tokens_total"] + 3, "the request to start")
     s.close()
-    m = _metrics_wait(server, lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
+    m = server.wait_for_metrics(lambda m: m["num_requests_running"] == 0 and m["kv_blocks_used"] == 0
                       and m["request_aborted_total"] > before["request_aborted_total"], "the hung-up request")
     assert m["generation_tokens_total"] - before["generation_tokens_total"] < 1500
