@@ -7,6 +7,8 @@
 #include <climits>
 #include <stdexcept>
 
+#include "ir/invariant_nodes.h"
+
 namespace fuselm::runtime {
 namespace {
 
@@ -50,6 +52,16 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
   }
   pack_weights();
   for (int o : graph.outputs) last_use_[o] = INT_MAX;
+  // A step-invariant value read by a node that runs every step is held for good; invariant
+  // values only other invariant nodes read are freed at the first run, as any other.
+  invariant_ = ir::invariant_nodes(graph);
+  for (const auto& node : graph.nodes) {
+    if (!fns_[node.index] || invariant_[node.index]) continue;
+    for (const auto& a : node.args)
+      for_each_ref(a, [&](int r) {
+        if (invariant_[r] && graph.nodes[r].op != "placeholder") last_use_[r] = INT_MAX;
+      });
+  }
   for (size_t i = 0; i < n; ++i) {
     const auto& node = graph.nodes[i];
     if (node.op == "placeholder") continue;
@@ -155,7 +167,8 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
   }
   for (const auto& node : graph_.nodes) {
     const int i = node.index;
-    if (!fns_[i]) continue;
+    if (!fns_[i] || (invariants_ready_ && invariant_[i])) continue;
+    if (invariant_[i]) drop(values_[i]);  // held from a run that failed after computing it
     auto& args = args_[i];
     for (size_t k = 0; k < node.args.size(); ++k) resolve(node.args[k], args[k]);
     OpCall call{ctx_, node, args, values_[i]};
@@ -166,9 +179,16 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
   for (int o : graph_.outputs)  // each once: an output listed twice is one value
     if (std::find(held_outputs_.begin(), held_outputs_.end(), &values_[o]) == held_outputs_.end())
       held_outputs_.push_back(&values_[o]);
+  invariants_ready_ = true;
   const Value& out = values_[graph_.outputs.front()];
   if (!out.is_tensor()) throw std::runtime_error("graph output is not a tensor");
   return out.t;
+}
+
+size_t Executor::invariant_count() const {
+  size_t n = 0;
+  for (const auto& node : graph_.nodes) n += fns_[node.index] && invariant_[node.index];
+  return n;
 }
 
 const Tensor& Executor::output(size_t k) const {

@@ -37,6 +37,9 @@ class Executor {
   /// Throws std::out_of_range for a k past the outputs or an output that is not a tensor.
   const Tensor& output(size_t k) const;
 
+  /// How many nodes run only at the first run() and keep their value (ir/invariant_nodes.h).
+  size_t invariant_count() const;
+
   const Batch& batch() const { return ctx_.batch(); }
   /// The communicator the graph's collectives use (tensor parallelism; op_context.h). Must
   /// outlive the executor.
@@ -66,6 +69,8 @@ class Executor {
   SymbolValues symbols_;
   OpContext ctx_{pool_, graph_};  // what ops see (after pool_: it holds a reference)
   std::vector<Value*> held_outputs_;  // every graph output of the last run, dropped at the next
+  std::vector<bool> invariant_;       // node index -> computed once (ir/invariant_nodes.h)
+  bool invariants_ready_ = false;     // a run() completed: invariant values are held
 };
 
 }  // namespace fuselm::runtime
