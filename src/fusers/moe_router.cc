@@ -110,6 +110,18 @@ bool read_groups(const ir::Graph& g, const Subgraph& sg, int mask, int src, Rout
   return true;
 }
 
+// Steps over x^1 (pow by 1.0) and, where the values are non-negative, |x|: torch.norm(p=1) of the
+// router's weights is pow(sum(pow(abs(w), 1)), 1), the weights' own sum (every weight the reader
+// accepts is a softmax or sigmoid score, never negative).
+int strip_unit_powers(const ir::Graph& g, int i, bool nonnegative) {
+  for (i = strip_casts(g, i); i >= 0; i = strip_casts(g, ref_arg(g.nodes[i], 0))) {
+    const ir::Node& n = g.nodes[i];
+    const bool unit_power = n.op == ops::pow && number_arg(n, 1) == 1.0;
+    if (!unit_power && !(nonnegative && n.op == ops::abs)) break;
+  }
+  return i;
+}
+
 // The weights the experts read, back to their source.
 bool read_weights(const ir::Graph& g, int w, int topk, int scores, Router& r, Why& why) {
   w = strip_casts(g, w);
@@ -133,7 +145,8 @@ bool read_weights(const ir::Graph& g, int w, int topk, int scores, Router& r, Wh
       r.renorm_eps = *number_arg(*d, 1);
       d = node_of(g, ref_arg(*d, 0));
     }
-    if (!d || d->op != ops::sum || strip_casts(g, ref_arg(*d, 0)) != strip_casts(g, num))
+    d = node_of(g, strip_unit_powers(g, d ? d->index : -1, false));
+    if (!d || d->op != ops::sum || strip_unit_powers(g, ref_arg(*d, 0), true) != strip_casts(g, num))
       return why.reject("router weights are divided by something other than their own sum");
     r.renorm = true;
     w = strip_casts(g, num);

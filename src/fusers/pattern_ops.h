@@ -37,6 +37,7 @@ inline constexpr std::string_view mul = "aten.mul.Tensor";
 inline constexpr std::string_view div = "aten.div.Tensor";
 inline constexpr std::string_view div_ = "aten.div_.Tensor";
 inline constexpr std::string_view neg = "aten.neg.default";
+inline constexpr std::string_view abs = "aten.abs.default";
 inline constexpr std::string_view pow = "aten.pow.Tensor_Scalar";
 inline constexpr std::string_view rsqrt = "aten.rsqrt.default";
 

@@ -66,6 +66,9 @@ class Router(nn.Module):
         if k in ("softmax_renorm", "fp32_upcast", "biased_gate", "disconnected"):
             w, i = torch.topk(F.softmax(logits, dim=-1, dtype=torch.float), K, dim=-1)
             return w / w.sum(dim=-1, keepdim=True), i
+        if k in ("l1_norm", "l2_norm"):  # DBRX's: top-k softmax weights over their p-norm
+            w, i = torch.topk(F.softmax(logits, dim=1, dtype=logits.dtype), K, dim=-1)
+            return w / torch.norm(w, p=1 if k == "l1_norm" else 2, dim=-1, keepdim=True), i
         if k == "sigmoid_scaled":
             s = logits.sigmoid()
             i = torch.topk(s, K, dim=-1)[1]
@@ -191,6 +194,9 @@ CASES = [  # (router kind, shared expert, expected status, expected detail or re
     ("softmax_renorm", "shared_read_twice", "fused",
      "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=ungated (not summed in: "
      "a value of the shared expert is read outside it)"),
+    ("l1_norm", "none", "fused",  # the L1 norm of non-negative weights is their sum
+     "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none"),
+    ("l2_norm", "none", "rejected", "divided by something other than their own sum"),
     ("biased_gate", "none", "rejected", "the gate linear has a bias"),
     ("disconnected", "none", "rejected", "do not come from a linear gate"),
 ]
