@@ -17,6 +17,7 @@ import torch
 
 from .activations import ACTIVATIONS
 from .expert_lists import identify_listed_experts
+from .row_stacked_experts import NotRowStackedExperts, prove_row_stacked, row_stacked_experts_forward
 
 ATTENTION_NAME = "fuselm"
 
@@ -277,6 +278,19 @@ def _stacked_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     return routed + hidden_states * identity
 
 
+def _identify_row_stacked(module) -> None:
+    """Experts stacked by rows of 2-D parameters (row_stacked_experts.py), or the reason why not
+    when the module's parameters are 2-D at all (a module of another kind keeps its forward)."""
+    if not any(p.dim() == 2 for p in module.parameters()):
+        return
+    try:
+        module._fuselm_row_stacked = prove_row_stacked(module)
+    except NotRowStackedExperts as err:
+        module._fuselm_not_experts = str(err)
+        return
+    module.forward = types.MethodType(row_stacked_experts_forward, module)
+
+
 def identify_experts(model: torch.nn.Module) -> None:
     """Records each experts module's gating function (_fuselm_gate) before export.
 
@@ -284,7 +298,8 @@ def identify_experts(model: torch.nn.Module) -> None:
     has_gate flag); probing runs here because inside torch.export every new tensor is fake.
     A module that transformers does not route through ExpertsInterface is an experts module by a
     structural rule: its forward takes three required arguments and its parameters are its own
-    two 3-D tensors [E, 2I, H] and [E, H, I]. Its own forward is then checked on a probe
+    two 3-D tensors [E, 2I, H] and [E, H, I] (or two or three 2-D tensors holding the experts'
+    rows end to end: row_stacked_experts.py). Its own forward is then checked on a probe
     (_prove_stacked_experts) and replaced by one fuselm::experts op. A candidate that fails the
     check, or has that signature and other 3-D parameters, is left as it is: it may be no experts
     module at all (and export as it is), and if it is one, its data-dependent loop stops export,
@@ -294,7 +309,10 @@ def identify_experts(model: torch.nn.Module) -> None:
         if hasattr(module, "has_gate") and hasattr(module, "is_concatenated"):
             module._fuselm_gate = _identify_gate(module)
             continue
-        if not _takes_routing(module) or not any(p.dim() == 3 for p in module.parameters()):
+        if not _takes_routing(module):
+            continue
+        if not any(p.dim() == 3 for p in module.parameters()):
+            _identify_row_stacked(module)
             continue
         pair = _stacked_pair(module)
         if isinstance(pair, str):

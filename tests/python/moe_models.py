@@ -96,6 +96,11 @@ MOE_FAMILIES: dict[str, tuple[str, dict]] = {
                                             n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1,
                                             index_n_heads=4, index_head_dim=16, index_topk=512,
                                             indexer_types=["full", "shared", "full"])),
+    # DBRX: each expert projection one 2-D [E·I, H] tensor (row_stacked_experts.py); a router
+    # normalised by the L1 norm of its top-k weights; q/k/v clipped.
+    "dbrx": ("DbrxConfig", dict(d_model=64, attn_config=dict(kv_n_heads=2, clip_qkv=8.0, rope_theta=10000.0),
+                                ffn_config=dict(hidden_size=64, ffn_hidden_size=32, moe_num_experts=6, moe_top_k=2,
+                                                moe_normalize_expert_weights=1.0))),
     "longcat_flash_routed": ("LongcatFlashConfig", dict(MLA, num_hidden_layers=4, head_dim=8, ffn_hidden_size=128,
                                                         expert_ffn_hidden_size=32, n_routed_experts=8,
                                                         zero_expert_num=0, moe_topk=2, routed_scaling_factor=2.0)),

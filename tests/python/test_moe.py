@@ -168,6 +168,7 @@ ROUTER_DETAIL = {
                     "fp32_upcast shared=ungated(glu silu)",
     "glm_moe_dsa": "router=sigmoid top_k=2 groups=1 correction_bias=yes renorm=yes scaling=2.5 fp32_upcast "
                    "shared=ungated(glu silu)",
+    "dbrx": "router=softmax top_k=2 groups=1 correction_bias=no renorm=yes scaling=1 shared=none",
     # the correction bias is added as unsqueeze(bias, 0) to scores viewed as [-1, E]
     "longcat_flash_routed": "router=softmax top_k=2 groups=1 correction_bias=yes renorm=no scaling=2 fp32_upcast "
                             "shared=none",
