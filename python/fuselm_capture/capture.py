@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint_keys, key_selection, messages, ops
+from . import checkpoint_keys, key_bias, key_selection, messages, ops
 from .ir_writer import Writer, dtype_name
 from .meta_init import parameters_on_meta, scalar_constants_on_cpu
 
@@ -106,6 +106,10 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
                 f"torch.export failed for {type(module).__name__} in module {where}: {type(e).__name__}: {reason}{hint}"
             ) from e
     number_states(ep)
+    try:
+        key_bias.fold_key_bias(ep)
+    except key_bias.KeyBiasRefused as e:
+        raise CaptureError(f"{type(module).__name__}: {e}") from e
     try:
         # The context up to which sparse attention's key selection is every key (None: no such op).
         dense_context = key_selection.prove_dense(ep)

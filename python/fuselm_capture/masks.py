@@ -51,16 +51,30 @@ def _read_as_tensor(what: str):
 
 @torch.library.custom_op("fuselm::mask_tensor", mutates_args=())
 def mask_tensor(batch: int, q_length: int, kv_length: int, kind: str, device: torch.device) -> torch.Tensor:
-    """The mask of `kind` as a bool [batch, 1, q_length, kv_length] tensor, for a model that indexes
-    its mask. No engine runs it: capture proves every such tensor dead after export (a top-k key
-    selection as wide as the context, key_selection.py) or refuses the model, so its values never
-    matter; only its shape is traced."""
+    """The mask of `kind` as an additive float32 [batch, 1, q_length, kv_length] tensor (0 where a
+    query sees a key, -inf where not: the form transformers' eager attention takes), for a model
+    that indexes its mask. No engine runs it: capture proves every such tensor dead after export
+    (a top-k key selection as wide as the context, key_selection.py; a mask that only hides keys
+    from a per-key bias, key_bias.py) or refuses the model; only its shape is traced."""
     raise RuntimeError("fuselm::mask_tensor is never run: capture refuses a graph that keeps it")
 
 
 @mask_tensor.register_fake
 def _mask_tensor_fake(batch, q_length, kv_length, kind, device):
-    return torch.empty(batch, 1, q_length, kv_length, dtype=torch.bool, device=device)
+    return torch.empty(batch, 1, q_length, kv_length, dtype=torch.float32, device=device)
+
+
+@torch.library.custom_op("fuselm::attention_tensor_mask", mutates_args=())
+def attention_tensor_mask(out: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Ties an attention call's output to the mask tensor the model built and passed to it (the
+    call's op carries mask "tensor"). Capture-only: key_bias.py proves the mask to be the call's
+    mask kind plus a per-key bias and folds it into the op, or refuses the model."""
+    raise RuntimeError("fuselm::attention_tensor_mask is never run: capture folds or refuses it")
+
+
+@attention_tensor_mask.register_fake
+def _attention_tensor_mask_fake(out, mask):
+    return torch.empty_like(out)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,14 @@ class MaskKind:
 
     # Capture hands attention a MaskKind where transformers hands it a mask tensor; a model that
     # uses the tensor itself gets a named refusal instead of an AttributeError about MaskKind.
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the tensor indexing the mask gives (mask_tensor: additive float32); a mask
+        transformers did not build through capture's mask interface has no tensor form."""
+        if self._shape is None:
+            _read_as_tensor(".dtype")
+        return torch.float32
+
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)

@@ -456,6 +456,17 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, s
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     # The KV layer is the call's order in the graph, set after export (number_attention_calls).
+    if isinstance(attention_mask, torch.Tensor):
+        # A mask the model built (from the mask tensor masks.MaskKind gives): key_bias.py reads it
+        # back to a mask kind and a per-key bias after export, or refuses the model.
+        from .masks import attention_tensor_mask
+        if sliding_window is not None and int(sliding_window) > 0:
+            raise MaskCaptureError(f"attention module {type(module).__name__} (layer {getattr(module, 'layer_idx', None)}) "
+                                   f"was given a mask tensor and sliding_window={sliding_window}")
+        out = torch.ops.fuselm.attention(query, key, value, s_aux, float(scaling), -1,
+                                         float(_none_or(softcap, 0.0)), -1, -1, "tensor", None,
+                                         key_select if isinstance(key_select, torch.Tensor) else None)
+        return attention_tensor_mask(out, attention_mask), None
     window, chunk, mask = _layer_mask(module, attention_mask, sliding_window)
     out = torch.ops.fuselm.attention(
         query, key, value, s_aux, float(scaling), window,

@@ -33,7 +33,7 @@ class SparseToy(torch.nn.Module):
         mask = MaskKind("causal", _shape=(1, t, t, x.device))
         q, k, v = (h.view(1, t, 1, 8).transpose(1, 2) for h in self.qkv(x).split(8, dim=-1))
         scores = self.index_q(x) @ self.index_k(x).transpose(1, 2)  # [1, T, T]
-        scores = scores.masked_fill(~mask[:, 0, :, :], float("-inf"))
+        scores = scores + mask[:, 0, :, :]  # the additive float mask (0 or -inf)
         if self.selection == "topk":
             picked = scores.topk(self.keep(t), dim=-1).indices.to(torch.int32)
         else:  # positions computed without a top-k

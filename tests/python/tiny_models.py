@@ -82,6 +82,10 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "codegen": ("CodeGenConfig", {"n_ctx": 1024, "rotary_dim": 8}),
     # (mpt: attention by hand with an ALiBi bias, as bloom's, but no packed-QKV transpose.)
     "mpt": ("MptConfig", {"d_model": 64, "n_heads": 4, "n_layers": 3, "expansion_ratio": 2, "max_seq_len": 1024}),
+    # Doge: a mask built as a per-key bias under the causal mask (key_bias.py), its dynamic top-k of
+    # keep_window_size keys not taken within a context of that many (as the published configs: both
+    # 2048); a shorter window makes the forward branch on the token count and is refused.
+    "doge": ("DogeConfig", {"keep_window_size": 1024}),
 }
 
 # Token ids a config defaults to (those of the full-size model) moved inside the small vocabulary.
