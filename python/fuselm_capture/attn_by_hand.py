@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import torch
 
+from .fx_nodes import insert_call
 from .masks import MaskKind
 
 aten = torch.ops.aten
@@ -375,14 +376,6 @@ def _site_mask(site: Site, ev: _Evaluator, max_tokens: int, tok) -> tuple[float,
     return found[0][1], last, slopes
 
 
-def _insert(graph, before, target, args, meta_from, fake):
-    with graph.inserting_before(before):
-        n = graph.call_function(target, args)
-    n.meta = {k: v for k, v in meta_from.meta.items() if k in ("nn_module_stack", "stack_trace", "source_fn_stack")}
-    n.meta["val"] = fake
-    return n
-
-
 def _four_d(graph, before, node, meta_from):
     """node as [1, H, T, D]: a 3-D [H, T, D] operand gets a leading batch of one (capture's batch)."""
     val = node.meta["val"]
@@ -390,7 +383,7 @@ def _four_d(graph, before, node, meta_from):
         if val.shape[0] != 1:
             raise Refused(f"operand {node.name} has batch {val.shape[0]}, capture runs one")
         return node
-    return _insert(graph, before, aten.unsqueeze.default, (node, 0), meta_from, val.unsqueeze(0))
+    return insert_call(graph, before, aten.unsqueeze.default, (node, 0), meta_from, val.unsqueeze(0))
 
 
 def _key(graph, site: Site):
@@ -401,7 +394,7 @@ def _key(graph, site: Site):
         dims = {d % nd for d in kt.args[1:3]}
         if dims == {nd - 1, nd - 2}:
             return kt.args[0]
-    return _insert(graph, site.qk, aten.transpose.int, (kt, -1, -2), site.softmax, kt.meta["val"].transpose(-1, -2))
+    return insert_call(graph, site.qk, aten.transpose.int, (kt, -1, -2), site.softmax, kt.meta["val"].transpose(-1, -2))
 
 
 GROUP_PROBE_TOKENS = (5, 37)
@@ -454,7 +447,7 @@ def _unique_heads(graph, ev: _Evaluator, tok, k, v, meta_from, fake_mode):
         H = n.meta["val"].shape[1]
         with fake_mode:
             fake = n.meta["val"][:, ::g]
-        out.append(_insert(graph, meta_from, aten.slice.Tensor, (n, 1, 0, H, g), meta_from, fake))
+        out.append(insert_call(graph, meta_from, aten.slice.Tensor, (n, 1, 0, H, g), meta_from, fake))
     return out[0], out[1], g
 
 
@@ -494,11 +487,11 @@ def rewrite(ep, constants: dict, vocab: int, max_tokens: int, tokens_symbol) -> 
         with fake_mode:
             out = torch.ops.fuselm.attention(q.meta["val"], k.meta["val"], v.meta["val"], None, float(scale),
                                              window, 0.0, layer, -1, mask.kind, slopes)
-        att = _insert(graph, site.av, torch.ops.fuselm.attention.default,
+        att = insert_call(graph, site.av, torch.ops.fuselm.attention.default,
                       (q, k, v, None, float(scale), window, 0.0, layer, -1, mask.kind, slopes), site.softmax, out)
-        res = _insert(graph, site.av, aten.transpose.int, (att, 1, 2), site.softmax, out.transpose(1, 2))
+        res = insert_call(graph, site.av, aten.transpose.int, (att, 1, 2), site.softmax, out.transpose(1, 2))
         if site.av.meta["val"].dim() == 3:
-            res = _insert(graph, site.av, aten.squeeze.dim, (res, 0), site.softmax, out.transpose(1, 2).squeeze(0))
+            res = insert_call(graph, site.av, aten.squeeze.dim, (res, 0), site.softmax, out.transpose(1, 2).squeeze(0))
         site.av.replace_all_uses_with(res)
         _erase_site(graph, site)
         alibi = f" alibi_slopes=[{', '.join(f'{x:.6g}' for x in slopes)}]" if slopes else ""

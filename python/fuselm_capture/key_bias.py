@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from .decompose import module_of
+from .fx_nodes import insert_call
 
 aten = torch.ops.aten
 
@@ -116,14 +117,6 @@ def _read(mask, att):
     return bias, heads, kind
 
 
-def _insert(graph, before, target, args, meta_from, fake):
-    with graph.inserting_before(before):
-        n = graph.call_function(target, args)
-    n.meta = {k: v for k, v in meta_from.meta.items() if k in ("nn_module_stack", "stack_trace", "source_fn_stack")}
-    n.meta["val"] = fake
-    return n
-
-
 def _widen(graph, att, bias, heads) -> None:
     """att's q and k one wider: [q, 1/scaling] and [k, bias] (bias [B, Hb, Tk] as a last column)."""
     from torch._guards import detect_fake_mode
@@ -138,7 +131,7 @@ def _widen(graph, att, bias, heads) -> None:
             return [fake(x) for x in a] if isinstance(a, list) else a
         with mode:
             val = target(*[fake(a) for a in args], **(kwargs or {}))
-        node = _insert(graph, att, target, tuple(args), att, val)
+        node = insert_call(graph, att, target, tuple(args), att, val)
         node.kwargs = dict(kwargs or {})
         return node
 

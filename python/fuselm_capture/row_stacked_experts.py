@@ -127,31 +127,39 @@ def prove_row_stacked(module: torch.nn.Module) -> dict:
         raise NotRowStackedExperts(f"its parameters ({shapes}) do not share a hidden width and a stacked width")
     gen = torch.Generator().manual_seed(0)
     probe = _randomized(module, gen)
+    for r, h in widths:
+        form = _match(module, probe, r, h, gen)
+        if form is not None:
+            return form
+    raise NotRowStackedExperts(f"its output is not sum_k w_k * down(act(gate x) * up x) over experts stacked by "
+                               f"rows or columns of its parameters ({shapes}) for any expert count dividing them "
+                               f"and act in {', '.join(ACTIVATIONS)}")
+
+
+def _match(module, probe, r: int, h: int, gen: torch.Generator) -> dict | None:
+    """The form of probe's output at hidden width h over stacked width r (module doc), or None."""
     names = [n for n, _ in probe.named_parameters()]
     params = [p.detach() for _, p in probe.named_parameters()]
     has_gate = len(params) == 3
     t = 6
-    ids = torch.tensor([[0, 1] if k % 2 else [1, 0] for k in range(t)])
+    ids = torch.tensor([[0, 1] if k % 2 else [1, 0] for k in range(t)])  # experts 0 and 1: any E >= 2
     w = torch.rand(t, 2, dtype=torch.float64, generator=gen) + 0.5
-    for r, h in widths:
-        x = torch.randn(1, t, h, dtype=torch.float64, generator=gen)
-        try:
-            with torch.no_grad():
-                got = type(module).forward(probe, x, ids, w)
-        except Exception:  # noqa: BLE001 - another width, or no experts module at all
-            continue
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) not in (tuple(x.shape), (t, h)):
-            continue
-        flat, same_shape = got.reshape(t, h), tuple(got.shape) == tuple(x.shape)
-        for e, roles in _hypotheses(params, names, r, h):
-            mats = [canonical(params[names.index(nm)], sl, tr, e) for nm, sl, tr in roles]
-            for act_name, act in ACTIVATIONS.items():
-                if torch.allclose(flat, _expected(x[0], ids, w, mats, act, has_gate), rtol=1e-9, atol=1e-9):
-                    return {"experts": e, "hidden": h, "roles": roles, "activation": act_name,
-                            "has_gate": has_gate, "same_shape": same_shape}
-    raise NotRowStackedExperts(f"its output is not sum_k w_k * down(act(gate x) * up x) over experts stacked by "
-                               f"rows or columns of its parameters ({shapes}) for any expert count dividing them "
-                               f"and act in {', '.join(ACTIVATIONS)}")
+    x = torch.randn(1, t, h, dtype=torch.float64, generator=gen)
+    try:
+        with torch.no_grad():
+            got = type(module).forward(probe, x, ids, w)
+    except Exception:  # noqa: BLE001 - another width, or no experts module at all
+        return None
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) not in (tuple(x.shape), (t, h)):
+        return None
+    flat = got.reshape(t, h)
+    for e, roles in _hypotheses(params, names, r, h):
+        mats = [canonical(params[names.index(nm)], sl, tr, e) for nm, sl, tr in roles]
+        for act_name, act in ACTIVATIONS.items():
+            if torch.allclose(flat, _expected(x[0], ids, w, mats, act, has_gate), rtol=1e-9, atol=1e-9):
+                return {"experts": e, "hidden": h, "roles": roles, "activation": act_name,
+                        "has_gate": has_gate, "same_shape": tuple(got.shape) == tuple(x.shape)}
+    return None
 
 
 def row_stacked_experts_forward(self, hidden_states, top_k_index, top_k_weights):

@@ -52,16 +52,7 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
   }
   pack_weights();
   for (int o : graph.outputs) last_use_[o] = INT_MAX;
-  // A step-invariant value read by a node that runs every step is held for good; invariant
-  // values only other invariant nodes read are freed at the first run, as any other.
-  invariant_ = ir::invariant_nodes(graph);
-  for (const auto& node : graph.nodes) {
-    if (!fns_[node.index] || invariant_[node.index]) continue;
-    for (const auto& a : node.args)
-      for_each_ref(a, [&](int r) {
-        if (invariant_[r] && graph.nodes[r].op != "placeholder") last_use_[r] = INT_MAX;
-      });
-  }
+  hold_invariants();
   for (size_t i = 0; i < n; ++i) {
     const auto& node = graph.nodes[i];
     if (node.op == "placeholder") continue;
@@ -91,6 +82,19 @@ void Executor::pack_weights() {
     const int64_t n = linear ? w.shape[0] : w.shape[1], k = linear ? w.shape[1] : w.shape[0];
     if (auto p = kernels::PackedLinearWeights::pack(w.data, w.dtype, layout, 0, n, k))
       ctx_.add_packed_weights(w.data, std::move(p));
+  }
+}
+
+// A step-invariant value read by a node that runs every step is held for good; invariant values
+// only other invariant nodes read are freed at the first run, as any other.
+void Executor::hold_invariants() {
+  invariant_ = ir::invariant_nodes(graph_);
+  for (const auto& node : graph_.nodes) {
+    if (!fns_[node.index] || invariant_[node.index]) continue;
+    for (const auto& a : node.args)
+      for_each_ref(a, [&](int r) {
+        if (invariant_[r] && graph_.nodes[r].op != "placeholder") last_use_[r] = INT_MAX;
+      });
   }
 }
 
@@ -165,17 +169,8 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
     }
     values_[idx].set_tensor(t);
   }
-  for (const auto& node : graph_.nodes) {
-    const int i = node.index;
-    if (!fns_[i] || (invariants_ready_ && invariant_[i])) continue;
-    if (invariant_[i]) drop(values_[i]);  // held from a run that failed after computing it
-    auto& args = args_[i];
-    for (size_t k = 0; k < node.args.size(); ++k) resolve(node.args[k], args[k]);
-    OpCall call{ctx_, node, args, values_[i]};
-    (*fns_[i])(call);
-    retain(values_[i]);
-    for (int dead : frees_at_[i]) drop(values_[dead]);
-  }
+  for (const auto& node : graph_.nodes)
+    if (fns_[node.index] && !(invariants_ready_ && invariant_[node.index])) run_node(node);
   for (int o : graph_.outputs)  // each once: an output listed twice is one value
     if (std::find(held_outputs_.begin(), held_outputs_.end(), &values_[o]) == held_outputs_.end())
       held_outputs_.push_back(&values_[o]);
@@ -183,6 +178,17 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
   const Value& out = values_[graph_.outputs.front()];
   if (!out.is_tensor()) throw std::runtime_error("graph output is not a tensor");
   return out.t;
+}
+
+void Executor::run_node(const ir::Node& node) {
+  const int i = node.index;
+  if (invariant_[i]) drop(values_[i]);  // held from a run that failed after computing it
+  auto& args = args_[i];
+  for (size_t k = 0; k < node.args.size(); ++k) resolve(node.args[k], args[k]);
+  OpCall call{ctx_, node, args, values_[i]};
+  (*fns_[i])(call);
+  retain(values_[i]);
+  for (int dead : frees_at_[i]) drop(values_[dead]);
 }
 
 size_t Executor::invariant_count() const {

@@ -55,6 +55,8 @@ class Executor {
  private:
   void resolve(const ir::Arg& a, Value& v);
   void pack_weights();
+  void hold_invariants();
+  void run_node(const ir::Node& node);
   void retain(const Value& v);
   void drop(Value& v);
 
