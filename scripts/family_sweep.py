@@ -64,6 +64,9 @@ OVERRIDES: dict[str, dict] = {
     "cohere_compass_text": dict(rope_parameters={
         kind: dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
         for kind in ("full_attention", "sliding_attention")}),
+    # Its QSA indexer's fields have no defaults (None) while every fourth layer needs them.
+    "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=64,
+                           indexer_compress_ratio=4),
     "gemma4_text": dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=16, per_layer_config={}),
     "gemma3n_text": dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=16, num_hidden_layers=4,
                          layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,

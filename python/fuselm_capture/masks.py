@@ -109,6 +109,19 @@ class MaskKind:
             raise AttributeError(name)
         _read_as_tensor(f".{name}")
 
+    # A comparison with a number or a tensor is the model computing with its mask (`mask == 0`):
+    # refused by name rather than answered False as object equality would.
+    def __eq__(self, other):
+        if not isinstance(other, MaskKind):
+            _read_as_tensor(f"== {other!r}"[:40])
+        return (self.kind, self.size, self.why) == (other.kind, other.size, other.why)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash((self.kind, self.size, self.why))
+
     def __getitem__(self, key):
         # DeepSeek Sparse Attention's indexer scores keys under the mask; the scores only select
         # keys, which key_selection.py proves to be every key (or refuses), so the tensor made here

@@ -96,3 +96,15 @@ def test_a_mask_kind_without_a_shape_is_still_refused_when_indexed():
     with pytest.raises(MaskReadAsTensor, match="indexed"):
         MaskKind("causal")[:, 0]
     assert not hasattr(MaskKind("causal", _shape=(1, 2, 2, "meta")), "shape")
+
+
+def test_comparing_a_mask_kind_with_a_number_is_refused_and_mask_kinds_compare_by_kind():
+    """`attention_mask == 0` (Qwen4-Exp's QSA indexer) is the model computing with its mask: a
+    named refusal, not object equality's False. Two masks of one kind are equal whatever shape
+    transformers asked them for."""
+    from fuselm_capture.masks import MaskReadAsTensor
+    shaped = MaskKind("causal", _shape=(1, 4, 4, "meta"))
+    with pytest.raises(MaskReadAsTensor, match="== 0"):
+        shaped == 0  # noqa: B015
+    assert shaped == MaskKind("causal") and shaped != MaskKind("sliding", 16)
+    assert len({shaped, MaskKind("causal")}) == 1
