@@ -67,6 +67,9 @@ OVERRIDES: dict[str, dict] = {
     # Its QSA indexer's fields have no defaults (None) while every fourth layer needs them.
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=64,
                            indexer_compress_ratio=4),
+    # Its recurrent step builds the state with the value width for queries too (qk_dim_factor 0.5
+    # then fails transformers' own shape check).
+    "xlstm": dict(qk_dim_factor=1.0, num_heads=4),
     "gemma4_text": dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=16, per_layer_config={}),
     "gemma3n_text": dict(vocab_size_per_layer_input=512, hidden_size_per_layer_input=16, num_hidden_layers=4,
                          layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
