@@ -107,9 +107,12 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
             ) from e
     number_states(ep)
     try:
-        key_bias.fold_key_bias(ep)
+        folded = key_bias.fold_key_bias(ep)
     except key_bias.KeyBiasRefused as e:
         raise CaptureError(f"{type(module).__name__}: {e}") from e
+    if folded:
+        _progress(f"{len(folded)} attention calls take a mask the model builds as a per-key bias under its mask "
+                  f"({folded[0]}, ...): folded into one more key column (docs/ir.md)")
     try:
         # The context up to which sparse attention's key selection is every key (None: no such op).
         dense_context = key_selection.prove_dense(ep)

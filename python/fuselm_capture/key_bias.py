@@ -148,12 +148,13 @@ def _widen(graph, att, bias, heads) -> None:
         att.meta["val"] = torch.ops.fuselm.attention(*[_val(a) if isinstance(a, torch.fx.Node) else a for a in att.args])
 
 
-def fold_key_bias(ep) -> bool:
+def fold_key_bias(ep) -> list[str]:
     """Folds every mask tensor an attention call received into the call (see the module doc);
-    returns whether any was. Raises KeyBiasRefused naming the module otherwise."""
+    returns the folded calls' modules. Raises KeyBiasRefused naming the module otherwise."""
     from .key_selection import _eliminate_dead_code
     marker = torch.ops.fuselm.attention_tensor_mask.default
     ties = [n for n in ep.graph.nodes if _call(n, marker)]
+    folded = [module_of(t.args[0]) for t in ties]
     for tie in ties:
         att, mask = tie.args
         try:
@@ -171,4 +172,4 @@ def fold_key_bias(ep) -> bool:
     if ties:
         _eliminate_dead_code(ep.graph)
         ep.graph_module.recompile()
-    return bool(ties)
+    return folded
