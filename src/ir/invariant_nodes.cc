@@ -43,11 +43,15 @@ std::vector<bool> sweep(const Graph& graph, const std::vector<bool>& excluded) {
   return inv;
 }
 
-// Marks node i and every invariant node it was computed from.
-void mark_sources(const Graph& graph, int i, const std::vector<bool>& inv, std::vector<bool>& out) {
-  if (!inv[i] || out[i]) return;
-  out[i] = true;
-  for (const auto& a : graph.nodes[i].args) visit_refs(a, [&](int r) { mark_sources(graph, r, inv, out); });
+// Marks every invariant node that node i was computed from (itself included). The walk goes
+// through nodes that are not invariant too: a view with a symbolic size of an invariant value
+// still writes into it.
+void mark_sources(const Graph& graph, int i, const std::vector<bool>& inv, std::vector<bool>& seen,
+                  std::vector<bool>& out) {
+  if (seen[i]) return;
+  seen[i] = true;
+  if (inv[i]) out[i] = true;
+  for (const auto& a : graph.nodes[i].args) visit_refs(a, [&](int r) { mark_sources(graph, r, inv, seen, out); });
 }
 
 }  // namespace
@@ -56,9 +60,10 @@ std::vector<bool> invariant_nodes(const Graph& graph) {
   std::vector<bool> excluded(graph.nodes.size(), false);
   for (int o : graph.outputs) excluded[o] = true;
   const std::vector<bool> first = sweep(graph, excluded);
+  std::vector<bool> seen(graph.nodes.size(), false);
   for (const auto& node : graph.nodes) {
     if (!op_traits(node.op).in_place || node.args.empty()) continue;
-    visit_refs(node.args[0], [&](int r) { mark_sources(graph, r, first, excluded); });
+    visit_refs(node.args[0], [&](int r) { mark_sources(graph, r, first, seen, excluded); });
   }
   return sweep(graph, excluded);
 }

@@ -13,8 +13,8 @@ namespace fuselm::ir {
 /// arithmetic: none of them reads the batch, the KV cache or a state) that is not in place, reads
 /// no symbolic size, and whose every referenced argument is invariant. An invariant value that an
 /// in-place op writes (directly or through a view, op_traits.h `in_place`) is not, nor anything
-/// it was computed from or anything computed from it: a kept copy would carry one step's write
-/// into the next. Graph outputs are never invariant (the caller hands them out each run).
+/// it was computed from (through any op: a view with a symbolic size still aliases it) or
+/// anything computed from it: a kept copy would carry one step's write into the next. Graph outputs are never invariant (the caller hands them out each run).
 std::vector<bool> invariant_nodes(const Graph& graph);
 
 }  // namespace fuselm::ir
