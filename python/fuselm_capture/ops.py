@@ -17,7 +17,8 @@ import torch
 
 from .activations import ACTIVATIONS
 from .expert_lists import identify_listed_experts
-from .row_stacked_experts import NotRowStackedExperts, prove_row_stacked, row_stacked_experts_forward
+from .row_stacked_experts import (NotRowStackedExperts, looks_row_stacked, prove_row_stacked,
+                                  row_stacked_experts_forward)
 
 ATTENTION_NAME = "fuselm"
 
@@ -280,8 +281,9 @@ def _stacked_experts_forward(self, hidden_states, top_k_index, top_k_weights):
 
 def _identify_row_stacked(module) -> None:
     """Experts stacked by rows of 2-D parameters (row_stacked_experts.py), or the reason why not
-    when the module's parameters are 2-D at all (a module of another kind keeps its forward)."""
-    if not any(p.dim() == 2 for p in module.parameters()):
+    when the module's parameters have those shapes (a module of another kind, an attention module
+    with three arguments, keeps its forward and no experts hint)."""
+    if not looks_row_stacked(module):
         return
     try:
         module._fuselm_row_stacked = prove_row_stacked(module)

@@ -112,6 +112,13 @@ def _hypotheses(params, names, r, h):
                 yield e, roles
 
 
+def looks_row_stacked(module: torch.nn.Module) -> bool:
+    """Whether the module's parameters have the shapes prove_row_stacked takes (two or three 2-D
+    tensors sharing a hidden and a stacked width): only then is a failed proof worth a reason."""
+    params = [p for _, p in module.named_parameters()]
+    return len(params) in (2, 3) and all(p.dim() == 2 for p in params) and bool(_candidate_widths(params))
+
+
 def prove_row_stacked(module: torch.nn.Module) -> dict:
     """The experts form of a module (see the module doc), proven on an fp64 probe; raises
     NotRowStackedExperts saying why not."""
