@@ -15,7 +15,7 @@ columns e·I .. (e+1)·I, I = R / E), one assignment of the tensors to gate, up 
 orientation per tensor where I = H allows two, and one activation of activations.ACTIVATIONS.
 A wrong E slices other rows, so on random weights only the module's own E matches. The module's
 forward is then one fuselm::experts op over [E, 2I, H] and [E, H, I] views of those parameters
-(their copies are computed from parameters alone: the engine makes them once, at its first step).
+(their copies are computed from parameters alone: the engine makes them once, at load).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #pragma once
 // Nodes whose value is the same at every step: computed from parameters and constants alone
 // (a norm's `1 + weight`, a state-space layer's `-exp(A_log)`, weights cast, stacked or
-// concatenated for an experts op). The executor computes them at the first run and keeps them.
+// concatenated for an experts op). The executor computes them once, when it is built, and keeps them.
 #include <vector>
 
 #include "ir/graph.h"

@@ -53,13 +53,11 @@ Executor::Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& 
   pack_weights();
   for (int o : graph.outputs) last_use_[o] = INT_MAX;
   hold_invariants();
-  for (size_t i = 0; i < n; ++i) {
-    const auto& node = graph.nodes[i];
-    if (node.op == "placeholder") continue;
-    // A value nobody reads is dropped right after it is made.
-    int at = last_use_[i] < 0 ? static_cast<int>(i) : last_use_[i];
-    if (at != INT_MAX) frees_at_[at].push_back(static_cast<int>(i));
-  }
+  schedule_frees();
+  // Step-invariant values are made here, at load: their memory is in use before the KV pool is
+  // sized, and an op that fails on the weights fails the load.
+  for (const auto& node : graph.nodes)
+    if (fns_[node.index] && invariant_[node.index]) run_node(node);
 }
 
 // The weight operand of linear (argument 1, [n, k]) and addmm (argument 2, [k, n]) where it is a
@@ -85,8 +83,18 @@ void Executor::pack_weights() {
   }
 }
 
+void Executor::schedule_frees() {
+  for (const auto& node : graph_.nodes) {
+    if (node.op == "placeholder") continue;
+    const int i = node.index;
+    // A value nobody reads is dropped right after it is made.
+    const int at = last_use_[i] < 0 ? i : last_use_[i];
+    if (at != INT_MAX) frees_at_[at].push_back(i);
+  }
+}
+
 // A step-invariant value read by a node that runs every step is held for good; invariant values
-// only other invariant nodes read are freed at the first run, as any other.
+// only other invariant nodes read are freed once those are made.
 void Executor::hold_invariants() {
   invariant_ = ir::invariant_nodes(graph_);
   for (const auto& node : graph_.nodes) {
@@ -170,11 +178,10 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
     values_[idx].set_tensor(t);
   }
   for (const auto& node : graph_.nodes)
-    if (fns_[node.index] && !(invariants_ready_ && invariant_[node.index])) run_node(node);
+    if (fns_[node.index] && !invariant_[node.index]) run_node(node);
   for (int o : graph_.outputs)  // each once: an output listed twice is one value
     if (std::find(held_outputs_.begin(), held_outputs_.end(), &values_[o]) == held_outputs_.end())
       held_outputs_.push_back(&values_[o]);
-  invariants_ready_ = true;
   const Value& out = values_[graph_.outputs.front()];
   if (!out.is_tensor()) throw std::runtime_error("graph output is not a tensor");
   return out.t;
@@ -182,7 +189,6 @@ const Tensor& Executor::run(std::span<const Tensor> inputs, const Batch& batch) 
 
 void Executor::run_node(const ir::Node& node) {
   const int i = node.index;
-  if (invariant_[i]) drop(values_[i]);  // held from a run that failed after computing it
   auto& args = args_[i];
   for (size_t k = 0; k < node.args.size(); ++k) resolve(node.args[k], args[k]);
   OpCall call{ctx_, node, args, values_[i]};

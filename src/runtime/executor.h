@@ -20,7 +20,8 @@ class Executor {
  public:
   /// params/constants: placeholder target -> tensor (weights may be bf16/f16; the memory must
   /// outlive the executor). f32 and bf16 weights of linear/addmm are packed here, once, for the linear
-  /// kernels where the ISA path has a packed layout (kernels::PackedLinearWeights). Throws std::runtime_error naming the first op the engine lacks, with
+  /// kernels where the ISA path has a packed layout (kernels::PackedLinearWeights). Values computed from params and constants alone are made here (ir/invariant_nodes.h).
+  /// Throws std::runtime_error naming the first op the engine lacks (or an op failing on them), with
   /// its module path, or a placeholder without a tensor. comm: the communicator of the graph's
   /// collectives under tensor parallelism (op_context.h; it must outlive the executor), or nullptr.
   Executor(const ir::Graph& graph, const std::map<std::string, Tensor>& params,
@@ -37,7 +38,7 @@ class Executor {
   /// Throws std::out_of_range for a k past the outputs or an output that is not a tensor.
   const Tensor& output(size_t k) const;
 
-  /// How many nodes run only at the first run() and keep their value (ir/invariant_nodes.h).
+  /// How many nodes run once, at construction, and keep their value (ir/invariant_nodes.h).
   size_t invariant_count() const;
 
   const Batch& batch() const { return ctx_.batch(); }
@@ -56,6 +57,7 @@ class Executor {
   void resolve(const ir::Arg& a, Value& v);
   void pack_weights();
   void hold_invariants();
+  void schedule_frees();
   void run_node(const ir::Node& node);
   void retain(const Value& v);
   void drop(Value& v);
@@ -71,8 +73,7 @@ class Executor {
   SymbolValues symbols_;
   OpContext ctx_{pool_, graph_};  // what ops see (after pool_: it holds a reference)
   std::vector<Value*> held_outputs_;  // every graph output of the last run, dropped at the next
-  std::vector<bool> invariant_;       // node index -> computed once (ir/invariant_nodes.h)
-  bool invariants_ready_ = false;     // a run() completed: invariant values are held
+  std::vector<bool> invariant_;       // node index -> computed once, at construction (ir/invariant_nodes.h)
 };
 
 }  // namespace fuselm::runtime

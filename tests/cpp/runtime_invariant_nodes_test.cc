@@ -1,5 +1,5 @@
-// Step-invariant values (ir/invariant_nodes.h): computed from parameters alone at the first run
-// and kept, so a later change of the parameter's memory does not reach the output; a value an
+// Step-invariant values (ir/invariant_nodes.h): computed from parameters alone when the executor
+// is built and kept, so a later change of the parameter's memory does not reach the output; a value an
 // in-place op writes (directly or through a view) is recomputed every run. The oracle is the
 // arithmetic written out here, on two runs with different inputs.
 #include <gtest/gtest.h>
