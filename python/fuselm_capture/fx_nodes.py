@@ -17,3 +17,17 @@ def insert_call(graph: torch.fx.Graph, before: torch.fx.Node, target, args: tupl
     n.meta = {k: v for k, v in meta_from.meta.items() if k in _MODULE_META}
     n.meta["val"] = fake
     return n
+
+
+def eliminate_dead_code(graph) -> None:
+    """FX's dead-code elimination, where export's metadata checks of a value (`.to()` leaves an
+    `_assert_tensor_metadata`) do not keep an otherwise dead value alive."""
+    checks = {torch.ops.aten._assert_tensor_metadata.default}
+    while True:
+        graph.eliminate_dead_code()
+        dead = [n for n in graph.nodes if n.op == "call_function" and n.target in checks and n.args
+                and isinstance(n.args[0], torch.fx.Node) and all(u.target in checks for u in n.args[0].users)]
+        if not dead:
+            return
+        for n in dead:
+            graph.erase_node(n)

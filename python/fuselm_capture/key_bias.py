@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .decompose import module_of
-from .fx_nodes import insert_call
+from .fx_nodes import eliminate_dead_code, insert_call
 
 aten = torch.ops.aten
 
@@ -151,7 +151,6 @@ def _widen(graph, att, bias, heads) -> None:
 def fold_key_bias(ep) -> list[str]:
     """Folds every mask tensor an attention call received into the call (see the module doc);
     returns the folded calls' modules. Raises KeyBiasRefused naming the module otherwise."""
-    from .key_selection import _eliminate_dead_code
     marker = torch.ops.fuselm.attention_tensor_mask.default
     ties = [n for n in ep.graph.nodes if _call(n, marker)]
     folded = [module_of(t.args[0]) for t in ties]
@@ -170,6 +169,6 @@ def fold_key_bias(ep) -> list[str]:
         tie.replace_all_uses_with(att)
         ep.graph.erase_node(tie)
     if ties:
-        _eliminate_dead_code(ep.graph)
+        eliminate_dead_code(ep.graph)
         ep.graph_module.recompile()
     return folded

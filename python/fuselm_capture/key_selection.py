@@ -28,6 +28,7 @@ import torch
 
 from . import masks  # noqa: F401 - registers fuselm::mask_tensor, which prove_dense looks for
 from .decompose import module_of
+from .fx_nodes import eliminate_dead_code
 
 # Ops that carry the indices unchanged but for their dtype (transformers casts them to int32).
 _CASTS = frozenset({"to", "_to_copy", "alias", "clone", "contiguous", "detach", "lift_fresh_copy"})
@@ -111,20 +112,6 @@ def _why_not_every_key(attn, sel) -> tuple[str | None, int]:
     return None, bound
 
 
-def _eliminate_dead_code(graph) -> None:
-    """FX's dead-code elimination, where export's metadata checks of a value (`.to()` leaves an
-    `_assert_tensor_metadata`) do not keep an otherwise dead value alive."""
-    checks = {torch.ops.aten._assert_tensor_metadata.default}
-    while True:
-        graph.eliminate_dead_code()
-        dead = [n for n in graph.nodes if n.op == "call_function" and n.target in checks and n.args
-                and isinstance(n.args[0], torch.fx.Node) and all(u.target in checks for u in n.args[0].users)]
-        if not dead:
-            return
-        for n in dead:
-            graph.erase_node(n)
-
-
 def _key_select_at(node, at: int):
     return node.args[at] if len(node.args) > at else node.kwargs.get("key_select")
 
@@ -165,7 +152,7 @@ def prove_dense(ep) -> int | None:
     if bound is None and not any(n.op == "call_function" and n.target is torch.ops.fuselm.mask_tensor.default
                                  for n in ep.graph.nodes):
         return None  # nothing to prove: the graph stays as exported
-    _eliminate_dead_code(ep.graph)
+    eliminate_dead_code(ep.graph)
     ep.graph_module.recompile()
     _refuse_live_masks(ep.graph)
     return bound
