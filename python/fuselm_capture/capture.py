@@ -21,7 +21,7 @@ import torch
 
 from . import checkpoint_keys, key_bias, key_selection, messages, ops
 from .ir_writer import Writer, dtype_name
-from .meta_init import parameters_on_meta, scalar_constants_on_cpu
+from .meta_init import constants_on_cpu, parameters_on_meta
 
 IR_DIR_NAME = "fuselm-ir"
 # The graph inputs that carry the tokens' absolute positions (forward_inputs passes one of them).
@@ -62,7 +62,8 @@ def _innermost_module(exc: BaseException, names: dict[int, str]) -> torch.nn.Mod
 def _export(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
     """torch.export.export, non-strict, with the recurrent dispatch points substituted."""
     from .dispatch import recurrent_dispatch
-    with torch.no_grad(), recurrent_dispatch(module):
+    from .sequence_length import pinned_sequence_length
+    with torch.no_grad(), recurrent_dispatch(module), pinned_sequence_length(module):
         return torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
 
 
@@ -75,11 +76,16 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     from .dispatch import DispatchRefused, number_states, recurrent_dispatch
     from .length_watch import watch_length
     from .range_guards import drop_proved_guards
+    from .sequence_length import pinned_sequence_length
     names = {id(m): n for n, m in module.named_modules()}
     try:
         with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length, drop_proved_guards(), \
-                scalar_constants_on_cpu():
+                constants_on_cpu(), pinned_sequence_length(module) as pinned:
             ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+        if pinned is not None and pinned.readers:
+            _progress(f"{', '.join(pinned.readers)} reads the sequence length as its largest position (a RoPE "
+                      f"that depends on the length): captured at the context, {pinned.context} tokens, the "
+                      f"choice serving engines fix once (docs/ir.md)")
     except DispatchRefused as e:
         raise RecurrenceRefused(f"{type(module).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001 - every torch failure is reported the same way
@@ -612,9 +618,11 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     if gguf.exists():
         from .gguf_capture import gguf_entries
         try:
-            found = gguf_entries(model_dir, model, ep)
+            found, notes = gguf_entries(model_dir, model, ep, constants)
         except Exception as e:  # noqa: BLE001 - a GGUF that does not fit the model, one line
             raise CaptureError(f"{gguf}: {_first_line(e)}") from e
+        for line in notes:
+            _progress(line)
     else:
         found = checkpoint_keys.resolve(model, model_keys, ckpt)
         _check_proved_buffers(model, found, ckpt, model_dir)

@@ -207,9 +207,24 @@ def _table(ops) -> dict:
     return table
 
 
+def _drop_inplace_detach(ep: torch.export.ExportedProgram) -> None:
+    """aten.detach_ changes no value in inference (export leaves one on a torch.tensor(...) made
+    inside forward): its uses read its argument, and what only it kept alive goes."""
+    from .fx_nodes import eliminate_dead_code
+    graph = ep.graph
+    found = [n for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.detach_.default]
+    for node in found:
+        node.replace_all_uses_with(node.args[0])
+        graph.erase_node(node)
+    if found:
+        eliminate_dead_code(graph)
+        ep.graph_module.recompile()
+
+
 def decompose_missing(ep: torch.export.ExportedProgram, ignored: set[str]) -> torch.export.ExportedProgram:
     """ep with every op the engine lacks decomposed into ops it has; raises UnsupportedOpError
     naming the op and its module when one cannot be. ignored: op names the IR drops anyway."""
+    _drop_inplace_detach(ep)
     for _ in range(MAX_ROUNDS):
         missing = missing_ops(ep, ignored)
         if not missing:

@@ -29,20 +29,32 @@ def parameters_on_meta():
         nn.Module.register_parameter = original
 
 
-class _ScalarConstantsOnCpu(torch.overrides.TorchFunctionMode):
+def _numbers(data) -> bool:
+    """Whether data is a Python number or a (nested) list or tuple of them."""
+    if isinstance(data, (bool, int, float)):
+        return True
+    return isinstance(data, (list, tuple)) and all(_numbers(x) for x in data)
+
+
+class _ConstantsOnCpu(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
-        if func is torch.tensor and args and isinstance(args[0], (bool, int, float)) and \
+        if func is torch.tensor and args and _numbers(args[0]) and \
                 torch.device(kwargs.get("device") or "cpu").type == "meta":
             kwargs["device"] = "cpu"
+            out = func(*args, **kwargs)
+            # A 0-d CPU tensor combines with tensors of any device; a longer one is moved, in the graph.
+            return out if out.dim() == 0 else out.to("meta")
         return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
-def scalar_constants_on_cpu():
-    """torch.tensor(<a Python number>, device=<the input's device>) made inside forward is created on
+def constants_on_cpu():
+    """torch.tensor(<Python numbers>, device=<the input's device>) made inside forward is created on
     the CPU, not on meta (where capture runs the model): export lifts it as a constant with its value
-    (the IR's constants need it; a meta one has none). A 0-d CPU tensor combines with tensors of any
-    device, so the traced graph is the same. Gemma 3n's activation sparsity makes its cut-off so."""
-    with _ScalarConstantsOnCpu():
+    (the IR's constants need it; a meta one has none). A 0-d one stays there (it combines with
+    tensors of any device, so the traced graph is the same); a longer one is moved to meta by an op
+    of the graph, which the engine reads as no move. Gemma 3n's activation sparsity makes such a
+    cut-off; longrope's factors are such a list (sequence_length.py)."""
+    with _ConstantsOnCpu():
         yield
