@@ -105,11 +105,39 @@ def _rows_entry(gguf: Path, target: str, tensor: str, tr, heads: int | None):
     return {"order": list(tr.row_order)}
 
 
-def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
+def _check_every_tensor_read(gguf: Path, reader, plan: dict, ep, constants: dict) -> list[str]:
+    """Every tensor of the file is a parameter's, or llama.cpp's RoPE factors applied to the graph's
+    frequencies (gguf_rope_factors.py); returns lines for the capture's progress. A tensor the model
+    transformers builds from the metadata has no place for is part of the model llama.cpp runs:
+    running without it would be another model, so it is refused, naming it."""
+    from .gguf_rope_factors import FACTORS_TENSOR, RopeFactorsRefused, apply_rope_factors
+    read = {tensor for tensor, _ in plan.values()}
+    unread = [t.name for t in reader.tensors if t.name not in read]
+    notes = []
+    if FACTORS_TENSOR in unread:
+        used = {s.target for s in ep.graph_signature.input_specs if s.target in constants}
+        try:
+            changed = apply_rope_factors(reader, constants, used)
+        except RopeFactorsRefused as e:
+            raise GgufCaptureError(str(e)) from None
+        unread.remove(FACTORS_TENSOR)
+        notes.append(f"'{FACTORS_TENSOR}' divides the RoPE frequencies of {', '.join(changed) or 'none'} "
+                     f"(the GGUF's frequency factors; the config already carried them where none)")
+    if unread:
+        more = f" and {len(unread) - 4} more" if len(unread) > 4 else ""
+        raise GgufCaptureError(f"tensors {', '.join(repr(n) for n in unread[:4])}{more} belong to no parameter of "
+                               f"the model transformers builds from the file's metadata; the engines GGUF is made for read "
+                               f"them, so the model would run without part of itself (refused)")
+    return notes
+
+
+def gguf_entries(model_dir: Path, model, ep, constants: dict) -> tuple[dict[str, dict], list[str]]:
     """Parameter target -> its checkpoint entry, for every parameter the file holds. Each entry
     carries what transformers' tensor processor does to the tensor (gguf_transforms.py), as data
     the C++ loader applies: "rows" (a row order), "transpose", "offset" (added to every element),
-    "map" (an elementwise function of gguf_transforms.ELEMENTWISE), "file_shape" (when the processor reshapes or transposes); "processor" names it for messages."""
+    "map" (an elementwise function of gguf_transforms.ELEMENTWISE), "file_shape" (when the processor reshapes or transposes); "processor" names it for messages.
+    Also returns progress lines; constants (name -> value of the graph's constants) may change
+    (_check_every_tensor_read)."""
     from gguf import GGUFReader
 
     from .gguf_source import gguf_tensor_plan
@@ -119,6 +147,7 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
     arch = reader.fields["general.architecture"].contents()
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     plan = gguf_tensor_plan(gguf, model, reader)
+    notes = _check_every_tensor_read(gguf, reader, plan, ep, constants)
     heads = rotate_half_heads(ep) if arch in ROPE_NORM_ARCHS else {}
     shapes = {k: list(p.shape) for k, p in model.named_parameters(remove_duplicate=False)}
     out = {}
@@ -136,4 +165,4 @@ def gguf_entries(model_dir: Path, model, ep) -> dict[str, dict]:
         if tr.changes_values:
             entry["processor"] = tr.processor
         out[target] = entry
-    return out
+    return out, notes

@@ -93,12 +93,15 @@ def _tokens():
     return [chr(c) for c in cs]
 
 
-def write_gguf(family: str, qname: str, path: Path) -> None:
+def write_gguf(family: str, qname: str, path: Path, config=None, extra: dict | None = None):
+    """Writes the family's tiny random model (or one of `config`) to path with its matrices as
+    `qname` blocks (F32: as they are), `extra` tensors (name -> float32 array) after them;
+    returns the transformers model whose weights the file holds."""
     import gguf
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    config = _config(family)
+    config = config or _config(family)
     config.initializer_range = 0.08
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3}[family]
@@ -131,14 +134,17 @@ def write_gguf(family: str, qname: str, path: Path) -> None:
         assert gname, name
         if family == "llama" and base.endswith(("q_proj", "k_proj")):
             x = _permute(x, HEADS if base.endswith("q_proj") else KV)
-        if x.ndim == 2:
+        if x.ndim == 2 and qname != "F32":
             w.add_tensor(f"{gname}.{suffix}", _blocks(x, qtype, rng), raw_dtype=qtype)
         else:
             w.add_tensor(f"{gname}.{suffix}", x)
+    for name, x in (extra or {}).items():
+        w.add_tensor(name, np.asarray(x, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return model.eval()
 
 
 def _fuselm(fuselm_bin, gguf_path, tmp_path, env):
