@@ -105,13 +105,15 @@ def _rows_entry(gguf: Path, target: str, tensor: str, tr, heads: int | None):
     return {"order": list(tr.row_order)}
 
 
-def _check_every_tensor_read(gguf: Path, reader, plan: dict, ep, constants: dict) -> list[str]:
-    """Every tensor of the file is a parameter's, or llama.cpp's RoPE factors applied to the graph's
-    frequencies (gguf_rope_factors.py); returns lines for the capture's progress. A tensor the model
+def _check_every_tensor_read(gguf: Path, reader, plan: dict, ep, constants: dict, model_config) -> list[str]:
+    """Every tensor of the file is a parameter's, longrope factors the config carries
+    (gguf_rope_config.py), or llama.cpp's RoPE factors applied to the graph's frequencies
+    (gguf_rope_factors.py); returns lines for the capture's progress. A tensor the model
     transformers builds from the metadata has no place for is part of the model llama.cpp runs:
     running without it would be another model, so it is refused, naming it."""
+    from .gguf_rope_config import consumed_tensors
     from .gguf_rope_factors import FACTORS_TENSOR, RopeFactorsRefused, apply_rope_factors
-    read = {tensor for tensor, _ in plan.values()}
+    read = {tensor for tensor, _ in plan.values()} | consumed_tensors(model_config, reader)
     unread = [t.name for t in reader.tensors if t.name not in read]
     notes = []
     if FACTORS_TENSOR in unread:
@@ -147,7 +149,7 @@ def gguf_entries(model_dir: Path, model, ep, constants: dict) -> tuple[dict[str,
     arch = reader.fields["general.architecture"].contents()
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     plan = gguf_tensor_plan(gguf, model, reader)
-    notes = _check_every_tensor_read(gguf, reader, plan, ep, constants)
+    notes = _check_every_tensor_read(gguf, reader, plan, ep, constants, model.config)
     heads = rotate_half_heads(ep) if arch in ROPE_NORM_ARCHS else {}
     shapes = {k: list(p.shape) for k, p in model.named_parameters(remove_duplicate=False)}
     out = {}

@@ -21,10 +21,13 @@ from .gguf_prep import (GgufPrepError, _install, _make_readable, _read_marker, _
 
 MARKER = "fuselm-gguf-source.json"
 KIND = "gguf-direct"
+# Bumped when the directory's config.json is made differently (2: the file's RoPE fields put back),
+# so that a directory made before is made again.
+LAYOUT = 2
 
 
 def _stamp(gguf: Path) -> dict:
-    return {**_source_stamp(gguf), "source": str(gguf), "kind": KIND}
+    return {**_source_stamp(gguf), "source": str(gguf), "kind": KIND, "layout": LAYOUT}
 
 
 def is_current(gguf: Path, out: Path) -> bool:
@@ -35,7 +38,11 @@ def is_current(gguf: Path, out: Path) -> bool:
 def write_config(gguf: Path, meta: dict, out: Path) -> None:
     from .gguf_source import gguf_config
 
-    config = gguf_config(gguf)
+    notes: list[str] = []
+    config = gguf_config(gguf, notes)
+    for line in notes:
+        print(f"fuselm: {gguf.name}: the file's {line} (transformers' GGUF config mapping drops it)",
+              file=sys.stderr, flush=True)
     config.bos_token_id = meta.get("tokenizer.ggml.bos_token_id")
     config.eos_token_id = meta.get("tokenizer.ggml.eos_token_id")
     if "tokenizer.ggml.padding_token_id" in meta:

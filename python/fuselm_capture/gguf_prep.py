@@ -270,9 +270,21 @@ def _write_weights(gguf_path: Path, meta: dict, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from gguf import GGUFReader
+
+    from .gguf_rope_factors import FACTORS_TENSOR
+    from .gguf_source import GgufSourceError, gguf_config
+
+    if any(t.name == FACTORS_TENSOR for t in GGUFReader(str(gguf_path)).tensors):
+        raise GgufPrepError(f"{gguf_path}: its tensor '{FACTORS_TENSOR}' (RoPE frequency factors) has no place in a "
+                            f"transformers model directory; run the file as it is: fuselm generate {gguf_path}")
+    try:
+        config = gguf_config(gguf_path)  # with the RoPE fields transformers' mapping drops
+    except GgufSourceError as e:
+        raise GgufPrepError(f"{gguf_path}: {e}") from None
     log("dequantizing weights to fp32 with transformers' GGUF loader")
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=str(gguf_path),
-                                                  dtype=torch.float32)
+                                                  config=config, dtype=torch.float32)
     # The GGUF load leaves a quantizer on the model and a `quantization_config` in its config, which
     # forbid saving and would send later loads back to the GGUF path. Move the dequantized weights
     # into a plain model of the same config instead.

@@ -20,17 +20,29 @@ class GgufSourceError(RuntimeError):
     pass
 
 
-def gguf_config(gguf_path):
-    """The transformers config of a GGUF file (no weights read)."""
+def gguf_config(gguf_path, notes: list[str] | None = None):
+    """The transformers config of a GGUF file (no weights read), with the RoPE fields transformers'
+    mapping drops put back (gguf_rope_config.py; a line per field in `notes`). GgufSourceError
+    names a field the config cannot carry."""
+    from gguf import GGUFReader
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from .gguf_rope_config import GgufRopeRefused, complete_rope
 
     parsed = load_gguf_checkpoint(str(gguf_path), return_tensors=False)
     cfg = dict(parsed["config"])
     model_type = cfg.pop("model_type", None)
     if model_type is None:
         raise GgufSourceError(f"{gguf_path}: transformers found no architecture in the GGUF metadata")
-    return AutoConfig.for_model(model_type, **cfg)
+    config = AutoConfig.for_model(model_type, **cfg)
+    try:
+        changed = complete_rope(config, GGUFReader(str(gguf_path)))
+    except GgufRopeRefused as e:
+        raise GgufSourceError(str(e)) from None  # the caller names the file
+    if notes is not None:
+        notes.extend(changed)
+    return config
 
 
 def transformers_processor(gguf_path, reader=None):

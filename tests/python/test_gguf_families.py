@@ -41,11 +41,13 @@ H, FF, LAYERS, HEADS, KV, VOCAB = 256, 512, 2, 4, 2, 256
 
 
 def _config(family):
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, Phi3Config, Qwen2Config, Qwen3Config
 
     common = dict(vocab_size=VOCAB, hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
                   num_attention_heads=HEADS, num_key_value_heads=KV, max_position_embeddings=256,
                   rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    if family == "phi3":
+        return Phi3Config(**common, pad_token_id=0)  # its default pad id is outside the tiny vocabulary
     return {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[family](**common)
 
 
@@ -93,10 +95,11 @@ def _tokens():
     return [chr(c) for c in cs]
 
 
-def write_gguf(family: str, qname: str, path: Path, config=None, extra: dict | None = None):
+def write_gguf(family: str, qname: str, path: Path, config=None, extra: dict | None = None, metadata=None):
     """Writes the family's tiny random model (or one of `config`) to path with its matrices as
-    `qname` blocks (F32: as they are), `extra` tensors (name -> float32 array) after them;
-    returns the transformers model whose weights the file holds."""
+    `qname` blocks (F32: as they are), `extra` tensors (name -> float32 array) after them and
+    `metadata(writer)` after the common fields; returns the transformers model whose weights the
+    file holds."""
     import gguf
     from transformers import AutoModelForCausalLM
 
@@ -104,7 +107,8 @@ def write_gguf(family: str, qname: str, path: Path, config=None, extra: dict | N
     config = config or _config(family)
     config.initializer_range = 0.08
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3}[family]
+    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3": gguf.MODEL_ARCH.QWEN3,
+            "phi3": gguf.MODEL_ARCH.PHI3}[family]
     names = gguf.get_tensor_name_map(arch, LAYERS)
     qtype = getattr(gguf.GGMLQuantizationType, qname)
     rng = np.random.default_rng(1)
@@ -127,10 +131,12 @@ def write_gguf(family: str, qname: str, path: Path, config=None, extra: dict | N
     w.add_token_merges([])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    if metadata:
+        metadata(w)
     for name, p in model.state_dict().items():
         x = p.detach().numpy().astype(np.float32)
         base, _, suffix = name.rpartition(".")
-        gname = names.get_name(base.removeprefix("model."))
+        gname = names.get_name(base.removeprefix("model.")) or names.get_name(base)
         assert gname, name
         if family == "llama" and base.endswith(("q_proj", "k_proj")):
             x = _permute(x, HEADS if base.endswith("q_proj") else KV)

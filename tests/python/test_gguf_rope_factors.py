@@ -66,16 +66,16 @@ def test_rope_factors_of_a_gguf_are_applied(fuselm_bin, tmp_path, tmp_path_facto
 
 
 def test_a_gguf_tensor_no_parameter_reads_is_refused(fuselm_bin, tmp_path, tmp_path_factory):
-    """Phi-3's long-context factors (rope_factors_long) have no place in the model transformers builds
-    from a llama file's metadata: one line naming the tensor, exit 1."""
+    """Token-type embeddings (llama.cpp's `token_types`, BERT's) have no place in the model transformers
+    builds from a llama file's metadata: one line naming the tensor, exit 1."""
     path = tmp_path / "extra.gguf"
-    families.write_gguf("llama", "Q8_0", path, extra={"rope_factors_long.weight": np.ones(32)})
+    families.write_gguf("llama", "Q8_0", path, extra={"token_types.weight": np.ones((2, families.H))})
     env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
     proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", "1,2", "--max-tokens", "1"],
                           capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert "'rope_factors_long.weight'" in last and "belong to no parameter" in last, last
+    assert "'token_types.weight'" in last and "belong to no parameter" in last, last
 
 
 def test_factors_the_graph_has_no_frequencies_for_are_refused(fuselm_bin, tmp_path, tmp_path_factory):
@@ -88,3 +88,14 @@ def test_factors_the_graph_has_no_frequencies_for_are_refused(fuselm_bin, tmp_pa
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "'rope_freqs.weight' holds 7 factors" in last, last
+
+
+def test_verify_applies_the_factors_to_its_reference(fuselm_bin, tmp_path, tmp_path_factory):
+    """`fuselm verify` on such a file: transformers' reference gets the factors too (else it would be
+    the model without them, more than 5 % of max|logit| away, and verify would fail)."""
+    path = tmp_path / "llama3-rope.gguf"
+    config = _llama3_config()
+    families.write_gguf("llama", "F32", path, config=config, extra={"rope_freqs.weight": _factors(config)})
+    env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
+    proc = subprocess.run([str(fuselm_bin), "verify", str(path)], capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0 and "verify: PASS" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]

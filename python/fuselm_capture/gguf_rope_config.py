@@ -1,0 +1,182 @@
+"""The RoPE a GGUF's metadata describes, completed in the config transformers builds from it.
+
+transformers' GGUF config mappings (integrations/ggml.py) read few RoPE fields: `rope.freq_base`,
+and for most architectures nothing of `rope.dimension_count` or `rope.scaling.*`. What they drop,
+the model transformers builds lacks: a Phi-4-mini file (three quarters of each head rotated) came
+out rotating whole heads, a Phi-3 128k file without its long factors; transformers itself then
+runs such a file as another model. llama.cpp's converter writes these fields (convert_hf_to_gguf:
+set_gguf_parameters, generate_extra_tensors) and llama.cpp applies them, so capture puts each back
+where the config keeps it, as transformers' own config would have it:
+
+- `rope.dimension_count` n against the config's rotated width (head_dim x partial_rotary_factor):
+  where they differ, partial_rotary_factor = n / head_dim;
+- `rope.scaling.type` linear or yarn with `rope.scaling.factor` (yarn: also
+  `rope.scaling.original_context_length` and its beta fields): the rope_parameters of that type;
+- the tensors `rope_factors_long.weight` and `rope_factors_short.weight` with
+  `rope.scaling.original_context_length` (and `rope.scaling.attn_factor`): longrope, the factors
+  read from the tensors (the engine then picks them by the context, as sequence_length.py says).
+
+A config that keeps its RoPE per layer type (Gemma 3) gets the file's scaling on the layer types
+whose base is the file's rope.freq_base, as llama.cpp scales only its non-SWA layers. A field it
+cannot place (a scaling type it does not know, a yarn log multiplier, layer types the bases do not
+tell apart, a config class without partial rotation) is refused naming it: running without it
+would run another model. The tensors taken so are named by `consumed_tensors`, so that the check
+that every tensor is read (gguf_capture) counts them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LONG, SHORT = "rope_factors_long.weight", "rope_factors_short.weight"  # llama.cpp's ROPE_FACTORS_LONG/SHORT
+
+
+class GgufRopeRefused(RuntimeError):
+    """RoPE metadata of a GGUF that the config cannot carry."""
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def _tensor(reader, name: str):
+    return next((np.asarray(t.data, dtype=np.float64).reshape(-1) for t in reader.tensors if t.name == name), None)
+
+
+def _head_dim(text) -> int:
+    return int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+
+
+def _rotated_width(text, params: dict) -> int:
+    factor = params.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", 1.0)) or 1.0
+    return int(_head_dim(text) * float(factor))
+
+
+def _scaling(reader, arch: str, params: dict) -> dict | None:
+    """rope_parameters for `rope.scaling.type` (None where the file has no scaling)."""
+    kind = _field(reader, f"{arch}.rope.scaling.type")
+    if kind in (None, "none"):
+        return None
+    factor = _field(reader, f"{arch}.rope.scaling.factor")
+    if kind not in ("linear", "yarn") or factor is None:
+        raise GgufRopeRefused(f"rope.scaling.type '{kind}'{'' if factor is not None else ' with no factor'} has no "
+                              "transformers rope type fuselm maps it to")
+    out = dict(params, rope_type=kind, factor=float(factor))
+    for unplaced in ("alpha", "yarn_attn_factor"):
+        value = _field(reader, f"{arch}.rope.scaling.{unplaced}")
+        if value is not None and float(value) != 1.0:
+            raise GgufRopeRefused(f"rope.scaling.{unplaced} {value} has no place in the config transformers builds")
+    if kind == "yarn":
+        if _field(reader, f"{arch}.rope.scaling.yarn_log_multiplier"):
+            raise GgufRopeRefused("rope.scaling.yarn_log_multiplier (a yarn attention scale) has no place in the "
+                                  "config transformers builds")
+        orig = _field(reader, f"{arch}.rope.scaling.original_context_length")
+        if orig is not None:
+            out["original_max_position_embeddings"] = int(orig)
+        for gguf_key, key in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+            value = _field(reader, f"{arch}.rope.scaling.{gguf_key}")
+            if value is not None:
+                out[key] = float(value)
+    return out
+
+
+def _longrope(reader, arch: str, params: dict, width: int) -> dict | None:
+    """longrope rope_parameters from the factor tensors (None where the file has none)."""
+    long, short = _tensor(reader, LONG), _tensor(reader, SHORT)
+    if long is None and short is None:
+        return None
+    orig = _field(reader, f"{arch}.rope.scaling.original_context_length")
+    if long is None or short is None or orig is None or long.size != short.size or 2 * long.size != width:
+        raise GgufRopeRefused(f"tensors '{LONG}' and '{SHORT}' need each other, {width // 2} factors each and "
+                              "rope.scaling.original_context_length")
+    out = dict(params, rope_type="longrope", long_factor=[float(x) for x in long],
+               short_factor=[float(x) for x in short], original_max_position_embeddings=int(orig))
+    attn = _field(reader, f"{arch}.rope.scaling.attn_factor")
+    if attn is not None:
+        out["attention_factor"] = float(attn)
+    return out
+
+
+def _per_layer_type(reader, arch: str, text, params: dict) -> list[str]:
+    """A config keeping its RoPE per layer type (Gemma 3: sliding layers at one base, full ones at
+    the file's rope.freq_base). llama.cpp scales only its non-SWA layers (llama_model::
+    get_rope_freq_scale), whose base is that field: the file's scaling goes to the layer types of
+    that base, which must be some but not all of them. The width must be each type's; longrope
+    factors are refused."""
+    n = _field(reader, f"{arch}.rope.dimension_count")
+    if n is not None and any(int(n) != _rotated_width(text, p) for p in params.values()):
+        raise GgufRopeRefused(f"rope.dimension_count {n} is not the rotated width of every layer type of the config")
+    if _tensor(reader, LONG) is not None or _tensor(reader, SHORT) is not None:
+        raise GgufRopeRefused(f"tensors '{LONG}' and '{SHORT}' have no place in a config that keeps its RoPE per "
+                              "layer type")
+    kind = _field(reader, f"{arch}.rope.scaling.type")
+    if kind in (None, "none"):
+        return []
+    base = _field(reader, f"{arch}.rope.freq_base")
+    targets = [k for k, p in params.items() if base is not None and float(p.get("rope_theta", -1)) == float(base)]
+    if not targets or len(targets) == len(params):
+        raise GgufRopeRefused(f"rope.scaling.type '{kind}': which of the config's layer types "
+                              f"({', '.join(params)}) it scales cannot be told by their bases")
+    changed = []
+    for key in targets:
+        if params[key].get("rope_type", "default") == "default":
+            params[key] = _scaling(reader, arch, params[key])
+            changed.append(f"RoPE scaling {kind} for the {key} layers")
+    return changed
+
+
+def _partial_rotation(text, params: dict, n) -> str | None:
+    """Sets partial_rotary_factor in params where rope.dimension_count n says another width."""
+    if n is None or int(n) == _rotated_width(text, params):
+        return None
+    if not hasattr(text, "partial_rotary_factor") and "partial_rotary_factor" not in params:
+        raise GgufRopeRefused(f"rope.dimension_count {n} is not the head size {_head_dim(text)}, and "
+                              f"{type(text).__name__} rotates whole heads")
+    params["partial_rotary_factor"] = int(n) / _head_dim(text)
+    return f"rope.dimension_count {n}: partial_rotary_factor {params['partial_rotary_factor']:g}"
+
+
+def _store(text, params: dict) -> None:
+    text.rope_parameters = params
+    for key in ("partial_rotary_factor", "original_max_position_embeddings"):
+        if key in params and hasattr(text, key):  # classes that keep them beside rope_parameters too
+            setattr(text, key, params[key])
+
+
+def complete_rope(config, reader) -> list[str]:
+    """Puts the file's RoPE fields the config lacks into it (in place); returns what changed, one
+    line each. GgufRopeRefused names a field it cannot place."""
+    arch = _field(reader, "general.architecture")
+    text = config.get_text_config()
+    params = dict(getattr(text, "rope_parameters", None) or {})
+    if not params:  # no RoPE (transformers 5 gives every RoPE config its rope_parameters)
+        return []
+    if all(isinstance(v, dict) for v in params.values()):
+        params = {k: dict(v) for k, v in params.items()}
+        changed = _per_layer_type(reader, arch, text, params)
+        if changed:
+            text.rope_parameters = params
+        return changed
+    changed = [line for line in [_partial_rotation(text, params, _field(reader, f"{arch}.rope.dimension_count"))]
+               if line]
+    if params.get("rope_type", "default") == "default":
+        scaled = _longrope(reader, arch, params, _rotated_width(text, params)) or _scaling(reader, arch, params)
+        if scaled is not None:
+            params = scaled
+            extra = f" ('{LONG}', '{SHORT}')" if params["rope_type"] == "longrope" else ""
+            changed.append(f"RoPE scaling {params['rope_type']}{extra}")
+    if changed:
+        _store(text, params)
+    return changed
+
+
+def consumed_tensors(config, reader) -> set[str]:
+    """The file's longrope factor tensors the config carries (same values), which no parameter reads."""
+    params = getattr(config.get_text_config(), "rope_parameters", None) or {}
+    long, short = _tensor(reader, LONG), _tensor(reader, SHORT)
+    if long is None or short is None or params.get("rope_type") != "longrope":
+        return set()
+    same = all(np.allclose(np.asarray(params.get(k, []), dtype=np.float64), v, rtol=1e-6)
+               for k, v in (("long_factor", long), ("short_factor", short)) if len(params.get(k, [])) == v.size)
+    sized = len(params.get("long_factor", [])) == long.size and len(params.get("short_factor", [])) == short.size
+    return {LONG, SHORT} if same and sized else set()
