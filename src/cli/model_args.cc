@@ -82,10 +82,10 @@ fs::path gguf_model_dir(const fs::path& gguf) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the path: one directory per file
   for (unsigned char c : abs.string()) h = (h ^ c) * 1099511628211ull;
   const fs::path dir = engine::cache_root() / "gguf" / fmt::format("{}-{:016x}", abs.stem().string(), h);
-  std::string cmd = fmt::format("PYTHONPATH='{}/python' '{}' -m fuselm_capture.gguf_dir '{}' --out '{}' >/dev/null",
-                                engine::source_dir().string(), engine::capture_python(), abs.string(), dir.string());
-  if (std::system(cmd.c_str()) != 0)
-    throw std::runtime_error(abs.string() + ": could not read the GGUF's config and tokenizer (see the error above)");
+  // Its notes stream to stderr; its one error line (it names the file) becomes ours.
+  const std::string failed = engine::run_python_module("fuselm_capture.gguf_dir", {abs.string(), "--out", dir.string()},
+                                                       "fuselm: error: ", true);
+  if (!failed.empty()) throw std::runtime_error(failed);
   return dir;
 }
 

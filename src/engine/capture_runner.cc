@@ -88,6 +88,42 @@ static std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+std::string run_python_module(const std::string& module, const std::vector<std::string>& args,
+                              std::string_view error_prefix, bool drop_stdout) {
+  const std::string python = capture_python();
+  std::string cmd = fmt::format("PYTHONPATH={} {} -m {}", shell_quote((source_dir() / "python").string()),
+                                shell_quote(python), module);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += drop_stdout ? " 2>&1 >/dev/null </dev/null" : " 2>&1 </dev/null";
+  std::fflush(stderr);
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) throw std::runtime_error(fmt::format("cannot start {}", python));
+  std::string error, last, line;
+  char buf[4096];
+  auto take = [&](const std::string& l) {
+    if (l.rfind(error_prefix, 0) == 0) {
+      error = l.substr(error_prefix.size());
+      return;
+    }
+    std::fprintf(stderr, "%s\n", l.c_str());
+    if (l.find_first_not_of(" \t\r") != std::string::npos) last = l;
+  };
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    line += buf;
+    if (line.back() != '\n') continue;  // a long line arrives in pieces
+    line.pop_back();
+    take(line);
+    line.clear();
+  }
+  if (!line.empty()) take(line);
+  const int status = ::pclose(pipe);
+  if (status == 0 && error.empty()) return "";
+  return !error.empty() ? error
+         : !last.empty() ? last
+         : WIFSIGNALED(status) ? fmt::format("Python was killed by signal {}", WTERMSIG(status))
+                               : fmt::format("Python exited with status {}", WEXITSTATUS(status));
+}
+
 namespace {
 
 /// Runs python -m fuselm_capture model_dir --out ir_dir; throws with capture's own error line.
@@ -99,40 +135,15 @@ void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::s
   std::fprintf(stderr, "fuselm: capturing %s (%s)\n", model_dir.c_str(), why.c_str());
   // Capture's progress lines (stdout and stderr) stream to our stderr as they come; its one
   // "fuselm capture: error: ..." line is held back and becomes our one error line.
-  std::string cmd = fmt::format("PYTHONPATH={} {} -m fuselm_capture {} --out {}{} 2>&1 </dev/null",
-                                shell_quote((source_dir() / "python").string()), shell_quote(python),
-                                shell_quote(model_dir.string()), shell_quote(ir_dir.string()),
-                                trust_remote_code ? " --trust-remote-code" : "");
-  std::fflush(stderr);
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw std::runtime_error(fmt::format("capture of {} failed: cannot start {}", model_dir.string(), python));
-  constexpr std::string_view kErrorPrefix = "fuselm capture: error: ";
-  std::string error, last, line;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) {
-    line += buf;
-    if (line.back() != '\n') continue;  // a long line arrives in pieces
-    line.pop_back();
-    if (line.rfind(kErrorPrefix, 0) == 0) {
-      error = line.substr(kErrorPrefix.size());
-    } else {
-      std::fprintf(stderr, "%s\n", line.c_str());
-      if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-    }
-    line.clear();
+  std::vector<std::string> args = {model_dir.string(), "--out", ir_dir.string()};
+  if (trust_remote_code) args.push_back("--trust-remote-code");
+  std::string failed;
+  try {
+    failed = run_python_module("fuselm_capture", args, "fuselm capture: error: ", false);
+  } catch (const std::exception& e) {
+    failed = e.what();
   }
-  if (!line.empty()) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    last = line;
-  }
-  const int status = ::pclose(pipe);
-  if (status != 0 || !error.empty()) {
-    std::string why_failed = !error.empty() ? error
-                             : !last.empty() ? last
-                             : WIFSIGNALED(status) ? fmt::format("Python was killed by signal {}", WTERMSIG(status))
-                                                   : fmt::format("Python exited with status {}", WEXITSTATUS(status));
-    throw std::runtime_error(fmt::format("capture of {} failed: {}", model_dir.string(), why_failed));
-  }
+  if (!failed.empty()) throw std::runtime_error(fmt::format("capture of {} failed: {}", model_dir.string(), failed));
   if (!fs::exists(ir_dir / "ir.json"))
     throw std::runtime_error(fmt::format("capture of {} wrote no {}", model_dir.string(), (ir_dir / "ir.json").string()));
 }

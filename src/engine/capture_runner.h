@@ -3,6 +3,8 @@
 // (python/fuselm_capture); the engine runs it as a child process.
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace fuselm::engine {
 
@@ -22,6 +24,14 @@ std::string ir_stale_reason(const std::filesystem::path& model_dir, const std::f
 /// model. An IR that is current is used as is: no model Python runs.
 std::filesystem::path ensure_ir(const std::filesystem::path& model_dir, bool allow_capture,
                                 bool trust_remote_code = false);
+
+/// Runs `python -m <module> <args...>` (capture_python(), the repository's python/ importable,
+/// every argument quoted, no stdin). Its lines stream to stderr as they come (stdout's too unless
+/// drop_stdout), except one starting with error_prefix, which is held back. Returns "" when it
+/// succeeds, else why it did not: that line without the prefix, else its last line, else how
+/// Python ended. Throws std::runtime_error only when Python cannot be started.
+std::string run_python_module(const std::string& module, const std::vector<std::string>& args,
+                              std::string_view error_prefix, bool drop_stdout);
 
 /// The Python interpreter used for capture: $FUSELM_PYTHON, else the repository's .venv.
 std::string capture_python();
