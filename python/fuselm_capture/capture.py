@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import json
 import os
 import sys
@@ -63,8 +64,24 @@ def _export(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict) -> torc
     """torch.export.export, non-strict, with the recurrent dispatch points substituted."""
     from .dispatch import recurrent_dispatch
     from .sequence_length import pinned_sequence_length
-    with torch.no_grad(), recurrent_dispatch(module), pinned_sequence_length(module):
+    with torch.no_grad(), recurrent_dispatch(module), pinned_sequence_length(module), _quiet_export():
         return torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+@contextlib.contextmanager
+def _quiet_export():
+    """torch.export prints the partial graph of a failed trace to stderr (a data-dependent guard:
+    pages of `def forward(...)`, at each nesting level); capture reports the failure in one line,
+    so that graph is dropped from what export wrote, and the rest passes on once export returns."""
+    buf, real = io.StringIO(), sys.stderr
+    try:
+        with contextlib.redirect_stderr(buf):
+            yield
+    except BaseException as e:
+        graph = getattr(e, "partial_fx_graph", None)
+        real.write(buf.getvalue().replace(f"{graph}\n", "") if graph else buf.getvalue())
+        raise
+    real.write(buf.getvalue())
 
 
 def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
@@ -80,7 +97,7 @@ def export_module(module: torch.nn.Module, kwargs: dict, dynamic_shapes: dict,
     names = {id(m): n for n, m in module.named_modules()}
     try:
         with torch.no_grad(), recurrent_dispatch(module), watch_length(module) as length, drop_proved_guards(), \
-                constants_on_cpu(), pinned_sequence_length(module) as pinned:
+                constants_on_cpu(), pinned_sequence_length(module) as pinned, _quiet_export():
             ep = torch.export.export(module, (), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
         if pinned is not None and pinned.readers:
             _progress(f"{', '.join(pinned.readers)} reads the sequence length as its largest position (a RoPE "

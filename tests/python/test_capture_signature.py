@@ -55,3 +55,23 @@ def test_inputs_follow_the_signature(module, inputs):
         run[inputs[1]] = torch.arange(5).reshape((1, 5) if inputs[1] == "position_ids" else (5,))
     want = ids * 2 + (torch.arange(5).unsqueeze(0) * 3 if len(inputs) == 2 else 0)
     assert torch.equal(ep.module()(**run), want)
+
+
+class BranchesOnAPosition(torch.nn.Module):
+    """Branches on a value of its positions with no context to read them at (no config): export fails."""
+
+    def forward(self, input_ids=None, position_ids=None, use_cache=None):
+        return input_ids * 2 if bool((position_ids > 3).any()) else input_ids
+
+
+def test_a_failed_export_is_one_line_not_a_graph(capsys):
+    """torch prints its graph (twice) when a guard on a data-dependent value fails; capture drops it."""
+    from fuselm_capture.capture import CaptureError
+    model = BranchesOnAPosition()
+    tokens = torch.export.Dim("num_tokens", min=2, max=64)
+    example, dynamic = forward_inputs(model, 8, tokens)
+    example = {k: torch.zeros_like(v, device="cpu") for k, v in example.items()}
+    with pytest.raises(CaptureError, match="BranchesOnAPosition"):
+        export_module(model, example, dynamic)
+    out = capsys.readouterr()
+    assert "def forward" not in out.out + out.err
