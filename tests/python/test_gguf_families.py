@@ -194,16 +194,19 @@ def test_gguf_family_matches_transformers(family, qname, fuselm_bin, tmp_path, t
     assert tokens[:GREEDY_PREFIX] == greedy.tolist()
 
 
-def test_unsupported_block_type_is_one_line_naming_the_tensor(fuselm_bin, tmp_path, tmp_path_factory):
-    """A type the reader knows but the engine has no kernel for (Q2_K) is refused at load."""
-    import os
-
-    path = tmp_path / "llama-Q2_K.gguf"
-    write_gguf("llama", "Q2_K", path)
+def refusal(fuselm_bin, path: Path, tmp_path_factory) -> str:
+    """The last stderr line of `fuselm generate path`, which must fail (a fresh cache each call)."""
     env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
     proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", "1,2", "--max-tokens", "1"],
                           capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_unsupported_block_type_is_one_line_naming_the_tensor(fuselm_bin, tmp_path, tmp_path_factory):
+    """A type the reader knows but the engine has no kernel for (Q2_K) is refused at load."""
+    path = tmp_path / "llama-Q2_K.gguf"
+    write_gguf("llama", "Q2_K", path)
+    last = refusal(fuselm_bin, path, tmp_path_factory)
     assert "tensor 'blk.0." in last or "tensor 'token_embd.weight'" in last or "tensor 'output.weight'" in last, last
     assert "has ggml type Q2_K, which fuselm cannot compute with" in last, last

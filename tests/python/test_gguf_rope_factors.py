@@ -70,11 +70,7 @@ def test_a_gguf_tensor_no_parameter_reads_is_refused(fuselm_bin, tmp_path, tmp_p
     builds from a llama file's metadata: one line naming the tensor, exit 1."""
     path = tmp_path / "extra.gguf"
     families.write_gguf("llama", "Q8_0", path, extra={"token_types.weight": np.ones((2, families.H))})
-    env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
-    proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", "1,2", "--max-tokens", "1"],
-                          capture_output=True, text=True, timeout=1200, env=env)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
+    last = families.refusal(fuselm_bin, path, tmp_path_factory)
     assert "'token_types.weight'" in last and "belong to no parameter" in last, last
 
 
@@ -82,11 +78,7 @@ def test_factors_the_graph_has_no_frequencies_for_are_refused(fuselm_bin, tmp_pa
     """Factors of another length than the file's RoPE: refused naming the tensor, never ignored."""
     path = tmp_path / "wrong-factors.gguf"
     families.write_gguf("llama", "Q8_0", path, extra={"rope_freqs.weight": np.full(7, 2.0)})
-    env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
-    proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", "1,2", "--max-tokens", "1"],
-                          capture_output=True, text=True, timeout=1200, env=env)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
+    last = families.refusal(fuselm_bin, path, tmp_path_factory)
     assert "'rope_freqs.weight' holds 7 factors" in last, last
 
 
