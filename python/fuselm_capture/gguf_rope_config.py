@@ -143,6 +143,28 @@ def _store(text, params: dict) -> None:
             setattr(text, key, params[key])
 
 
+def complete_head_size(config, reader) -> list[str]:
+    """`attention.key_length` as the config's head_dim where transformers' mapping leaves it out and
+    the class keeps one (a Mistral-Nemo file is a llama file whose heads are narrower than
+    hidden / heads); a `value_length` other than it is refused. Runs before complete_rope, whose
+    rotated width is measured in heads of this size."""
+    arch = _field(reader, "general.architecture")
+    text = config.get_text_config()
+    key, value = _field(reader, f"{arch}.attention.key_length"), _field(reader, f"{arch}.attention.value_length")
+    if key is None or not hasattr(text, "num_attention_heads"):
+        return []
+    if value is not None and int(value) != int(key):
+        raise GgufRopeRefused(f"attention.value_length {value} differs from attention.key_length {key}, which the "
+                              f"config transformers builds cannot say")
+    if int(key) == _head_dim(text):
+        return []
+    if not hasattr(text, "head_dim"):
+        raise GgufRopeRefused(f"attention.key_length {key} is not hidden_size / heads ({_head_dim(text)}) and "
+                              f"{type(text).__name__} has no head_dim")
+    text.head_dim = int(key)
+    return [f"attention.key_length {key}: head_dim {key}"]
+
+
 def complete_rope(config, reader) -> list[str]:
     """Puts the file's RoPE fields the config lacks into it (in place); returns what changed, one
     line each. GgufRopeRefused names a field it cannot place."""

@@ -28,7 +28,7 @@ def gguf_config(gguf_path, notes: list[str] | None = None):
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    from .gguf_rope_config import GgufRopeRefused, complete_rope
+    from .gguf_rope_config import GgufRopeRefused, complete_head_size, complete_rope
 
     parsed = load_gguf_checkpoint(str(gguf_path), return_tensors=False)
     cfg = dict(parsed["config"])
@@ -37,7 +37,8 @@ def gguf_config(gguf_path, notes: list[str] | None = None):
         raise GgufSourceError(f"{gguf_path}: transformers found no architecture in the GGUF metadata")
     config = AutoConfig.for_model(model_type, **cfg)
     try:
-        changed = complete_rope(config, GGUFReader(str(gguf_path)))
+        reader = GGUFReader(str(gguf_path))
+        changed = complete_head_size(config, reader) + complete_rope(config, reader)
     except GgufRopeRefused as e:
         raise GgufSourceError(str(e)) from None  # the caller names the file
     if notes is not None:

@@ -22,6 +22,17 @@ ORIGINAL = 64
 PROMPT = [int(x) for x in np.random.default_rng(3).integers(3, 250, size=ORIGINAL + 36)]  # past the original
 
 
+def _ours(fuselm_bin, path, tmp_path, tmp_path_factory, prompt, vocab):
+    """(fuselm's logits rows over prompt [len(prompt), vocab], its stderr)."""
+    env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
+    logits = tmp_path / "logits.f32"
+    proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", ",".join(map(str, prompt)),
+                           "--max-tokens", "4", "--ignore-eos", "--logits-out", str(logits)],
+                          capture_output=True, text=True, timeout=1200, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.fromfile(logits, dtype=np.float32).reshape(-1, vocab)[:len(prompt)], proc.stderr
+
+
 def _far_and_close(fuselm_bin, path, oracle, tmp_path, tmp_path_factory, prompt):
     """Asserts transformers on the file is > 5 % of max|logit| from the oracle, and fuselm within 1e-3."""
     from transformers import AutoModelForCausalLM
@@ -30,15 +41,9 @@ def _far_and_close(fuselm_bin, path, oracle, tmp_path, tmp_path_factory, prompt)
         far = dropped.eval()(torch.tensor([prompt])).logits[0].numpy()
         near = oracle(torch.tensor([prompt])).logits[0].numpy()
     assert np.abs(far - near).max() > 0.05 * np.abs(near).max(), "the dropped fields do not move the logits"
-    env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
-    logits = tmp_path / "logits.f32"
-    proc = subprocess.run([str(fuselm_bin), "generate", str(path), "--prompt-ids", ",".join(map(str, prompt)),
-                           "--max-tokens", "4", "--ignore-eos", "--logits-out", str(logits)],
-                          capture_output=True, text=True, timeout=1200, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ours = np.fromfile(logits, dtype=np.float32).reshape(-1, far.shape[-1])[:len(prompt)]
+    ours, err = _ours(fuselm_bin, path, tmp_path, tmp_path_factory, prompt, near.shape[-1])
     assert np.abs(ours - near).max() <= 1e-3 * np.abs(near).max()
-    return proc.stderr
+    return err
 
 
 def test_phi3_longrope_partial_rotation(fuselm_bin, tmp_path, tmp_path_factory):
@@ -65,6 +70,21 @@ def test_phi3_longrope_partial_rotation(fuselm_bin, tmp_path, tmp_path_factory):
     oracle = families.write_gguf("phi3", "F32", path, config=config, extra=factors, metadata=metadata)
     err = _far_and_close(fuselm_bin, path, oracle, tmp_path, tmp_path_factory, PROMPT)
     assert "partial_rotary_factor 0.75" in err and "RoPE scaling longrope" in err, err[-2000:]
+
+
+def test_heads_narrower_than_hidden_over_heads(fuselm_bin, tmp_path, tmp_path_factory):
+    """Mistral-Nemo's shape (a llama file, head_dim 128 < 5120 / 32): attention.key_length is the head
+    size transformers' llama mapping leaves out (its model of the file does not even load)."""
+    config = families._config("llama")
+    config.head_dim = families.H // families.HEADS // 2
+    path = tmp_path / "narrow-heads.gguf"
+    oracle = families.write_gguf("llama", "F32", path, config=config)
+    prompt = PROMPT[:24]
+    with torch.no_grad():
+        near = oracle(torch.tensor([prompt])).logits[0].numpy()
+    ours, err = _ours(fuselm_bin, path, tmp_path, tmp_path_factory, prompt, near.shape[-1])
+    assert np.abs(ours - near).max() <= 1e-3 * np.abs(near).max()
+    assert f"head_dim {config.head_dim}" in err, err[-2000:]
 
 
 def test_linear_scaling(fuselm_bin, tmp_path, tmp_path_factory):
@@ -138,3 +158,16 @@ def test_layer_types_the_bases_do_not_tell_apart_are_refused():
     with pytest.raises(GgufRopeRefused, match="cannot be told by their bases"):
         complete_rope(config, _Reader("gemma3", rope__freq_base=1e4, rope__scaling__type="linear",
                                       rope__scaling__factor=8.0))
+
+
+def test_head_size_from_key_length():
+    from transformers import LlamaConfig
+
+    from fuselm_capture.gguf_rope_config import GgufRopeRefused, complete_head_size
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4)
+    assert complete_head_size(config, _Reader("llama", attention__key_length=8)) == ["attention.key_length 8: head_dim 8"]
+    assert config.head_dim == 8
+    import pytest
+    with pytest.raises(GgufRopeRefused, match="value_length 4 differs"):
+        complete_head_size(LlamaConfig(hidden_size=64, num_attention_heads=4),
+                           _Reader("llama", attention__key_length=8, attention__value_length=4))
