@@ -1,4 +1,4 @@
-"""The RoPE a GGUF's metadata describes, completed in the config transformers builds from it.
+"""The RoPE (and head size) a GGUF's metadata describes, completed in the config transformers builds.
 
 transformers' GGUF config mappings (integrations/ggml.py) read few RoPE fields: `rope.freq_base`,
 and for most architectures nothing of `rope.dimension_count` or `rope.scaling.*`. What they drop,
@@ -25,6 +25,8 @@ that every tensor is read (gguf_capture) counts them.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LONG, SHORT = "rope_factors_long.weight", "rope_factors_short.weight"  # llama.cpp's ROPE_FACTORS_LONG/SHORT
@@ -37,6 +39,28 @@ class GgufRopeRefused(RuntimeError):
 def _field(reader, key: str):
     field = reader.fields.get(key)
     return None if field is None else field.contents()
+
+
+def _positive(key: str, value, integer: bool = False):
+    """value as a finite positive number (int where integer), else GgufRopeRefused naming key."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not (math.isfinite(number) and number > 0) or (integer and number != int(number)):
+        raise GgufRopeRefused(f"{key} is {value!r}, not a positive {'integer' if integer else 'number'}")
+    return int(number) if integer else number
+
+
+def _int_field(reader, arch: str, key: str):
+    value = _field(reader, f"{arch}.{key}")
+    return None if value is None else _positive(key, value, integer=True)
+
+
+def _factors(name: str, values):
+    if values is not None and not np.all(np.isfinite(values) & (values > 0)):
+        raise GgufRopeRefused(f"tensor '{name}' holds factors that are not finite positive numbers")
+    return values
 
 
 def _tensor(reader, name: str):
@@ -61,31 +85,31 @@ def _scaling(reader, arch: str, params: dict) -> dict | None:
     if kind not in ("linear", "yarn") or factor is None:
         raise GgufRopeRefused(f"rope.scaling.type '{kind}'{'' if factor is not None else ' with no factor'} has no "
                               "transformers rope type fuselm maps it to")
-    out = dict(params, rope_type=kind, factor=float(factor))
+    out = dict(params, rope_type=kind, factor=_positive("rope.scaling.factor", factor))
     for unplaced in ("alpha", "yarn_attn_factor"):
         value = _field(reader, f"{arch}.rope.scaling.{unplaced}")
-        if value is not None and float(value) != 1.0:
+        if value is not None and _positive(f"rope.scaling.{unplaced}", value) != 1.0:
             raise GgufRopeRefused(f"rope.scaling.{unplaced} {value} has no place in the config transformers builds")
     if kind == "yarn":
         if _field(reader, f"{arch}.rope.scaling.yarn_log_multiplier"):
             raise GgufRopeRefused("rope.scaling.yarn_log_multiplier (a yarn attention scale) has no place in the "
                                   "config transformers builds")
-        orig = _field(reader, f"{arch}.rope.scaling.original_context_length")
+        orig = _int_field(reader, arch, "rope.scaling.original_context_length")
         if orig is not None:
-            out["original_max_position_embeddings"] = int(orig)
+            out["original_max_position_embeddings"] = orig
         for gguf_key, key in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
             value = _field(reader, f"{arch}.rope.scaling.{gguf_key}")
             if value is not None:
-                out[key] = float(value)
+                out[key] = _positive(f"rope.scaling.{gguf_key}", value)
     return out
 
 
 def _longrope(reader, arch: str, params: dict, width: int) -> dict | None:
     """longrope rope_parameters from the factor tensors (None where the file has none)."""
-    long, short = _tensor(reader, LONG), _tensor(reader, SHORT)
+    long, short = _factors(LONG, _tensor(reader, LONG)), _factors(SHORT, _tensor(reader, SHORT))
     if long is None and short is None:
         return None
-    orig = _field(reader, f"{arch}.rope.scaling.original_context_length")
+    orig = _int_field(reader, arch, "rope.scaling.original_context_length")
     if long is None or short is None or orig is None or long.size != short.size or 2 * long.size != width:
         raise GgufRopeRefused(f"tensors '{LONG}' and '{SHORT}' need each other, {width // 2} factors each and "
                               "rope.scaling.original_context_length")
@@ -93,7 +117,7 @@ def _longrope(reader, arch: str, params: dict, width: int) -> dict | None:
                short_factor=[float(x) for x in short], original_max_position_embeddings=int(orig))
     attn = _field(reader, f"{arch}.rope.scaling.attn_factor")
     if attn is not None:
-        out["attention_factor"] = float(attn)
+        out["attention_factor"] = _positive("rope.scaling.attn_factor", attn)
     return out
 
 
@@ -103,7 +127,7 @@ def _per_layer_type(reader, arch: str, text, params: dict) -> list[str]:
     get_rope_freq_scale), whose base is that field: the file's scaling goes to the layer types of
     that base, which must be some but not all of them. The width must be each type's; longrope
     factors are refused."""
-    n = _field(reader, f"{arch}.rope.dimension_count")
+    n = _int_field(reader, arch, "rope.dimension_count")
     if n is not None and any(int(n) != _rotated_width(text, p) for p in params.values()):
         raise GgufRopeRefused(f"rope.dimension_count {n} is not the rotated width of every layer type of the config")
     if _tensor(reader, LONG) is not None or _tensor(reader, SHORT) is not None:
@@ -113,7 +137,8 @@ def _per_layer_type(reader, arch: str, text, params: dict) -> list[str]:
     if kind in (None, "none"):
         return []
     base = _field(reader, f"{arch}.rope.freq_base")
-    targets = [k for k, p in params.items() if base is not None and float(p.get("rope_theta", -1)) == float(base)]
+    base = None if base is None else _positive("rope.freq_base", base)
+    targets = [k for k, p in params.items() if base is not None and float(p.get("rope_theta", -1)) == base]
     if not targets or len(targets) == len(params):
         raise GgufRopeRefused(f"rope.scaling.type '{kind}': which of the config's layer types "
                               f"({', '.join(params)}) it scales cannot be told by their bases")
@@ -150,7 +175,7 @@ def complete_head_size(config, reader) -> list[str]:
     rotated width is measured in heads of this size."""
     arch = _field(reader, "general.architecture")
     text = config.get_text_config()
-    key, value = _field(reader, f"{arch}.attention.key_length"), _field(reader, f"{arch}.attention.value_length")
+    key, value = _int_field(reader, arch, "attention.key_length"), _int_field(reader, arch, "attention.value_length")
     if key is None or not hasattr(text, "num_attention_heads"):
         return []
     if value is not None and int(value) != int(key):
@@ -179,7 +204,7 @@ def complete_rope(config, reader) -> list[str]:
         if changed:
             text.rope_parameters = params
         return changed
-    changed = [line for line in [_partial_rotation(text, params, _field(reader, f"{arch}.rope.dimension_count"))]
+    changed = [line for line in [_partial_rotation(text, params, _int_field(reader, arch, "rope.dimension_count"))]
                if line]
     if params.get("rope_type", "default") == "default":
         scaled = _longrope(reader, arch, params, _rotated_width(text, params)) or _scaling(reader, arch, params)

@@ -55,6 +55,8 @@ def apply_rope_factors(reader, constants: dict[str, torch.Tensor], used: set[str
     tensor = next(t for t in reader.tensors if t.name == FACTORS_TENSOR)
     factors = np.asarray(tensor.data, dtype=np.float64).reshape(-1)
     base, n, plain = plain_inverse_frequencies(reader)
+    if not np.all(np.isfinite(factors) & (factors > 0)):
+        raise RopeFactorsRefused(f"tensor '{FACTORS_TENSOR}' holds factors that are not finite positive numbers")
     if factors.shape != plain.shape:
         raise RopeFactorsRefused(f"tensor '{FACTORS_TENSOR}' holds {factors.size} factors but the file's "
                                  f"RoPE has {plain.size} frequencies")

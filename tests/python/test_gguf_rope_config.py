@@ -171,3 +171,42 @@ def test_head_size_from_key_length():
     with pytest.raises(GgufRopeRefused, match="value_length 4 differs"):
         complete_head_size(LlamaConfig(hidden_size=64, num_attention_heads=4),
                            _Reader("llama", attention__key_length=8, attention__value_length=4))
+
+
+def test_random_metadata_is_placed_or_refused_in_one_line():
+    """A property test over the fields complete_head_size and complete_rope read, drawn at random
+    (missing, wrong types, zero, negative, NaN, huge, strings, lists) on configs with one RoPE and
+    with RoPE per layer type: each call places them or raises GgufRopeRefused, never another error."""
+    import random
+
+    from transformers import Gemma3TextConfig, LlamaConfig, Phi3Config
+
+    from fuselm_capture.gguf_rope_config import GgufRopeRefused, complete_head_size, complete_rope
+    values = [None, 0, -1, 1, 8, 16, 64, 1e30, float("nan"), float("inf"), 2.5, "linear", "yarn", "su", "", [1, 2]]
+    keys = ["rope__dimension_count", "rope__freq_base", "rope__scaling__type", "rope__scaling__factor",
+            "rope__scaling__original_context_length", "rope__scaling__attn_factor", "rope__scaling__yarn_log_multiplier",
+            "rope__scaling__yarn_beta_fast", "rope__scaling__alpha", "attention__key_length", "attention__value_length"]
+    r = random.Random(0)
+    for _ in range(1500):
+        config = r.choice([LlamaConfig, Phi3Config, Gemma3TextConfig])(hidden_size=64, num_attention_heads=4)
+        fields = {k: v for k in keys if r.random() < 0.4 and (v := r.choice(values)) is not None}
+        reader = _Reader("gemma3" if isinstance(config, Gemma3TextConfig) else "llama", **fields)
+        if r.random() < 0.3:
+            n = r.choice([0, 4, 8])
+            reader.tensors = [_Tensor("rope_factors_long.weight", np.full(n, r.choice([1.0, 0.0, np.nan]))),
+                              _Tensor("rope_factors_short.weight", np.ones(r.choice([n, 8])))]
+        for complete in (complete_head_size, complete_rope):
+            try:
+                complete(config, reader)
+            except GgufRopeRefused:
+                pass
+        placed = config.rope_parameters
+        for p in placed.values() if all(isinstance(v, dict) for v in placed.values()) else [placed]:
+            numbers = [v for k, v in p.items() if k != "rope_type"] + p.get("long_factor", []) + p.get("short_factor", [])
+            numbers = [v for v in numbers if not isinstance(v, list)]
+            assert all(math.isfinite(v) and v > 0 for v in numbers), p  # nothing NaN, zero or negative placed
+
+
+class _Tensor:
+    def __init__(self, name, data):
+        self.name, self.data = name, data

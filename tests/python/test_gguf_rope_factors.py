@@ -91,3 +91,13 @@ def test_verify_applies_the_factors_to_its_reference(fuselm_bin, tmp_path, tmp_p
     env = dict(os.environ, FUSELM_CACHE=str(tmp_path_factory.mktemp("cache")))
     proc = subprocess.run([str(fuselm_bin), "verify", str(path)], capture_output=True, text=True, timeout=1200, env=env)
     assert proc.returncode == 0 and "verify: PASS" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_factors_that_are_not_finite_positive_are_refused(fuselm_bin, tmp_path, tmp_path_factory):
+    """A zero factor would make a frequency infinite: refused, never run."""
+    factors = np.ones(families.H // families.HEADS // 2)
+    factors[3] = 0.0
+    path = tmp_path / "zero-factor.gguf"
+    families.write_gguf("llama", "Q8_0", path, extra={"rope_freqs.weight": factors})
+    last = families.refusal(fuselm_bin, path, tmp_path_factory)
+    assert "'rope_freqs.weight' holds factors that are not finite positive numbers" in last, last
