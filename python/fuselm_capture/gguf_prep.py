@@ -272,14 +272,15 @@ def _write_weights(gguf_path: Path, meta: dict, out: Path) -> None:
 
     from gguf import GGUFReader
 
-    from .gguf_rope_factors import FACTORS_TENSOR
+    from .gguf_rope_factors import FACTORS_TENSOR, file_tensor
     from .gguf_source import GgufSourceError, gguf_config
 
-    if any(t.name == FACTORS_TENSOR for t in GGUFReader(str(gguf_path)).tensors):
+    reader = GGUFReader(str(gguf_path))
+    if file_tensor(reader, FACTORS_TENSOR) is not None:
         raise GgufPrepError(f"{gguf_path}: its tensor '{FACTORS_TENSOR}' (RoPE frequency factors) has no place in a "
                             f"transformers model directory; run the file as it is: fuselm generate {gguf_path}")
     try:
-        config = gguf_config(gguf_path)  # with the RoPE fields transformers' mapping drops
+        config = gguf_config(gguf_path, reader=reader)  # with the RoPE fields transformers' mapping drops
     except GgufSourceError as e:
         raise GgufPrepError(f"{gguf_path}: {e}") from None
     log("dequantizing weights to fp32 with transformers' GGUF loader")

@@ -29,6 +29,8 @@ import math
 
 import numpy as np
 
+from .gguf_rope_factors import file_tensor
+
 LONG, SHORT = "rope_factors_long.weight", "rope_factors_short.weight"  # llama.cpp's ROPE_FACTORS_LONG/SHORT
 
 
@@ -61,10 +63,6 @@ def _factors(name: str, values):
     if values is not None and not np.all(np.isfinite(values) & (values > 0)):
         raise GgufRopeRefused(f"tensor '{name}' holds factors that are not finite positive numbers")
     return values
-
-
-def _tensor(reader, name: str):
-    return next((np.asarray(t.data, dtype=np.float64).reshape(-1) for t in reader.tensors if t.name == name), None)
 
 
 def _head_dim(text) -> int:
@@ -106,7 +104,7 @@ def _scaling(reader, arch: str, params: dict) -> dict | None:
 
 def _longrope(reader, arch: str, params: dict, width: int) -> dict | None:
     """longrope rope_parameters from the factor tensors (None where the file has none)."""
-    long, short = _factors(LONG, _tensor(reader, LONG)), _factors(SHORT, _tensor(reader, SHORT))
+    long, short = _factors(LONG, file_tensor(reader, LONG)), _factors(SHORT, file_tensor(reader, SHORT))
     if long is None and short is None:
         return None
     orig = _int_field(reader, arch, "rope.scaling.original_context_length")
@@ -130,7 +128,7 @@ def _per_layer_type(reader, arch: str, text, params: dict) -> list[str]:
     n = _int_field(reader, arch, "rope.dimension_count")
     if n is not None and any(int(n) != _rotated_width(text, p) for p in params.values()):
         raise GgufRopeRefused(f"rope.dimension_count {n} is not the rotated width of every layer type of the config")
-    if _tensor(reader, LONG) is not None or _tensor(reader, SHORT) is not None:
+    if file_tensor(reader, LONG) is not None or file_tensor(reader, SHORT) is not None:
         raise GgufRopeRefused(f"tensors '{LONG}' and '{SHORT}' have no place in a config that keeps its RoPE per "
                               "layer type")
     kind = _field(reader, f"{arch}.rope.scaling.type")
@@ -220,7 +218,7 @@ def complete_rope(config, reader) -> list[str]:
 def consumed_tensors(config, reader) -> set[str]:
     """The file's longrope factor tensors the config carries (same values), which no parameter reads."""
     params = getattr(config.get_text_config(), "rope_parameters", None) or {}
-    long, short = _tensor(reader, LONG), _tensor(reader, SHORT)
+    long, short = file_tensor(reader, LONG), file_tensor(reader, SHORT)
     if long is None or short is None or params.get("rope_type") != "longrope":
         return set()
     same = all(np.allclose(np.asarray(params.get(k, []), dtype=np.float64), v, rtol=1e-6)

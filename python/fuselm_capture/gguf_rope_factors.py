@@ -27,6 +27,11 @@ class RopeFactorsRefused(RuntimeError):
     """Factors the graph has no frequency constant for."""
 
 
+def file_tensor(reader, name: str) -> np.ndarray | None:
+    """The values of the file's tensor `name` as float64, flat; None when the file has none."""
+    return next((np.asarray(t.data, dtype=np.float64).reshape(-1) for t in reader.tensors if t.name == name), None)
+
+
 def _field(reader, key: str):
     field = reader.fields.get(key)
     return None if field is None else field.contents()
@@ -51,9 +56,11 @@ def _matches(value: torch.Tensor, expected: np.ndarray) -> bool:
 def apply_rope_factors(reader, constants: dict[str, torch.Tensor], used: set[str]) -> list[str]:
     """Divides each graph constant (name in `used`) that holds the file's plain inverse frequencies
     by the factors of `rope_freqs.weight`, in place in `constants`; returns the names changed.
-    RopeFactorsRefused when no constant holds either the plain or the divided frequencies."""
-    tensor = next(t for t in reader.tensors if t.name == FACTORS_TENSOR)
-    factors = np.asarray(tensor.data, dtype=np.float64).reshape(-1)
+    RopeFactorsRefused when no constant holds either the plain or the divided frequencies; [] for a
+    file without the tensor."""
+    factors = file_tensor(reader, FACTORS_TENSOR)
+    if factors is None:
+        return []
     base, n, plain = plain_inverse_frequencies(reader)
     if not np.all(np.isfinite(factors) & (factors > 0)):
         raise RopeFactorsRefused(f"tensor '{FACTORS_TENSOR}' holds factors that are not finite positive numbers")

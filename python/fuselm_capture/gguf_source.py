@@ -20,10 +20,10 @@ class GgufSourceError(RuntimeError):
     pass
 
 
-def gguf_config(gguf_path, notes: list[str] | None = None):
+def gguf_config(gguf_path, notes: list[str] | None = None, reader=None):
     """The transformers config of a GGUF file (no weights read), with the RoPE fields transformers'
     mapping drops put back (gguf_rope_config.py; a line per field in `notes`). GgufSourceError
-    names a field the config cannot carry."""
+    names a field the config cannot carry. `reader`: the file's GGUFReader when the caller has one."""
     from gguf import GGUFReader
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -37,7 +37,7 @@ def gguf_config(gguf_path, notes: list[str] | None = None):
         raise GgufSourceError(f"{gguf_path}: transformers found no architecture in the GGUF metadata")
     config = AutoConfig.for_model(model_type, **cfg)
     try:
-        reader = GGUFReader(str(gguf_path))
+        reader = reader or GGUFReader(str(gguf_path))
         changed = complete_head_size(config, reader) + complete_rope(config, reader)
     except GgufRopeRefused as e:
         raise GgufSourceError(str(e)) from None  # the caller names the file

@@ -93,15 +93,10 @@ def reference_dtype(model_dir: Path, logits_bytes: int):
                       f"and {avail / 2**30:.1f} GiB are available; free memory or verify on a larger machine")
 
 
-def _apply_rope_factors(model, gguf: Path) -> None:
+def _apply_rope_factors(model, reader) -> None:
     """The file's `rope_freqs.weight` divides the reference's buffers that hold its plain RoPE
     frequencies (gguf_rope_factors.apply_rope_factors, as capture divides the graph's)."""
-    from gguf import GGUFReader
-
-    from .gguf_rope_factors import FACTORS_TENSOR, apply_rope_factors
-    reader = GGUFReader(str(gguf))
-    if not any(t.name == FACTORS_TENSOR for t in reader.tensors):
-        return
+    from .gguf_rope_factors import apply_rope_factors
     buffers = {name: b for name, b in model.named_buffers()}
     for name in apply_rope_factors(reader, buffers, set(buffers)):
         owner, _, leaf = name.rpartition(".")
@@ -115,13 +110,16 @@ def load_reference(model_dir: Path, dtype, trust_remote_code: bool):
     gguf = gguf_file(model_dir)
     kwargs = dict(dtype=dtype, attn_implementation="eager", trust_remote_code=trust_remote_code)
     if gguf is not None:
+        from gguf import GGUFReader
+
         from .gguf_source import gguf_config
+        reader = GGUFReader(str(gguf))
         log(f"loading {gguf} in transformers ({str(dtype).removeprefix('torch.')}, dequantized by transformers)")
         # The config with the file's RoPE fields transformers' mapping drops (gguf_rope_config.py), and
         # the file's RoPE factors applied to its frequencies as capture applies them to the graph's.
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                     config=gguf_config(gguf), **kwargs).eval()
-        _apply_rope_factors(model, gguf)
+                                                     config=gguf_config(gguf, reader=reader), **kwargs).eval()
+        _apply_rope_factors(model, reader)
         return model
     log(f"loading {model_dir} in transformers ({str(dtype).removeprefix('torch.')})")
     return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs).eval()
