@@ -21,9 +21,10 @@ from .gguf_prep import (GgufPrepError, _install, _make_readable, _read_marker, _
 
 MARKER = "fuselm-gguf-source.json"
 KIND = "gguf-direct"
-# Bumped when the directory's config.json is made differently (2: the file's RoPE fields put back),
-# so that a directory made before is made again.
-LAYOUT = 2
+# Bumped when the directory's config.json is made differently (2: the file's RoPE fields put back;
+# 3: every architecture field checked, the ones the mapping drops put back), so that a directory
+# made before is made again.
+LAYOUT = 3
 
 
 def _stamp(gguf: Path) -> dict:

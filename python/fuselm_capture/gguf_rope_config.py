@@ -33,6 +33,14 @@ from .gguf_rope_factors import file_tensor
 
 LONG, SHORT = "rope_factors_long.weight", "rope_factors_short.weight"  # llama.cpp's ROPE_FACTORS_LONG/SHORT
 
+# The `{arch}.*` metadata fields placed here (gguf_metadata.py checks every other one; the bases,
+# rope.freq_base and rope.freq_base_swa, are checked and placed there, before this runs).
+FIELDS_READ = frozenset({
+    "attention.key_length", "attention.value_length", "rope.dimension_count", "rope.scaling.type",
+    "rope.scaling.factor", "rope.scaling.alpha", "rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
+    "rope.scaling.yarn_log_multiplier", "rope.scaling.original_context_length", "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow"})
+
 
 class GgufRopeRefused(RuntimeError):
     """RoPE metadata of a GGUF that the config cannot carry."""

@@ -21,13 +21,16 @@ class GgufSourceError(RuntimeError):
 
 
 def gguf_config(gguf_path, notes: list[str] | None = None, reader=None):
-    """The transformers config of a GGUF file (no weights read), with the RoPE fields transformers'
-    mapping drops put back (gguf_rope_config.py; a line per field in `notes`). GgufSourceError
-    names a field the config cannot carry. `reader`: the file's GGUFReader when the caller has one."""
+    """The transformers config of a GGUF file (no weights read), with every architecture field of
+    its metadata checked against it and the ones transformers' mapping drops put back
+    (gguf_metadata.py, then the RoPE and head size: gguf_rope_config.py; a line per field in
+    `notes`). GgufSourceError names a field the config cannot carry. `reader`: the file's
+    GGUFReader when the caller has one."""
     from gguf import GGUFReader
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    from .gguf_metadata import GgufMetadataRefused, checked_config
     from .gguf_rope_config import GgufRopeRefused, complete_head_size, complete_rope
 
     parsed = load_gguf_checkpoint(str(gguf_path), return_tensors=False)
@@ -35,11 +38,11 @@ def gguf_config(gguf_path, notes: list[str] | None = None, reader=None):
     model_type = cfg.pop("model_type", None)
     if model_type is None:
         raise GgufSourceError(f"{gguf_path}: transformers found no architecture in the GGUF metadata")
-    config = AutoConfig.for_model(model_type, **cfg)
     try:
         reader = reader or GGUFReader(str(gguf_path))
-        changed = complete_head_size(config, reader) + complete_rope(config, reader)
-    except GgufRopeRefused as e:
+        config, changed = checked_config(reader, cfg, lambda kwargs: AutoConfig.for_model(model_type, **kwargs))
+        changed += complete_head_size(config, reader) + complete_rope(config, reader)
+    except (GgufMetadataRefused, GgufRopeRefused) as e:
         raise GgufSourceError(str(e)) from None  # the caller names the file
     if notes is not None:
         notes.extend(changed)

@@ -151,6 +151,13 @@ def _config(arch: str):
     kwargs = {hf: META[key] for key, hf in _mapping()[arch].items() if hf and key in META}
     cls = CONFIG_MAPPING[HF_TYPE.get(arch, arch)]
     cfg = cls(**kwargs, tie_word_embeddings=False)
+    # A mapping may put a field in an attribute the model does not read (gpt2: context_length in
+    # n_ctx, feed_forward_length in feed_forward_length); the file still states the model, as
+    # llama.cpp's converter writes it (capture checks each field against the model's attribute).
+    if "context_length" in _mapping()[arch] and hasattr(cfg, "max_position_embeddings"):
+        cfg.max_position_embeddings = META["context_length"]
+    if getattr(cfg, "n_inner", 0) is None and hasattr(cfg, "feed_forward_length"):
+        cfg.feed_forward_length = 4 * cfg.n_embd  # convert_hf_to_gguf's GPT2Model writes 4 x n_embd
     cfg.vocab_size, cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 256, 1, 2, 0
     return cfg
 

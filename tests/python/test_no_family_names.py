@@ -51,6 +51,11 @@ ALLOWED = {
     # GGUF sources: a GGUF names its architecture, and transformers' GGUF loader maps it to a
     # model_type; the mapping is transformers', read here as data
     ("python/fuselm_capture/gguf_source.py", "model_type"),
+    # a GGUF metadata field (llama.cpp's key) -> the transformers config attributes that may hold
+    # its value (gguf_metadata.FIELDS): a table between two file formats, GGUF metadata and
+    # config.json, like transformers' own GGUF_CONFIG_MAPPING; a value is compared or placed, and
+    # nothing branches on which attribute a model has
+    ("python/fuselm_capture/gguf_metadata.py", "*"),
     # llama.cpp's pre-tokenizer names and tokenizer model kinds ("gpt2" is byte-level BPE) are
     # values of the GGUF format's tokenizer metadata, mapped to pre-tokenizer rules
     ("python/fuselm_capture/gguf_prep.py", "*"),

