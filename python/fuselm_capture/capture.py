@@ -589,14 +589,19 @@ def _model_record(model, config_path: Path, text_config, max_pos, unread: list[d
     return record
 
 
-def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) -> Path:
+def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False, context: int | None = None) -> Path:
     """Captures a Hugging Face causal LM directory (config.json + *.safetensors) to out_dir/ir.json.
 
     trust_remote_code: a config.json whose auto_map names Python files of the model directory is
     refused unless this is set; with it transformers imports and runs those files.
+    context: the context the engine serves, where smaller than the model's: a forward that reads
+    its sequence length reads it as this (sequence_length.py). out_dir/sequence_length.json then
+    says what was read, {"context": N, "readers": [module, ...]}, for the engine to compare.
     """
     from transformers import AutoConfig
 
+    from . import sequence_length
+    sequence_length.served_context, sequence_length.last_read = context, None
     model_dir = Path(model_dir)
     out_dir = Path(out_dir) if out_dir else ir_dir_for(model_dir)
     config_path = model_dir / "config.json"
@@ -672,5 +677,6 @@ def capture_model_dir(model_dir, out_dir=None, trust_remote_code: bool = False) 
     extra = {"model": _model_record(model, config_path, text_config, max_pos,
                                     checkpoint_keys.unread_modules(model, unread, model_keys, found))}
     path = _write(ep, model, out_dir, params, constants, input_names, extra)
+    sequence_length.write_last_read(out_dir)
     _progress(f"wrote {path} ({len(ep.graph.nodes)} graph nodes) in {time.time() - t0:.1f}s")
     return path

@@ -10,8 +10,10 @@ rotated with the short factors would keep them once its sequence crossed the thr
 (Phi3LongRoPEScaledRotaryEmbedding, DynamicNTKScalingRotaryEmbedding) and llama.cpp
 (llama_model::get_rope_factors) fix the choice once, by the longest sequence they serve; so does
 capture: the whole-tensor max of the position input reads as `context - 1`, context being the one
-the model is captured for (its max_position_embeddings). What the update computes from it becomes
-constants of the graph.
+the model is captured for (its max_position_embeddings, or the smaller context the engine serves:
+`--max-context N` captures such a model again at N, as vLLM decides by max_model_len and llama.cpp
+by -c). What the update computes from it becomes constants of the graph; the IR directory says
+what was read (sequence_length.json), so that the engine knows to capture again.
 
 Consequences, said where the model is captured (a notice) and in docs/ir.md: a longrope model whose
 context exceeds its original one runs its long factors at every length, as vLLM does by default
@@ -22,7 +24,9 @@ runs as transformers does at every length it serves.
 from __future__ import annotations
 
 import contextlib
+import json
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -71,20 +75,39 @@ class _PinnedLength(torch.overrides.TorchFunctionMode):
         self._held.append(t)
 
     def _note_reader(self) -> None:
+        global last_read
         module = self.stack[-1] if self.stack else None
         where = f"{self.names.get(id(module)) or '<root>'} ({type(module).__name__})" if module is not None \
             else "<root>"
         if where not in self.readers:
             self.readers.append(where)
+        last_read = {"context": self.context, "readers": list(self.readers)}
+
+
+# The context the engine will serve when smaller than the model's (`fuselm ... --max-context N`,
+# passed to capture as --context N), and what the last export read: {"context", "readers"}.
+served_context: int | None = None
+last_read: dict | None = None
 
 
 def model_context(module: torch.nn.Module) -> int | None:
-    """The context a causal LM is captured for: its text config's max_position_embeddings (None
-    where it has none, or for a module with no config)."""
+    """The context a causal LM is captured for: its text config's max_position_embeddings, or the
+    served context where that is smaller (None where it has none, or for a module with no config)."""
     config = getattr(module, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     value = getattr(text, "max_position_embeddings", None)
-    return int(value) if isinstance(value, int) and value > 0 else None
+    if not (isinstance(value, int) and value > 0):
+        return None
+    return min(value, served_context) if served_context else value
+
+
+def write_last_read(ir_dir) -> None:
+    """ir_dir/sequence_length.json: what the last export read ({"context", "readers"}), for the
+    engine to capture again for a smaller served context; removed when it read nothing."""
+    path = Path(ir_dir) / "sequence_length.json"
+    path.unlink(missing_ok=True)
+    if last_read:
+        path.write_text(json.dumps(last_read) + "\n")
 
 
 @contextlib.contextmanager

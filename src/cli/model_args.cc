@@ -108,6 +108,14 @@ LoadedModel load_model(const ModelArgs& a) {
   if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such model directory");
   if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": not a directory (give a Hugging Face model directory)");
   fs::path ir_dir = engine::ensure_ir(dir, !a.no_capture, a.trust_remote_code);
+  if (const int64_t read_at = engine::sequence_length_context(ir_dir); a.max_context > 0 && a.max_context < read_at) {
+    // The model picks something (a length-dependent RoPE) by its sequence length, captured at
+    // read_at tokens; a smaller served context may pick otherwise, as vLLM's max_model_len and
+    // llama.cpp's -c do, so the model is captured for it (once; its own IR directory).
+    std::fprintf(stderr, "fuselm: the model reads its sequence length (docs/ir.md); --max-context %lld: its IR "
+                 "for that context\n", static_cast<long long>(a.max_context));
+    ir_dir = engine::ensure_ir(dir, !a.no_capture, a.trust_remote_code, a.max_context);
+  }
   auto t0 = clock::now();
   if (a.threads > 0) omp_set_num_threads(a.threads);
   std::fprintf(stderr, "fuselm: loading %s (%d compute threads)\n", dir.c_str(), omp_get_max_threads());

@@ -126,8 +126,9 @@ std::string run_python_module(const std::string& module, const std::vector<std::
 
 namespace {
 
-/// Runs python -m fuselm_capture model_dir --out ir_dir; throws with capture's own error line.
-void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::string& why, bool trust_remote_code) {
+/// Runs python -m fuselm_capture model_dir --out ir_dir [--context N]; throws with capture's own error line.
+void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::string& why, bool trust_remote_code,
+                 int64_t served_context) {
   const std::string python = capture_python();
   if (!fs::exists(python))
     throw std::runtime_error(fmt::format("capture of {} needs Python at {} (set FUSELM_PYTHON, or run scripts/setup.sh)",
@@ -137,6 +138,10 @@ void run_capture(const fs::path& model_dir, const fs::path& ir_dir, const std::s
   // "fuselm capture: error: ..." line is held back and becomes our one error line.
   std::vector<std::string> args = {model_dir.string(), "--out", ir_dir.string()};
   if (trust_remote_code) args.push_back("--trust-remote-code");
+  if (served_context > 0) {
+    args.push_back("--context");
+    args.push_back(std::to_string(served_context));
+  }
   std::string failed;
   try {
     failed = run_python_module("fuselm_capture", args, "fuselm capture: error: ", false);
@@ -160,14 +165,17 @@ fs::path cache_dir_or_empty(const fs::path& model_dir) {
 
 }  // namespace
 
-fs::path ensure_ir(const fs::path& model_dir, bool allow_capture, bool trust_remote_code) {
+fs::path ensure_ir(const fs::path& model_dir, bool allow_capture, bool trust_remote_code, int64_t served_context) {
   if (!fs::exists(model_dir / "config.json"))
     throw std::runtime_error(fmt::format("{}: no config.json (is this a Hugging Face model directory?)", model_dir.string()));
-  const fs::path local = model_dir / "fuselm-ir";
+  // An IR fixed for a served context lives beside the model's own, named by that context.
+  const std::string suffix = served_context > 0 ? fmt::format("-ctx{}", served_context) : "";
+  const fs::path local = model_dir / ("fuselm-ir" + suffix);
   const std::string why = ir_stale_reason(model_dir, local);
   if (why.empty()) return local;
   // A model directory that could not hold its IR had it captured to the cache.
-  const fs::path cached = cache_dir_or_empty(model_dir);
+  fs::path cached = cache_dir_or_empty(model_dir);
+  if (!cached.empty()) cached += suffix;
   if (!cached.empty() && ir_stale_reason(model_dir, cached).empty()) return cached;
   if (!allow_capture)
     throw std::runtime_error(fmt::format("{}: {}; re-capture by running without --no-capture, or with: "
@@ -175,7 +183,7 @@ fs::path ensure_ir(const fs::path& model_dir, bool allow_capture, bool trust_rem
                                          (local / "ir.json").string(), why, source_dir().string(), capture_python(),
                                          model_dir.string()));
   const bool writable = dir_is_writable(fs::is_directory(local) ? local : model_dir);
-  const fs::path ir_dir = writable ? local : cached.empty() ? cache_ir_dir(model_dir) : cached;  // throws why
+  const fs::path ir_dir = writable ? local : cached.empty() ? fs::path(cache_ir_dir(model_dir).string() + suffix) : cached;
   if (!writable) std::fprintf(stderr, "fuselm: %s is not writable; the IR goes to %s\n", model_dir.c_str(), ir_dir.c_str());
   std::error_code ec;
   fs::create_directories(ir_dir, ec);
@@ -184,8 +192,20 @@ fs::path ensure_ir(const fs::path& model_dir, bool allow_capture, bool trust_rem
   FileLock lock(ir_dir / ".capture.lock", "another capture of this model");
   const std::string why_now = ir_stale_reason(model_dir, ir_dir);
   if (why_now.empty()) return ir_dir;
-  run_capture(model_dir, ir_dir, why_now, trust_remote_code);
+  run_capture(model_dir, ir_dir, why_now, trust_remote_code, served_context);
   return ir_dir;
+}
+
+int64_t sequence_length_context(const fs::path& ir_dir) {
+  std::ifstream in(ir_dir / "sequence_length.json");
+  if (!in) return 0;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    return j.value("context", int64_t{0});
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("{}: {} (re-capture: remove the directory)",
+                                         (ir_dir / "sequence_length.json").string(), e.what()));
+  }
 }
 
 }  // namespace fuselm::engine

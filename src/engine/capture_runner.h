@@ -1,6 +1,7 @@
 #pragma once
 // Finding a model's IR and (re)capturing it when it is missing or stale. Capture is Python
 // (python/fuselm_capture); the engine runs it as a child process.
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -21,9 +22,16 @@ std::string ir_stale_reason(const std::filesystem::path& model_dir, const std::f
 /// error that says how to capture. Throws std::runtime_error when capture fails (its last error
 /// line is included). trust_remote_code: capture may run Python files that the model directory
 /// ships (config.json's auto_map, transformers' trust_remote_code); without it capture refuses such a
-/// model. An IR that is current is used as is: no model Python runs.
+/// model. An IR that is current is used as is: no model Python runs. served_context > 0: the IR of
+/// a model whose forward reads its sequence length, fixed for that served context (capture's
+/// --context; its own directory, fuselm-ir-ctxN, beside the model's).
 std::filesystem::path ensure_ir(const std::filesystem::path& model_dir, bool allow_capture,
-                                bool trust_remote_code = false);
+                                bool trust_remote_code = false, int64_t served_context = 0);
+
+/// The context an IR's forward read its sequence length at (ir_dir/sequence_length.json, which
+/// capture writes when the model picks something, a length-dependent RoPE, by that length), or 0
+/// when it read none. Throws std::runtime_error naming the file when it is malformed.
+int64_t sequence_length_context(const std::filesystem::path& ir_dir);
 
 /// Runs `python -m <module> <args...>` (capture_python(), the repository's python/ importable,
 /// every argument quoted, no stdin). Its lines stream to stderr as they come (stdout's too unless

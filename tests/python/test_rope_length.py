@@ -9,6 +9,8 @@ the engine ignoring the choice.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -92,3 +94,25 @@ def test_length_dependent_rope(name, fuselm_bin, model_cache, tmp_path):
     else:
         assert moved == 0.0, f"{name}: dynamic NTK acted within the context ({moved:.2g})"
     parity.check_parity(f"{name}/short", fuselm_bin, model_dir, short_prompt, tmp_path, max_tokens=8, model=oracle)
+
+
+def test_a_smaller_served_context_is_captured_for(fuselm_bin, model_cache, tmp_path):
+    """`--max-context` at or below the original context (vLLM's max_model_len, llama.cpp's -c): the
+    model is captured again for it, and runs its short factors, as transformers does over a prompt
+    within that context. The pin at the model's context moves these logits (test above), so running
+    the model's own IR here fails the check."""
+    name = "phi3_longrope_partial"
+    model_dir = model_cache / f"rope-{name}"
+    if not (model_dir / "config.json").exists():
+        _build(name, model_dir)
+    model = parity.hf_model(model_dir)
+    prompt = [int(x) for x in np.random.default_rng(5).integers(3, 500, size=20)]
+    with torch.no_grad():
+        pinned = _ReadAtContext(model).eval()(torch.tensor([prompt])).logits
+        plain = model(torch.tensor([prompt])).logits
+    assert float((pinned - plain).abs().max() / plain.abs().max()) > 10 * parity.REL_TOL
+    parity.check_parity(f"{name}/served-{ORIGINAL}", fuselm_bin, model_dir, prompt, tmp_path, max_tokens=8,
+                        model=model, extra=["--max-context", str(ORIGINAL)])
+    length = json.loads((model_dir / f"fuselm-ir-ctx{ORIGINAL}" / "sequence_length.json").read_text())
+    assert length["context"] == ORIGINAL and length["readers"], length
+    assert json.loads((model_dir / "fuselm-ir" / "sequence_length.json").read_text())["context"] == CONTEXT
