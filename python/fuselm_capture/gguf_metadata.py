@@ -69,6 +69,7 @@ FIELDS: dict[str, Field] = {
     "attention.layer_norm_rms_epsilon": Field(_EPS),
     "attention.layer_norm_epsilon": Field(_EPS[2:] + _EPS[:2]),
     "attention.sliding_window": Field(("sliding_window",), zero_is_none=True, neutral=0),
+    "sliding_window": Field(("sliding_window",), zero_is_none=True, neutral=0),  # gpt-oss files' spelling
     "attention.causal": Field((), neutral=True),
     "attention.clamp_kqv": Field(("clip_qkv",), zero_is_none=True, neutral=0),
     "attention.scale": Field(("attention_multiplier",)),
@@ -97,6 +98,10 @@ FIELDS: dict[str, Field] = {
     "rope.freq_base": Field((THETA_FULL,)),
     "rope.freq_base_swa": Field((THETA_SLIDING,)),
     "rope.scaling.finetuned": Field(info=True),
+    "rope.scale_linear": Field(neutral=1.0),  # the 2023 spelling of a linear scaling factor
+    # How the converter's source stored q/k: llama.cpp writes the same tensors either way for it;
+    # "jploski" (a Falcon q|k|v row order transformers does not undo) is refused.
+    "tensor_data_layout": Field(neutral="Meta AI original pth"),
     "rope.scaling.yarn_ext_factor": Field(neutral=1.0),  # transformers' yarn has no extrapolation factor
     "ssm.conv_kernel": Field(("conv_kernel", "d_conv"), shape=True),
     "ssm.inner_size": Field(("intermediate_size", "d_inner"), shape=True),

@@ -85,8 +85,13 @@ def test_a_field_the_config_cannot_carry_is_refused_naming_it(model_type, arch, 
 
 def test_neutral_values_with_no_field_are_accepted():
     config, notes = _checked("llama", "llama", attention__causal=True, expert_weights_scale=1.0,
-                             rope__scaling__finetuned=False, rope__scaling__yarn_ext_factor=1.0)
+                             rope__scaling__finetuned=False, rope__scaling__yarn_ext_factor=1.0,
+                             rope__scale_linear=1.0, tensor_data_layout="Meta AI original pth")
     assert notes == []
+    with pytest.raises(GgufMetadataRefused, match="tensor_data_layout = 'jploski'"):
+        _checked("falcon", "falcon", tensor_data_layout="jploski")
+    with pytest.raises(GgufMetadataRefused, match="rope.scale_linear = 4.0"):
+        _checked("llama", "llama", rope__scale_linear=4.0)
 
 
 def test_random_fields_are_placed_or_refused_in_one_line():
